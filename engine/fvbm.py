@@ -1,0 +1,475 @@
+"""Fully visible Boltzmann machines and their maximum pseudo-likelihood estimation.
+
+Nguyen & Wood (2016), "A block successive lower-bound maximization algorithm for the
+maximum pseudo-likelihood estimation of fully visible Boltzmann machines", Neural
+Computation 28.  Symbols follow the paper: x in {-1, 1}^d, bias b, symmetric coupling
+matrix M with zero diagonal (eq. 1.1), log-pseudo-likelihood P_n (eq. 2.1), BSLM updates
+(eqs. 2.4, 2.7) and gradient ascent with step mu (eqs. 4.1, 4.2).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping
+
+import numpy as np
+import scipy.optimize
+
+from engine.kernels import fvbm as kernels
+from engine.stepping import Record, as_scalar
+
+MAX_EXACT_D = 20  # 2^20 states: exact log Z, log-likelihood and sampling stay cheap
+DECREASE_TOLERANCE = 1e-11  # relative: a log-PL drop smaller than this is rounding
+REFRESH_EVERY = 32  # sweeps between from-scratch recomputations of tanh(u)
+
+
+# --------------------------------------------------------------------------- model
+
+
+def _check_params(b: np.ndarray, M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    b = np.asarray(b, dtype=np.float64)
+    M = np.asarray(M, dtype=np.float64)
+    if b.ndim != 1 or b.shape[0] < 1:
+        raise ValueError(f"The 'b' parameter of FVBM must be a 1-d array of length d >= 1. Got shape {b.shape}.")
+    d = b.shape[0]
+    if M.shape != (d, d):
+        raise ValueError(f"The 'M' parameter of FVBM must have shape ({d}, {d}) to match b. Got {M.shape}.")
+    if not (np.all(np.isfinite(b)) and np.all(np.isfinite(M))):
+        raise ValueError("The 'b' and 'M' parameters of FVBM must be finite. Got NaN or inf.")
+    if np.any(np.diag(M) != 0):
+        raise ValueError("The 'M' parameter of FVBM must have a zero diagonal (eq. 1.1).")
+    if not np.allclose(M, M.T, rtol=0, atol=1e-12):
+        raise ValueError("The 'M' parameter of FVBM must be symmetric (eq. 1.1).")
+    return b.copy(), 0.5 * (M + M.T)
+
+
+@dataclass(frozen=True)
+class FVBM:
+    """P(x) = exp(x^T M x / 2 + b^T x) / Z(theta) over x in {-1, 1}^d (eq. 1.1)."""
+
+    b: np.ndarray
+    M: np.ndarray
+
+    def __post_init__(self) -> None:
+        b, M = _check_params(self.b, self.M)
+        object.__setattr__(self, "b", b)
+        object.__setattr__(self, "M", M)
+
+    @property
+    def d(self) -> int:
+        return int(self.b.shape[0])
+
+    @classmethod
+    def random(cls, d: int, seed: int, variance: float = 0.5) -> "FVBM":
+        """b and the upper triangle of M drawn i.i.d. N(0, variance), as in §5."""
+        d = _check_int("d", d, "FVBM.random", minimum=1)
+        if not (variance > 0 and math.isfinite(variance)):
+            raise ValueError(f"The 'variance' parameter of FVBM.random must be a float > 0. Got {variance!r}.")
+        rng = np.random.default_rng(seed)
+        sd = math.sqrt(variance)
+        b = rng.normal(0.0, sd, d)
+        M = np.zeros((d, d))
+        iu = np.triu_indices(d, 1)
+        M[iu] = rng.normal(0.0, sd, len(iu[0]))
+        return cls(b, M + M.T)
+
+    def theta(self) -> np.ndarray:
+        """The parameter vector of the paper: b followed by the upper triangle of M."""
+        return pack_theta(self.b, self.M)
+
+    def log_partition(self) -> float:
+        """log Z(theta) by enumeration of the 2^d states (d <= 20)."""
+        _check_exact_d(self.d, "FVBM.log_partition")
+        return float(kernels.log_partition_exact(self.b, self.M))
+
+    def probabilities(self) -> np.ndarray:
+        """P(x) for every state; state s has x_j = +1 iff bit j of s is set (d <= 20)."""
+        _check_exact_d(self.d, "FVBM.probabilities")
+        energies = kernels.state_energies(self.b, self.M)
+        energies -= energies.max()
+        p = np.exp(energies)
+        return p / p.sum()
+
+    def sample(self, n: int, seed: int, *, burn_in: int = 1000, thin: int = 10) -> np.ndarray:
+        """n i.i.d. draws (n x d, entries +-1): exact for d <= 20, Gibbs sampling beyond.
+
+        The exact sampler inverts the cumulative distribution over all 2^d states; the Gibbs
+        sampler runs one seeded chain with ``burn_in`` sweeps, keeping every ``thin``-th.
+        """
+        n = _check_int("n", n, "FVBM.sample", minimum=1)
+        if self.d <= MAX_EXACT_D:
+            p = self.probabilities()
+            cdf = np.cumsum(p)
+            cdf /= cdf[-1]
+            u = np.random.default_rng(seed).random(n)
+            states = np.minimum(np.searchsorted(cdf, u, side="right"), p.size - 1)
+            return states_to_spins(states, self.d)
+        seed = int(np.random.default_rng(seed).integers(2**31 - 1))
+        return kernels.gibbs_sample(self.b, self.M, n, int(burn_in), int(thin), seed)
+
+
+def states_to_spins(states: np.ndarray, d: int) -> np.ndarray:
+    """Integer state codes to rows of +-1 (bit j set <=> x_j = +1)."""
+    bits = (np.asarray(states)[:, None] >> np.arange(d)) & 1
+    return np.where(bits == 1, 1.0, -1.0)
+
+
+def pack_theta(b: np.ndarray, M: np.ndarray) -> np.ndarray:
+    d = b.shape[0]
+    return np.concatenate([b, M[np.triu_indices(d, 1)]])
+
+
+def unpack_theta(theta: np.ndarray, d: int) -> tuple[np.ndarray, np.ndarray]:
+    b = np.array(theta[:d], dtype=np.float64)
+    M = np.zeros((d, d))
+    M[np.triu_indices(d, 1)] = theta[d:]
+    return b, M + M.T
+
+
+def parameter_mse(b: np.ndarray, M: np.ndarray, truth: FVBM) -> float:
+    """Mean squared error over the q = d + d(d-1)/2 elements of theta (§5)."""
+    diff = pack_theta(b, M) - truth.theta()
+    return float(diff @ diff / diff.size)
+
+
+def _check_int(name: str, value: Any, owner: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"The '{name}' parameter of {owner} must be an int >= {minimum}. Got {value!r}.")
+    return int(value)
+
+
+def _check_exact_d(d: int, owner: str) -> None:
+    if d > MAX_EXACT_D:
+        raise ValueError(f"{owner} enumerates 2^d states and needs d <= {MAX_EXACT_D}. Got d = {d}.")
+
+
+# ------------------------------------------------------------- objective functions
+
+
+def check_data(X: Any, owner: str = "FVBMTrainer") -> np.ndarray:
+    """X as a float64 (n, d) array of +-1, or a ValueError that says what is wrong."""
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2 or X.shape[0] < 1 or X.shape[1] < 2:
+        raise ValueError(f"The 'X' parameter of {owner} must be a 2-d array with n >= 1 rows and d >= 2 columns. Got shape {X.shape}.")
+    bad = ~((X == 1.0) | (X == -1.0))
+    if bad.any():
+        i, j = np.argwhere(bad)[0]
+        raise ValueError(f"The 'X' parameter of {owner} must hold only -1 and +1. Got {X[i, j]!r} at row {i}, column {j}.")
+    return X
+
+
+def log_pseudo_likelihood(X: np.ndarray, b: np.ndarray, M: np.ndarray) -> float:
+    """P_n(theta) of eq. 2.1, summed over the n rows, including the -log 2 terms."""
+    X = check_data(X, "log_pseudo_likelihood")
+    b, M = _check_params(b, M)
+    XT = np.ascontiguousarray(X.T)
+    T = np.empty_like(XT)
+    return float(kernels.log_pl_and_fields(XT, b, M, T, True))
+
+
+def log_pl_gradient(X: np.ndarray, b: np.ndarray, M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """dP_n/db_j and dP_n/dm_jk (the partials below eqs. 2.4 and 2.7), zero diagonal."""
+    R = X - np.tanh(b + X @ M)  # x_ij - tanh(u_ij)
+    G = X.T @ R
+    grad_M = G + G.T
+    np.fill_diagonal(grad_M, 0.0)
+    return R.sum(axis=0), grad_M
+
+
+def exact_log_likelihood(X: np.ndarray, b: np.ndarray, M: np.ndarray) -> float:
+    """sum_i log P(x_i; theta) of eq. 1.1 with the exact log Z (d <= 20)."""
+    X = check_data(X, "exact_log_likelihood")
+    b, M = _check_params(b, M)
+    _check_exact_d(b.shape[0], "exact_log_likelihood")
+    energy = 0.5 * np.einsum("ij,jk,ik->", X, M, X) + X.sum(axis=0) @ b
+    return float(energy - X.shape[0] * kernels.log_partition_exact(b, M))
+
+
+def _negative_log_pl(theta: np.ndarray, X: np.ndarray, d: int) -> tuple[float, np.ndarray]:
+    b, M = unpack_theta(theta, d)
+    U = b + X @ M
+    value = np.sum(X * U - np.logaddexp(U, -U))  # log(2 cosh u) = logaddexp(u, -u)
+    grad_b, grad_M = log_pl_gradient(X, b, M)
+    return -value, -pack_theta(grad_b, grad_M)
+
+
+def _hessian(X: np.ndarray, b: np.ndarray, M: np.ndarray) -> np.ndarray:
+    """The Hessian of eq. 2.1 in theta (b, upper triangle of M): concave, (q, q)."""
+    n, d = X.shape
+    q = d + d * (d - 1) // 2
+    index = np.zeros((d, d), dtype=np.int64)
+    iu = np.triu_indices(d, 1)
+    index[iu] = d + np.arange(len(iu[0]))
+    index = index + index.T
+    S = 1.0 - np.tanh(b + X @ M) ** 2  # sech^2(u_ij)
+    H = np.zeros((q, q))
+    for j in range(d):
+        # u_ij depends on b_j (feature 1) and m_jk (feature x_ik), k != j.
+        cols = np.concatenate([[j], index[j, np.arange(d) != j]])
+        F = np.column_stack([np.ones(n), np.delete(X, j, axis=1)])
+        H[np.ix_(cols, cols)] -= F.T @ (F * S[:, j : j + 1])
+    return H
+
+
+def mple(X: np.ndarray, *, grad_tol: float = 1e-9, check: bool = True) -> FVBM:
+    """The maximum pseudo-likelihood estimate: argmax of the concave eq. 2.1.
+
+    scipy L-BFGS from theta = 0, then Newton steps with the exact Hessian (with step
+    halving) until the gradient norm is <= grad_tol * n: the reference the dashboard draws
+    as the target line and the tests compare converged BSLM with.
+
+    Raises
+    ------
+    ValueError
+        If the MPLE does not exist for X (see :func:`engine.data.check_mple_exists`).
+    """
+    X = check_data(X, "mple")
+    if check:
+        from engine.data import check_mple_exists
+
+        check_mple_exists(X)
+    n, d = X.shape
+    q = d + d * (d - 1) // 2
+    result = scipy.optimize.minimize(
+        _negative_log_pl, np.zeros(q), args=(X, d), jac=True, method="L-BFGS-B",
+        options={"maxiter": 5000, "gtol": 1e-10 * n, "ftol": 1e-15},
+    )
+    theta = result.x
+    value, grad = _negative_log_pl(theta, X, d)
+    for _ in range(50):
+        if np.linalg.norm(grad) <= grad_tol * n:
+            break
+        b, M = unpack_theta(theta, d)
+        H = _hessian(X, b, M)
+        step = np.linalg.lstsq(-H, -grad, rcond=None)[0]  # Newton: -H^{-1} (-grad P)
+        t = 1.0
+        while t > 1e-8:
+            candidate = theta + t * step
+            cvalue, cgrad = _negative_log_pl(candidate, X, d)
+            if cvalue <= value + 1e-12 * abs(value):
+                break
+            t *= 0.5
+        if t <= 1e-8:
+            break
+        theta, value, grad = candidate, cvalue, cgrad
+    return FVBM(*unpack_theta(theta, d))
+
+
+def sandwich_covariance(X: np.ndarray, b: np.ndarray, M: np.ndarray) -> np.ndarray:
+    """Asymptotic covariance of the MPLE, H^-1 J H^-1 (Nguyen & Wood, in press).
+
+    H is the Hessian of eq. 2.1 and J = sum_i s_i s_i^T the outer products of the
+    per-observation scores, both evaluated at (b, M).  Its trace / q is the MSE an MPLE
+    is expected to have from sampling error alone.
+    """
+    n, d = X.shape
+    R = X - np.tanh(b + X @ M)
+    iu = np.triu_indices(d, 1)
+    # score of observation i: d/db_j = R_ij; d/dm_jk = x_ik R_ij + x_ij R_ik
+    scores = np.concatenate([R, X[:, iu[1]] * R[:, iu[0]] + X[:, iu[0]] * R[:, iu[1]]], axis=1)
+    J = scores.T @ scores
+    H_inv = np.linalg.inv(_hessian(X, b, M))
+    return H_inv @ J @ H_inv
+
+
+# ------------------------------------------------------------------------ trainers
+
+Algorithm = Literal["bslm", "ga"]
+
+
+class FVBMTrainer:
+    """BSLM (Nguyen & Wood 2016, eqs. 2.4, 2.7) or gradient ascent with step mu (4.1, 4.2).
+
+    ``step()`` is one full sweep: every b_j, then every m_jk in lexicographic order, each
+    with the freshest values.  BSLM is gradient ascent with mu = 1; for mu <= 1 the log-PL
+    cannot decrease, for mu > 1 nothing is guaranteed.
+
+    Parameters
+    ----------
+    X : (n, d) array of +-1
+    algorithm : "bslm" or "ga"
+    mu : step of gradient ascent (ignored by BSLM, which uses mu = 1)
+    tol : stop once |P_n(theta^(s+1)) - P_n(theta^(s))| < tol; 0 runs exactly max_sweeps
+    max_sweeps : at most this many sweeps
+    init : "zeros" (b = 0, M = 0) or "random" (b, upper M ~ N(0, 0.5) as in §5, from seed)
+    seed : seed of the random start
+    truth : the generating FVBM, if known: records carry the parameter MSE
+    exact_every : every this many sweeps (and when done), add the exact log-likelihood
+        to the Record (d <= 20); 0 never
+    """
+
+    def __init__(
+        self,
+        X: np.ndarray,
+        *,
+        algorithm: Algorithm = "bslm",
+        mu: float = 1.0,
+        tol: float = 1e-5,
+        max_sweeps: int = 100_000,
+        init: Literal["zeros", "random"] = "zeros",
+        seed: int = 0,
+        truth: FVBM | None = None,
+        exact_every: int = 0,
+    ) -> None:
+        owner = "FVBMTrainer"
+        self.X = check_data(X, owner)
+        self.n, self.d = self.X.shape
+        if algorithm not in ("bslm", "ga"):
+            raise ValueError(f"The 'algorithm' parameter of {owner} must be 'bslm' or 'ga'. Got {algorithm!r}.")
+        if not (isinstance(mu, (int, float)) and math.isfinite(mu) and mu > 0):
+            raise ValueError(f"The 'mu' parameter of {owner} must be a float > 0. Got {mu!r}.")
+        if not (isinstance(tol, (int, float)) and math.isfinite(tol) and tol >= 0):
+            raise ValueError(f"The 'tol' parameter of {owner} must be a float >= 0. Got {tol!r}.")
+        if init not in ("zeros", "random"):
+            raise ValueError(f"The 'init' parameter of {owner} must be 'zeros' or 'random'. Got {init!r}.")
+        self.max_sweeps = _check_int("max_sweeps", max_sweeps, owner, minimum=1)
+        self.exact_every = _check_int("exact_every", exact_every, owner, minimum=0)
+        if self.exact_every and self.d > MAX_EXACT_D:
+            raise ValueError(f"The 'exact_every' parameter of {owner} needs d <= {MAX_EXACT_D}. Got d = {self.d}.")
+        if truth is not None and truth.d != self.d:
+            raise ValueError(f"The 'truth' parameter of {owner} must have d = {self.d}. Got d = {truth.d}.")
+        self.algorithm = algorithm
+        self.mu = 1.0 if algorithm == "bslm" else float(mu)
+        self.tol = float(tol)
+        self.init = init
+        self.seed = int(seed)
+        self.truth = truth
+        self._XT = np.ascontiguousarray(self.X.T)
+        self._T = np.empty_like(self._XT)
+        start = FVBM.random(self.d, seed) if init == "random" else FVBM(np.zeros(self.d), np.zeros((self.d, self.d)))
+        self._set_state(start.b, start.M, sweep=0, elapsed=0.0, first_decrease=-1, status="running", message="")
+
+    # -- state
+    def _set_state(self, b, M, *, sweep, elapsed, first_decrease, status, message, T=None) -> None:
+        self._b = np.array(b, dtype=np.float64)
+        self._M = np.array(M, dtype=np.float64)
+        self.sweep = int(sweep)
+        self.elapsed = float(elapsed)
+        self.first_decrease = int(first_decrease)
+        self.status = str(status)
+        self.message = str(message)
+        if T is None:
+            self.log_pl = float(kernels.log_pl_and_fields(self._XT, self._b, self._M, self._T, True))
+        else:
+            self._T[...] = T
+            self.log_pl = float(kernels.log_pl_and_fields(self._XT, self._b, self._M, self._T, False))
+
+    @property
+    def b(self) -> np.ndarray:
+        return self._b.copy()
+
+    @property
+    def M(self) -> np.ndarray:
+        return self._M.copy()
+
+    @property
+    def done(self) -> bool:
+        return self.status != "running"
+
+    @property
+    def label(self) -> str:
+        return "BSLM" if self.algorithm == "bslm" else f"GA μ={self.mu:g}"
+
+    # -- stepping
+    def step(self) -> Record:
+        """One sweep (all b_j, then all m_jk); see :meth:`steps`."""
+        return self.steps(1)[0]
+
+    def steps(self, k: int) -> list[Record]:
+        """Up to k sweeps in one call into numba (fewer if the stopping rule fires).
+
+        The numba loop returns to Python only once, so a fast sweep does not make the
+        caller's thread fight for the GIL.  Every sweep gets a Record of scalars; the last
+        one also carries the arrays b and M, the parameter MSE and, when due, the exact
+        log-likelihood.
+        """
+        if self.done:
+            raise RuntimeError(f"This trainer is done ({self.status}); reset it to train again.")
+        k = max(1, min(int(k), self.max_sweeps - self.sweep))
+        out = np.empty(k)
+        t0 = time.perf_counter()
+        ran = kernels.run_sweeps(
+            self._XT, self._b, self._M, self._T, self.mu, self.sweep + 1, k,
+            self.tol, REFRESH_EVERY, self.log_pl, out,
+        )
+        wall = (time.perf_counter() - t0) / ran
+        records = []
+        for s in range(ran):
+            previous, current = self.log_pl, float(out[s])
+            self.sweep += 1
+            self.elapsed += wall
+            increase = current - previous
+            if self.first_decrease < 0 and increase < -DECREASE_TOLERANCE * max(1.0, abs(previous)):
+                self.first_decrease = self.sweep
+            self.log_pl = current
+            if not (math.isfinite(current) and np.all(np.isfinite(self._M)) and np.all(np.isfinite(self._b))):
+                self.status = "diverged"
+                self.message = f"{self.label} diverged at sweep {self.sweep}: the parameters are no longer finite."
+            elif self.tol > 0 and abs(increase) < self.tol:
+                self.status = "converged"
+                self.message = f"Converged after {self.sweep} sweeps: the increase {increase:.2e} < τ = {self.tol:g}."
+            elif self.sweep >= self.max_sweeps:
+                self.status = "max_sweeps"
+                self.message = f"Stopped at the maximum of {self.max_sweeps} sweeps (last increase {increase:.2e})."
+            scalars: dict[str, Any] = {
+                "sweep": self.sweep,
+                "log_pl": current,
+                "increase": increase,
+                "wall_time": wall,
+                "elapsed": self.elapsed,
+                "monotone": self.first_decrease < 0,
+                "first_decrease": self.first_decrease,
+            }
+            records.append(scalars)
+        last = records[-1]
+        finite = self.status != "diverged"
+        if self.truth is not None and finite:
+            last["mse"] = parameter_mse(self._b, self._M, self.truth)
+        if self.exact_every and finite and (self.done or any(r["sweep"] % self.exact_every == 0 for r in records)):
+            last["log_lik"] = exact_log_likelihood(self.X, self._b, self._M)
+        out_records = [Record(r) for r in records[:-1]]
+        out_records.append(Record(last, {"b": self._b.copy(), "M": self._M.copy()}))
+        return out_records
+
+    def run(self) -> list[Record]:
+        """Sweep until done; the Records of every sweep."""
+        records: list[Record] = []
+        while not self.done:
+            records.extend(self.steps(256))
+        return records
+
+    # -- checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """b, M, the kept tanh-fields, counters and settings: restores bit-exactly."""
+        return {
+            "b": self._b.copy(), "M": self._M.copy(), "tanh_fields": self._T.copy(),
+            "sweep": self.sweep, "elapsed": self.elapsed, "log_pl": self.log_pl,
+            "first_decrease": self.first_decrease, "status": self.status, "message": self.message,
+            "algorithm": self.algorithm, "mu": self.mu, "tol": self.tol, "n": self.n, "d": self.d,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` output, validated against this trainer's data."""
+        required = ("b", "M", "tanh_fields", "sweep", "elapsed", "first_decrease", "status", "message")
+        missing = [key for key in required if key not in state]
+        if missing:
+            raise ValueError(f"The checkpoint lacks the entries {missing} of an FVBM trainer.")
+        for key in ("n", "d"):
+            if key in state and as_scalar(state[key]) != getattr(self, key):
+                raise ValueError(f"The checkpoint was made with {key} = {as_scalar(state[key])}, but the data has {key} = {getattr(self, key)}.")
+        b, M = _check_params(state["b"], state["M"])
+        if b.shape[0] != self.d:
+            raise ValueError(f"The checkpoint's 'b' has length {b.shape[0]}; the data has d = {self.d}.")
+        T = np.asarray(state["tanh_fields"], dtype=np.float64)
+        if T.shape != self._T.shape or not np.all(np.abs(T) <= 1.0):
+            raise ValueError(f"The checkpoint's 'tanh_fields' must have shape {self._T.shape} with values in [-1, 1].")
+        status = str(as_scalar(state["status"]))
+        if status not in ("running", "converged", "max_sweeps", "diverged"):
+            raise ValueError(f"The checkpoint's 'status' must be a trainer status. Got {status!r}.")
+        self._set_state(
+            b, M, sweep=as_scalar(state["sweep"]), elapsed=as_scalar(state["elapsed"]),
+            first_decrease=as_scalar(state["first_decrease"]), status=status,
+            message=as_scalar(state["message"]), T=T,
+        )
