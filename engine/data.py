@@ -143,7 +143,7 @@ def load_fvbm_csv(source: str | os.PathLike | bytes, name: str | None = None) ->
     dropped = 0
     for line, row in numbered:
         if len(row) != d:
-            raise ValueError(f"Row {line} of the data file has {len(row)} values; the first row has {d}.")
+            raise ValueError(f"Line {line} of the data file has {len(row)} values; the first row has {d}.")
         tokens = [cell.lower() for cell in row]
         if any(tok in MISSING_TOKENS for tok in tokens):
             dropped += 1
@@ -154,14 +154,14 @@ def load_fvbm_csv(source: str | os.PathLike | bytes, name: str | None = None) ->
                 matches = [c for c in CODINGS if tok in CODINGS[c]]
                 if not matches:
                     raise ValueError(
-                        f"Row {line}, column {j + 1} ({columns[j]!r}) of the data file holds {row[j]!r}; "
+                        f"Line {line}, column {j + 1} ({columns[j]!r}) of the data file holds {row[j]!r}; "
                         "allowed are -1/1, 0/1 or Yes/No (one coding per file) and NA for missing."
                     )
                 if coding is None:
                     coding = _pick_coding(matches, tokens)
                 elif coding not in matches:
                     raise ValueError(
-                        f"Row {line}, column {j + 1} ({columns[j]!r}) holds {row[j]!r}, but earlier rows use "
+                        f"Line {line}, column {j + 1} ({columns[j]!r}) holds {row[j]!r}, but earlier rows use "
                         f"the {_CODING_NAMES[coding]} coding; use one coding per file."
                     )
             out[j] = CODINGS[coding][tok]
@@ -240,12 +240,11 @@ def check_mple_exists(X: np.ndarray) -> None:
     if result.status != 0:
         return  # the LP is always feasible (theta = 0); a solver failure is not evidence
     if -result.fun > 1e-7:
-        direction = result.x
-        margins = A @ direction
-        worst = np.argmax(margins)
-        j = int(worst // m)
+        margins = A @ result.x
+        involved = sorted({int(r // m) + 1 for r in np.flatnonzero(margins > 1e-9)})
         raise ValueError(
-            "The MPLE does not exist for these data: the parameters can grow without bound while the "
-            f"pseudo-likelihood keeps increasing (column {j + 1} is perfectly predicted by a combination of the "
-            "others). Remove redundant or perfectly predictable columns, or add observations."
+            "The MPLE does not exist for these data: the pseudo-likelihood keeps increasing as the "
+            "parameters grow without bound, because columns "
+            f"{', '.join(map(str, involved))} are perfectly predicted by the other columns in every row "
+            f"({m} distinct rows among {n}). Drop such columns or add observations."
         )

@@ -216,9 +216,9 @@ def _hessian(X: np.ndarray, b: np.ndarray, M: np.ndarray) -> np.ndarray:
 def mple(X: np.ndarray, *, grad_tol: float = 1e-9, check: bool = True) -> FVBM:
     """The maximum pseudo-likelihood estimate: argmax of the concave eq. 2.1.
 
-    scipy L-BFGS from theta = 0, then Newton steps with the exact Hessian (with step
-    halving) until the gradient norm is <= grad_tol * n: the reference the dashboard draws
-    as the target line and the tests compare converged BSLM with.
+    A short scipy L-BFGS run from theta = 0, then Newton steps with the exact Hessian (with
+    step halving) until the gradient norm is <= grad_tol * n: the target line of the
+    dashboard.  (The tests check it against a plain scipy L-BFGS run.)
 
     Raises
     ------
@@ -232,26 +232,27 @@ def mple(X: np.ndarray, *, grad_tol: float = 1e-9, check: bool = True) -> FVBM:
         check_mple_exists(X)
     n, d = X.shape
     q = d + d * (d - 1) // 2
+    # A cheap L-BFGS start, then Newton with the exact Hessian: quadratic convergence
+    # where L-BFGS alone crawls (thousands of evaluations for a 1e-9 gradient).
     result = scipy.optimize.minimize(
         _negative_log_pl, np.zeros(q), args=(X, d), jac=True, method="L-BFGS-B",
-        options={"maxiter": 5000, "gtol": 1e-10 * n, "ftol": 1e-15},
+        options={"maxiter": 200, "gtol": 1e-3 * n},
     )
     theta = result.x
     value, grad = _negative_log_pl(theta, X, d)
-    for _ in range(50):
+    for _ in range(100):
         if np.linalg.norm(grad) <= grad_tol * n:
             break
         b, M = unpack_theta(theta, d)
-        H = _hessian(X, b, M)
-        step = np.linalg.lstsq(-H, -grad, rcond=None)[0]  # Newton: -H^{-1} (-grad P)
+        step = np.linalg.lstsq(_hessian(X, b, M), grad, rcond=None)[0]  # -H^-1 grad(-P_n)
         t = 1.0
-        while t > 1e-8:
+        while t > 1e-10:
             candidate = theta + t * step
             cvalue, cgrad = _negative_log_pl(candidate, X, d)
-            if cvalue <= value + 1e-12 * abs(value):
+            if cvalue <= value + 1e-13 * abs(value):
                 break
             t *= 0.5
-        if t <= 1e-8:
+        else:
             break
         theta, value, grad = candidate, cvalue, cgrad
     return FVBM(*unpack_theta(theta, d))

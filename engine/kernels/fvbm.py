@@ -19,6 +19,8 @@ LOG2 = math.log(2.0)
 # Let LLVM reorder sums (so O(n) reductions vectorize) and fuse multiply-adds, but keep
 # IEEE semantics for NaN/inf: divergence must stay detectable.
 _REDUCE = {"reassoc", "contract"}
+# |u| beyond which 1 - tanh(u) < 1e-10 and tanh no longer pins u down to better than ~1e-6.
+SATURATION = 12.0
 
 
 @njit(cache=True, nogil=True, fastmath=_REDUCE)
@@ -35,22 +37,28 @@ def _field_row(XT, b, M, j, u):
                 u[i] += mkj * XT[k, i]
 
 
-@njit(cache=True, nogil=True, fastmath=_REDUCE)
+@njit(cache=True, nogil=True, fastmath=_REDUCE, error_model="numpy")
 def _row_log_pl(XT, j, u, T, fresh_tanh):
     """Return sum_i x_ij u_i - log(2 cosh u_i) for one variable j (a term of eq. 2.1).
 
     Uses log(2 cosh u) = |u| + log 2 - log1p(|tanh u|), exact and overflow-free for large
     |u|.  The log1p terms are taken as the log of products of 16 factors (1 + |tanh u|)
     in [1, 2], so only one log per 16 observations is evaluated (no overflow: <= 2^16).
-    With ``fresh_tanh`` T[j] is first recomputed as tanh(u) from scratch.
+
+    T[j] is recomputed as tanh(u) from scratch when ``fresh_tanh`` is set, and whenever a
+    field is beyond SATURATION: there tanh rounds towards +-1 and stops carrying u, so
+    the incremental updates could not bring it back accurately.
     """
     n = XT.shape[1]
-    if fresh_tanh:
+    linear = 0.0
+    largest = 0.0
+    for i in range(n):
+        a = abs(u[i])
+        linear += XT[j, i] * u[i] - a
+        largest = max(largest, a)
+    if fresh_tanh or largest > SATURATION:
         for i in range(n):
             T[j, i] = math.tanh(u[i])
-    linear = 0.0
-    for i in range(n):
-        linear += XT[j, i] * u[i] - abs(u[i])
     logs = 0.0
     full = n - n % 16
     for start in range(0, full, 16):
@@ -88,7 +96,7 @@ def log_pl_and_fields(XT, b, M, T, fresh_tanh):
     return total + comp
 
 
-@njit(cache=True, nogil=True, fastmath=_REDUCE)
+@njit(cache=True, nogil=True, fastmath=_REDUCE, error_model="numpy")
 def coordinate_sweep(XT, b, M, T, mu):
     """One sweep of BSLM (mu = 1, eqs. 2.4 and 2.7) or coordinate gradient ascent (4.1, 4.2).
 
