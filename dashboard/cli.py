@@ -1,0 +1,263 @@
+"""The `boltzlab` command line: serve the app, fit models, reproduce papers, benchmark.
+
+It lives in the dashboard package because `serve` starts the Panel app; the other commands
+import only the engine (and matplotlib/Bokeh for report figures), lazily, so `boltzlab fit`
+starts fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+EXIT_BAD_INPUT = 2
+EXIT_NO_MPLE = 3
+
+
+def _error(message: str, code: int = EXIT_BAD_INPUT) -> int:
+    print(f"boltzlab: error: {message}", file=sys.stderr)
+    return code
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
+
+def _nonnegative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
+    return value
+
+
+# ------------------------------------------------------------------------ commands
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from dashboard.app import serve
+
+    serve(
+        port=args.port, address=args.address, num_procs=args.num_procs,
+        allow_websocket_origin=args.allow_websocket_origin or None, show=args.show,
+    )
+    return 0
+
+
+def cmd_fit_fvbm(args: argparse.Namespace) -> int:
+    from engine.data import check_mple_exists, load_fvbm_csv
+    from engine.fvbm import FVBMTrainer
+
+    try:
+        data = load_fvbm_csv(args.data)
+    except ValueError as exc:
+        return _error(str(exc))
+    if data.dropped_rows:
+        print(f"boltzlab: dropped {data.dropped_rows} of {data.dropped_rows + data.n} rows with missing "
+              f"values; fitting the {data.n} complete rows.", file=sys.stderr)
+    try:
+        check_mple_exists(data.X)
+    except ValueError as exc:
+        return _error(str(exc), EXIT_NO_MPLE)
+    trainer = FVBMTrainer(
+        data.X, algorithm=args.algorithm, mu=args.mu, tol=args.tol, max_sweeps=args.max_sweeps,
+        init=args.init, seed=args.seed,
+    )
+    history = [rec["log_pl"] for rec in trainer.run()]
+    result = {
+        "b": trainer.b.tolist(),
+        "M": trainer.M.tolist(),
+        "log_pl": trainer.log_pl,
+        "sweeps": trainer.sweep,
+        "converged": trainer.status == "converged",
+        "status": trainer.status,
+        "message": trainer.message,
+        "monotone": trainer.first_decrease < 0,
+        "history": history,
+        "columns": data.columns,
+        "n": data.n,
+        "d": data.d,
+        "dropped_rows": data.dropped_rows,
+        "algorithm": args.algorithm,
+        "mu": trainer.mu,
+        "tol": args.tol,
+        "init": args.init,
+        "seed": args.seed,
+    }
+    if trainer.status == "diverged":
+        if args.json:
+            print(json.dumps(_finite_json(result)))
+        return _error(trainer.message, 4)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(f"FVBM fitted to {data.name}: n = {data.n}, d = {data.d}, {args.algorithm.upper()}"
+          + (f" (mu = {trainer.mu:g})" if args.algorithm == "ga" else ""))
+    print(trainer.message)
+    print(f"log-pseudo-likelihood (eq. 2.1): {trainer.log_pl:.6f}")
+    width = max(len(c) for c in data.columns)
+    print("b:")
+    for name, value in zip(data.columns, trainer.b):
+        print(f"  {name:>{width}} {value:+.4f}")
+    print("M (upper triangle):")
+    print(" " * (width + 2) + " ".join(f"{c:>8}" for c in data.columns))
+    for j, name in enumerate(data.columns):
+        cells = ["" if k <= j else f"{trainer.M[j, k]:+.4f}" for k in range(data.d)]
+        print(f"  {name:>{width}} " + " ".join(f"{c:>8}" for c in cells))
+    return 0
+
+
+def _finite_json(result: dict) -> dict:
+    def clean(v):
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, list):
+            return [clean(x) for x in v]
+        return v
+
+    return {k: clean(v) for k, v in result.items()}
+
+
+def cmd_reproduce_fvbm(args: argparse.Namespace) -> int:
+    from engine.experiments import fvbm_simulation as experiment
+
+    settings = experiment.Settings.quick() if args.quick else experiment.Settings()
+    log = (lambda msg: print(msg, file=sys.stderr)) if args.json else print
+    log(f"Reproducing §5 of Nguyen & Wood (2016): d in {list(settings.dims)}, n = {settings.n}, "
+        f"{settings.repetitions} runs each, tau = {settings.tol:g}" + (" (quick)" if args.quick else ""))
+    result = experiment.run(settings, progress=log)
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    from dashboard.reports import write_fvbm_figure
+
+    png, html = write_fvbm_figure(result, out / "fvbm_figure1")
+    result["figure_png"], result["figure_html"] = str(png), str(html)
+    if args.json:
+        print(json.dumps(result if args.histories else {k: v for k, v in result.items() if k != "histories"}))
+    else:
+        print(experiment.format_table(result))
+        print(f"Figure 1 (log-PL per sweep, log10 increase): {png} and {html}")
+        for row in result["rows"]:
+            if not row["mple_exists"]:
+                print(f"d = {row['d']}: {row['mple_note']}")
+    return 0
+
+
+def cmd_bench_fvbm(args: argparse.Namespace) -> int:
+    from engine.experiments import bench_fvbm
+
+    result = bench_fvbm.run(min_seconds=args.seconds)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    print(f"BSLM sweeps at n = {result['n']}, d = {result['d']} (same data, same updates, same run):")
+    print(f"  numba engine : {result['numba_sweeps_per_second']:8.1f} sweeps/s  ({result['numba_ms_per_sweep']:.2f} ms per sweep)")
+    print(f"  plain NumPy  : {result['numpy_sweeps_per_second']:8.1f} sweeps/s  ({result['numpy_ms_per_sweep']:.2f} ms per sweep)")
+    print(f"  ratio        : {result['ratio']:.1f}x")
+    print(f"  goal         : <= {result['goal_ms_per_sweep']:.0f} ms per sweep: {'met' if result['meets_goal'] else 'NOT met'}")
+    return 0
+
+
+# ------------------------------------------------------------------------- parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="boltzlab",
+        description="Boltzmann Lab: watch Boltzmann machines learn, live in the browser "
+        "(serve), or headless from the command line (fit, reproduce, bench).",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    serve = sub.add_parser("serve", help="serve the browser app (default http://localhost:5006)",
+                           description="Serve the Boltzmann Lab app with the Panel/Bokeh server.")
+    serve.add_argument("--port", type=int, default=5006, help="port to listen on (default 5006)")
+    serve.add_argument("--address", default=None, help="address to listen on (default: all interfaces' localhost)")
+    serve.add_argument("--num-procs", type=int, default=1, help="number of worker processes (default 1)")
+    serve.add_argument("--allow-websocket-origin", action="append", metavar="HOST[:PORT]",
+                       help="a host allowed to open the websocket, e.g. lab.example.org (repeatable); "
+                            "needed when the app is reached under another name than localhost")
+    serve.add_argument("--show", action="store_true", help="open the app in a browser")
+    serve.set_defaults(func=cmd_serve)
+
+    fit = sub.add_parser("fit", help="fit a model to a data file")
+    fit_sub = fit.add_subparsers(dest="family", metavar="FAMILY", required=True)
+    fvbm = fit_sub.add_parser(
+        "fvbm", help="fully visible Boltzmann machine by maximum pseudo-likelihood (BSLM or GA)",
+        description="Fit an FVBM (Nguyen & Wood 2016) to a CSV of binary observations: rows are "
+        "observations, columns variables, values -1/1, 0/1 or Yes/No, a header row allowed. Rows with "
+        "missing values are dropped (counted on stderr). Data for which the maximum pseudo-likelihood "
+        "estimate does not exist are reported (exit 3) instead of iterated.",
+    )
+    fvbm.add_argument("data", help="CSV file of binary observations")
+    fvbm.add_argument("--algorithm", choices=["bslm", "ga"], default="bslm",
+                      help="bslm: block successive lower-bound maximization (eqs. 2.4, 2.7); "
+                           "ga: coordinate gradient ascent with step --mu (eqs. 4.1, 4.2)")
+    fvbm.add_argument("--mu", type=_positive_float, default=1.0, help="GA step (mu <= 1 is monotone; default 1)")
+    fvbm.add_argument("--tol", type=_nonnegative_float, default=1e-5,
+                      help="stop when the log-PL increases by less than this (default 1e-5); "
+                           "0 runs exactly --max-sweeps sweeps")
+    fvbm.add_argument("--max-sweeps", type=_positive_int, default=100_000, help="at most this many sweeps (default 100000)")
+    fvbm.add_argument("--init", choices=["zeros", "random"], default="zeros",
+                      help="start at b = 0, M = 0 (default) or draw b, M ~ N(0, 0.5) as in §5")
+    fvbm.add_argument("--seed", type=int, default=0, help="seed of --init random (default 0)")
+    fvbm.add_argument("--json", action="store_true",
+                      help="print one JSON object: b, M, log_pl, sweeps, converged, history, ...")
+    fvbm.set_defaults(func=cmd_fit_fvbm)
+
+    reproduce = sub.add_parser("reproduce", help="run a paper's experiment headless")
+    rep_sub = reproduce.add_subparsers(dest="family", metavar="FAMILY", required=True)
+    rep_fvbm = rep_sub.add_parser(
+        "fvbm", help="§5 of Nguyen & Wood (2016): BSLM on simulated FVBMs, d = 5, 10, 15, 20",
+        description="Simulate n = 16,000 draws from FVBMs with d = 5, 10, 15, 20 (parameters N(0, 0.5)), "
+        "run BSLM 5 times from random starts to tau = 1e-5, and print per d the average MSE next to the "
+        "paper's, sweeps, time and monotonicity; write the Figure-1 plot as PNG and HTML.",
+    )
+    rep_fvbm.add_argument("--quick", action="store_true", help="n = 4000, 2 runs, tau = 1e-3: well under a minute")
+    rep_fvbm.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    rep_fvbm.add_argument("--histories", action="store_true", help="with --json, include every log-PL history")
+    rep_fvbm.add_argument("--output", default="reproduce-output", help="folder for the figures (default reproduce-output)")
+    rep_fvbm.set_defaults(func=cmd_reproduce_fvbm)
+
+    bench = sub.add_parser("bench", help="measure speed as ratios against a reference in the same run")
+    bench_sub = bench.add_subparsers(dest="family", metavar="FAMILY", required=True)
+    bench_fvbm = bench_sub.add_parser(
+        "fvbm", help="BSLM sweeps per second at n = 16,000, d = 20: numba engine vs plain NumPy",
+        description="Time BSLM sweeps at n = 16,000, d = 20 with the numba engine and with a plain-NumPy "
+        "implementation of the same updates, in the same run, and print their ratio.",
+    )
+    bench_fvbm.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    bench_fvbm.add_argument("--seconds", type=_positive_float, default=3.0, help="time to spend on each (default 3)")
+    bench_fvbm.set_defaults(func=cmd_bench_fvbm)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

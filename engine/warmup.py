@@ -1,0 +1,19 @@
+"""Compile (or load from numba's on-disk cache) every kernel on tiny problems."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def warm_up() -> None:
+    """Run each numba kernel once on a tiny problem, so no user or test waits for a compile."""
+    from engine.fvbm import FVBM, FVBMTrainer, exact_log_likelihood
+    from engine.kernels import fvbm as kernels
+
+    model = FVBM.random(3, 0)
+    X = model.sample(16, 1)
+    trainer = FVBMTrainer(X, tol=0, max_sweeps=2, exact_every=1)
+    trainer.run()
+    exact_log_likelihood(X, model.b, model.M)
+    kernels.gibbs_sample(model.b, model.M, 2, 1, 1, 0)
+    np.asarray(model.probabilities())

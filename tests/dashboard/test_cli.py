@@ -1,0 +1,105 @@
+"""The `boltzlab` command line, run as a user runs it (a subprocess)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.data import ASSETS, senate
+from engine.fvbm import FVBMTrainer
+
+BOLTZLAB = [sys.executable, "-m", "dashboard.cli"]
+
+
+def run(*args, cwd=None):
+    return subprocess.run(BOLTZLAB + list(args), capture_output=True, text=True, cwd=cwd, timeout=600)
+
+
+def test_help_explains_every_command():
+    out = run("--help")
+    assert out.returncode == 0
+    for command in ("serve", "fit", "reproduce", "bench"):
+        assert command in out.stdout
+    serve = run("serve", "--help").stdout
+    for flag in ("--port", "--address", "--num-procs", "--allow-websocket-origin", "--show"):
+        assert flag in serve
+
+
+def test_fit_fvbm_json_on_bundled_senate():
+    out = run("fit", "fvbm", str(ASSETS / "senate_knn1_imputed.csv"), "--json")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    for key in ("b", "M", "log_pl", "sweeps", "converged", "history"):
+        assert key in result
+    assert result["converged"] and result["sweeps"] == len(result["history"])
+    M = np.array(result["M"])
+    assert M.shape == (9, 9) and np.allclose(M, M.T) and np.all(np.diag(M) == 0)
+    assert np.all(np.diff(result["history"]) >= 0)
+    assert result["history"][-1] == result["log_pl"]
+    # the same fit through the API
+    from engine.data import load_fvbm_csv
+
+    trainer = FVBMTrainer(load_fvbm_csv(ASSETS / "senate_knn1_imputed.csv").X)
+    trainer.run()
+    assert trainer.log_pl == pytest.approx(result["log_pl"], rel=1e-12)
+
+
+def test_fit_options_tol_zero_runs_exactly_max_sweeps():
+    out = run("fit", "fvbm", str(ASSETS / "senate_knn1_imputed.csv"), "--json", "--tol", "0",
+              "--max-sweeps", "7", "--algorithm", "ga", "--mu", "0.5", "--init", "random", "--seed", "3")
+    result = json.loads(out.stdout)
+    assert result["sweeps"] == 7 and not result["converged"] and len(result["history"]) == 7
+
+
+def test_missing_rows_are_counted_on_stderr():
+    out = run("fit", "fvbm", str(ASSETS / "senate_pm1_with_na.csv"), "--json")
+    assert out.returncode == 0
+    assert "dropped 46 of 147 rows" in out.stderr
+    assert json.loads(out.stdout)["n"] == 101
+
+
+@pytest.mark.parametrize(
+    "content, code, message",
+    [
+        ("a,b\n1,-1\n1,7\n", 2, "Line 3, column 2"),
+        ("a\n1\n-1\n", 2, "1 column"),
+        ("", 2, "empty"),
+        ("a,b\n1,1\n-1,1\n1,1\n", 3, "column 2 is constant"),
+        ("a,b,c\n1,1,-1\n-1,-1,1\n1,1,1\n-1,-1,-1\n", 3, "MPLE does not exist"),
+    ],
+)
+def test_bad_input_files_give_nonzero_exit_and_one_line(tmp_path, content, code, message):
+    path = tmp_path / "bad.csv"
+    path.write_text(content)
+    out = run("fit", "fvbm", str(path))
+    assert out.returncode == code
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("boltzlab: error:") and message in lines[0]
+    assert "Traceback" not in out.stderr
+
+
+def test_missing_file_and_bad_flags():
+    out = run("fit", "fvbm", "/no/such.csv")
+    assert out.returncode == 2 and "does not exist" in out.stderr
+    out = run("fit", "fvbm", str(ASSETS / "senate_knn1_imputed.csv"), "--mu", "-1")
+    assert out.returncode == 2 and "--mu" in out.stderr
+
+
+def test_reproduce_quick_json_and_figures(tmp_path):
+    out = run("reproduce", "fvbm", "--quick", "--json", "--output", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert [row["d"] for row in result["rows"]] == [5, 10, 15, 20]
+    assert all(row["all_monotone"] for row in result["rows"])
+    assert Path(result["figure_png"]).stat().st_size > 10_000
+    assert "<html" in Path(result["figure_html"]).read_text().lower()
+
+
+def test_bench_json_reports_a_ratio():
+    out = run("bench", "fvbm", "--json", "--seconds", "0.5")
+    result = json.loads(out.stdout)
+    assert result["n"] == 16000 and result["d"] == 20
+    assert result["ratio"] == pytest.approx(result["numba_sweeps_per_second"] / result["numpy_sweeps_per_second"])
