@@ -32,7 +32,7 @@ def write_fvbm_figure(result: dict, stem: Path) -> tuple[Path, Path]:
         right = ax.twinx()
         for r, curve in enumerate(histories[d]):
             sweeps = np.arange(len(curve))
-            every = max(1, len(curve) // 12)
+            every = list(np.unique(np.geomspace(1, max(1, len(curve) - 1), 12).astype(int)))  # even on symlog
             ax.plot(sweeps, curve, "-", color=COLORS[r % 7], marker=MARKERS[r % 7], markevery=every, ms=4,
                     label=f"run {r + 1}")
             xs, ys = _increase_log10(curve)

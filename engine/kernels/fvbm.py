@@ -2,9 +2,13 @@
 
 Conventions shared by every kernel here:
 
-* ``XT`` is the data transposed, shape (d, n), float64 with entries in {-1, +1}; each row is
-  one variable, contiguous, so the O(n) inner loops stream through memory.
-* ``T`` (d, n) holds tanh(u_ij) of the local fields u_ij = m_j^T x_i + b_j of eq. 2.1.
+* ``XT`` is the data transposed, shape (d, m), float64 with entries in {-1, +1}; each row is
+  one variable, contiguous, so the O(m) inner loops stream through memory.  Its m columns
+  are either the n observations or the distinct observations, with ``w`` (m,) holding how
+  often each occurs: eq. 2.1 is a sum over observations, so a repeated row contributes
+  its count times one term, and every sum below is weighted by w (n = sum w).
+  ``unit`` says that w is all ones (no compression), which allows a faster log-PL.
+* ``T`` (d, m) holds tanh(u_ij) of the local fields u_ij = m_j^T x_i + b_j of eq. 2.1.
 * ``M`` is symmetric with a zero diagonal (eq. 1.1).
 """
 
@@ -38,41 +42,45 @@ def _field_row(XT, b, M, j, u):
 
 
 @njit(cache=True, nogil=True, fastmath=_REDUCE, error_model="numpy")
-def _row_log_pl(XT, j, u, T, fresh_tanh):
-    """Return sum_i x_ij u_i - log(2 cosh u_i) for one variable j (a term of eq. 2.1).
+def _row_log_pl(XT, w, unit, j, u, T, fresh_tanh):
+    """Return sum_i w_i (x_ij u_i - log(2 cosh u_i)) for one variable j (a term of eq. 2.1).
 
     Uses log(2 cosh u) = |u| + log 2 - log1p(|tanh u|), exact and overflow-free for large
-    |u|.  The log1p terms are taken as the log of products of 16 factors (1 + |tanh u|)
-    in [1, 2], so only one log per 16 observations is evaluated (no overflow: <= 2^16).
+    |u|.  With unit weights the log1p terms are taken as the log of products of 16 factors
+    (1 + |tanh u|) in [1, 2], one log per 16 observations (no overflow: <= 2^16).
 
     T[j] is recomputed as tanh(u) from scratch when ``fresh_tanh`` is set, and whenever a
     field is beyond SATURATION: there tanh rounds towards +-1 and stops carrying u, so
     the incremental updates could not bring it back accurately.
     """
-    n = XT.shape[1]
+    m = XT.shape[1]
     linear = 0.0
     largest = 0.0
-    for i in range(n):
+    for i in range(m):
         a = abs(u[i])
-        linear += XT[j, i] * u[i] - a
+        linear += w[i] * (XT[j, i] * u[i] - a)
         largest = max(largest, a)
     if fresh_tanh or largest > SATURATION:
-        for i in range(n):
+        for i in range(m):
             T[j, i] = math.tanh(u[i])
     logs = 0.0
-    full = n - n % 16
-    for start in range(0, full, 16):
-        prod = 1.0
-        for i in range(start, start + 16):
-            prod *= 1.0 + abs(T[j, i])
-        logs += math.log(prod)
-    for i in range(full, n):
-        logs += math.log1p(abs(T[j, i]))
-    return linear + logs - n * LOG2
+    if unit:
+        full = m - m % 16
+        for start in range(0, full, 16):
+            prod = 1.0
+            for i in range(start, start + 16):
+                prod *= 1.0 + abs(T[j, i])
+            logs += math.log(prod)
+        for i in range(full, m):
+            logs += math.log1p(abs(T[j, i]))
+    else:
+        for i in range(m):
+            logs += w[i] * math.log1p(abs(T[j, i]))
+    return linear + logs
 
 
 @njit(cache=True, nogil=True)
-def log_pl_and_fields(XT, b, M, T, fresh_tanh):
+def log_pl_and_fields(XT, w, unit, b, M, T, fresh_tanh):
     """Eq. 2.1 at (b, M), with the fields u_ij = m_j^T x_i + b_j recomputed from scratch.
 
     T must hold tanh of those fields (the sweeps keep it incrementally); with
@@ -80,13 +88,16 @@ def log_pl_and_fields(XT, b, M, T, fresh_tanh):
     sweeps so rounding drift cannot accumulate.  Rows are summed with Neumaier
     compensation: the stopping rule compares increases of 1e-5 on totals of order 1e5.
     """
-    d, n = XT.shape
-    u = np.empty(n)
-    total = 0.0
+    d, m = XT.shape
+    n = 0.0
+    for i in range(m):
+        n += w[i]
+    u = np.empty(m)
+    total = -d * n * LOG2
     comp = 0.0
     for j in range(d):
         _field_row(XT, b, M, j, u)
-        row = _row_log_pl(XT, j, u, T, fresh_tanh)
+        row = _row_log_pl(XT, w, unit, j, u, T, fresh_tanh)
         t = total + row
         if abs(total) >= abs(row):
             comp += (total - t) + row
@@ -97,42 +108,46 @@ def log_pl_and_fields(XT, b, M, T, fresh_tanh):
 
 
 @njit(cache=True, nogil=True, fastmath=_REDUCE, error_model="numpy")
-def coordinate_sweep(XT, b, M, T, mu):
+def coordinate_sweep(XT, w, b, M, T, mu):
     """One sweep of BSLM (mu = 1, eqs. 2.4 and 2.7) or coordinate gradient ascent (4.1, 4.2).
 
     In the paper's order: every b_j (j = 1..d), then every m_jk in lexicographic order of
     the upper triangle, each update using the freshest values.  T holds tanh(u_ij) of the
     current local fields and is kept up to date incrementally, so each coordinate costs
-    O(n): tanh(u + s) = (tanh u + tanh s) / (1 + tanh u tanh s), and tanh(delta x) =
+    O(m): tanh(u + s) = (tanh u + tanh s) / (1 + tanh u tanh s), and tanh(delta x) =
     x tanh(delta) because x = +-1, so a shift costs one division, not a fresh tanh.
 
     b-step (eq. 2.4):  b_j += mu/n * sum_i (x_ij - tanh u_ij)
     M-step (eq. 2.7):  m_jk += mu/(2n) * sum_i (2 x_ij x_ik - x_ik tanh u_ij - x_ij tanh u_ik)
+    (sums over observations: weighted by w over the stored rows)
     """
-    d, n = XT.shape
+    d, m = XT.shape
+    n = 0.0
+    for i in range(m):
+        n += w[i]
     for j in range(d):
         g = 0.0
-        for i in range(n):
-            g += XT[j, i] - T[j, i]
+        for i in range(m):
+            g += w[i] * (XT[j, i] - T[j, i])
         delta = mu * g / n
         if delta != 0.0:
             b[j] += delta
             t = math.tanh(delta)
-            for i in range(n):
+            for i in range(m):
                 T[j, i] = (T[j, i] + t) / (1.0 + T[j, i] * t)
     for j in range(d):
         for k in range(j + 1, d):
             g = 0.0
-            for i in range(n):
+            for i in range(m):
                 xj = XT[j, i]
                 xk = XT[k, i]
-                g += 2.0 * xj * xk - xk * T[j, i] - xj * T[k, i]
+                g += w[i] * (2.0 * xj * xk - xk * T[j, i] - xj * T[k, i])
             delta = mu * g / (2.0 * n)
             if delta != 0.0:
                 M[j, k] += delta
                 M[k, j] = M[j, k]
                 t = math.tanh(delta)
-                for i in range(n):
+                for i in range(m):
                     sj = t * XT[k, i]  # u_ij shifts by delta x_ik
                     sk = t * XT[j, i]  # u_ik shifts by delta x_ij
                     T[j, i] = (T[j, i] + sj) / (1.0 + T[j, i] * sj)
@@ -140,7 +155,7 @@ def coordinate_sweep(XT, b, M, T, mu):
 
 
 @njit(cache=True, nogil=True)
-def run_sweeps(XT, b, M, T, mu, first_sweep, n_sweeps, tol, refresh_every, previous, out_log_pl):
+def run_sweeps(XT, w, unit, b, M, T, mu, first_sweep, n_sweeps, tol, refresh_every, previous, out_log_pl):
     """Run up to ``n_sweeps`` sweeps in one call, without returning to Python in between.
 
     ``previous`` is eq. 2.1 at the entry (b, M), whose tanh-fields T must hold.  Sweeps are
@@ -151,9 +166,9 @@ def run_sweeps(XT, b, M, T, mu, first_sweep, n_sweeps, tol, refresh_every, previ
     Returns the number of sweeps run.
     """
     for s in range(n_sweeps):
-        coordinate_sweep(XT, b, M, T, mu)
+        coordinate_sweep(XT, w, b, M, T, mu)
         fresh = (first_sweep + s) % refresh_every == 0
-        current = log_pl_and_fields(XT, b, M, T, fresh)
+        current = log_pl_and_fields(XT, w, unit, b, M, T, fresh)
         out_log_pl[s] = current
         if not math.isfinite(current):
             return s + 1

@@ -46,10 +46,11 @@ def problem(request):
     return X, FVBM.random(d, seed + 100)
 
 
+@pytest.mark.parametrize("compress", [False, True])
 @pytest.mark.parametrize("mu", [1.0, 0.5, 2.5])
-def test_sweeps_match_numpy_reference(problem, mu):
+def test_sweeps_match_numpy_reference(problem, mu, compress):
     X, start = problem
-    trainer = FVBMTrainer(X, algorithm="ga", mu=mu, tol=0, max_sweeps=5, init="random", seed=0)
+    trainer = FVBMTrainer(X, algorithm="ga", mu=mu, tol=0, max_sweeps=5, init="random", seed=0, compress=compress)
     trainer._set_state(start.b, start.M, sweep=0, elapsed=0, first_decrease=-1, status="running", message="")
     b, M = start.b, start.M
     for _ in range(5):
@@ -67,9 +68,10 @@ def test_refresh_schedule_does_not_change_iterates(problem):
     runs = []
     for refresh_every in (1, 1000):
         b, M, T = start.b.copy(), start.M.copy(), np.empty_like(XT)
-        previous = kernels.log_pl_and_fields(XT, b, M, T, True)
+        w = np.ones(XT.shape[1])
+        previous = kernels.log_pl_and_fields(XT, w, True, b, M, T, True)
         out = np.empty(20)
-        kernels.run_sweeps(XT, b, M, T, 1.0, 1, 20, 0.0, refresh_every, previous, out)
+        kernels.run_sweeps(XT, w, True, b, M, T, 1.0, 1, 20, 0.0, refresh_every, previous, out)
         runs.append((b, M, out))
     np.testing.assert_allclose(runs[0][0], runs[1][0], rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(runs[0][1], runs[1][1], rtol=1e-10, atol=1e-12)
