@@ -31,6 +31,7 @@ class Settings:
     tol: float = 1e-5
     max_sweeps: int = 20_000
     seed: int = 2016
+    variance: float = 0.5  # of b0 and the upper triangle of M0 (the paper: 0.5)
 
     @classmethod
     def quick(cls) -> "Settings":
@@ -41,7 +42,7 @@ def run(settings: Settings, progress=None) -> dict:
     """Run the simulation; returns a JSON-ready dict with a row per d and the histories."""
     rows, histories = [], {}
     for d in settings.dims:
-        data = simulate_fvbm(d, settings.n, settings.seed + d)
+        data = simulate_fvbm(d, settings.n, settings.seed + d, settings.variance)
         truth = data.truth
         try:
             check_mple_exists(data.X)
