@@ -1,7 +1,12 @@
 """Data loading and validation: bundled, simulated and user CSV files."""
 
+from unittest.mock import patch
+
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings, strategies as st
+
+import engine.data as data_module
 
 from engine.data import MAX_CSV_BYTES, check_mple_exists, load_fvbm_csv, senate, simulate_fvbm
 from engine.fvbm import FVBM, FVBMTrainer
@@ -105,3 +110,23 @@ def test_xor_column_is_not_separable():
     X = FVBM.random(2, 2, 0.1).sample(800, 3)
     X = np.column_stack([X, X[:, 0] * X[:, 1]])
     check_mple_exists(X)  # x3 = x1 x2 is no linear threshold of x1, x2: the MPLE exists
+
+
+@settings(max_examples=40)
+@given(st.integers(2, 5), st.integers(4, 40), st.integers(0, 10_000))
+def test_existence_certificate_agrees_with_the_linear_program(d, n, seed):
+    """The fast path (a positive null vector of A^T near the gradient weights) and the LP
+    reach the same verdict; small n makes separable data common, so both verdicts occur."""
+    X = np.where(np.random.default_rng(seed).random((n, d)) < 0.5, -1.0, 1.0)
+    assume(all(len(np.unique(X[:, j])) == 2 for j in range(d)))
+
+    def verdict():
+        try:
+            check_mple_exists(X)
+            return True
+        except ValueError:
+            return False
+
+    fast = verdict()
+    with patch.object(data_module, "_positive_null_vector", return_value=False):
+        assert verdict() == fast

@@ -1,0 +1,95 @@
+"""The served app: a template with one page per lab, plus an About page.
+
+``create_app()`` builds everything for one browser session (each session owns its runner
+and trainers); ``serve()`` starts the server with a ``/liveness`` endpoint.
+"""
+
+from __future__ import annotations
+
+import panel as pn
+
+import engine
+
+TITLE = "Boltzmann Lab"
+
+COMING_SOON = {
+    "Bound": ("Quadratic bound (Jebara & Choromanska, 2012)",
+              "Watch the quadratic bound hug the true log-partition function, and bound "
+              "majorization race L-BFGS, conjugate gradient, steepest descent and Newton."),
+    "TAP": ("TAP machines (Tramel et al., 2018)",
+            "Follow the TAP log-likelihood of an RBM while it trains, the number of distinct "
+            "TAP solutions, free-energy histograms, receptive fields and denoising."),
+    "Frank-Wolfe": ("Frank-Wolfe for infinite RBMs (Ping, Liu & Ihler, 2016)",
+                    "See hidden units inserted one per iteration, the test log-likelihood "
+                    "against the number of hidden units, and receptive fields as they appear."),
+}
+
+ABOUT = """
+## About Boltzmann Lab
+
+**Boltzmann Lab** (`boltzlab`) is a browser laboratory for watching Boltzmann machines
+learn, live. Each *lab* turns one paper's algorithm into something you can play, pause,
+step and reset, with the quantities the paper argues about drawn as they change.
+
+* **FVBM**: maximum pseudo-likelihood for fully visible Boltzmann machines with the BSLM
+  algorithm of Nguyen & Wood (2016, *Neural Computation* 28), against gradient ascent.
+* **Bound**, **TAP**, **Frank-Wolfe**: coming soon.
+
+**How it works.** A numba engine does the numerics in a worker thread, one natural unit
+of work (e.g. one sweep over all parameters) per step. About ten times a second the page
+collects what is new and draws it; the engine never waits for the plots. Each browser tab
+has its own trainers; closing the tab stops them.
+
+**Controls.** ▶ Play runs continuously, ❚❚ Pause stops after the current step, *Step* does
+exactly one step, ↺ Reset starts again from the initial parameters. Changing data or
+algorithm settings resets the run. Plots can be zoomed and panned; hover shows values;
+click a legend entry to hide a line.
+
+Everything runs offline on one machine with the data that ships with the project.
+"""
+
+
+def coming_soon(name: str) -> pn.viewable.Viewable:
+    title, text = COMING_SOON[name]
+    return pn.Column(pn.pane.Markdown(f"## {title}\n\n{text}\n\n*This lab is coming soon.*",
+                                      sizing_mode="stretch_width"),
+                     name=name, sizing_mode="stretch_width")
+
+
+def create_app() -> pn.template.FastListTemplate:
+    """Build the app for one browser session."""
+    from dashboard.labs.fvbm import FVBMLab
+
+    lab = FVBMLab()
+    tabs = pn.Tabs(lab.panel(), *(coming_soon(n) for n in COMING_SOON),
+                   pn.Column(pn.pane.Markdown(ABOUT, max_width=820), name="About"),
+                   sizing_mode="stretch_width", dynamic=False)
+    template = pn.template.FastListTemplate(
+        title=TITLE, main=[tabs], header_background="#1f3a5f", accent_base_color="#1f77b4",
+        main_layout=None, theme_toggle=False, busy_indicator=None, font_url="",
+        font="system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif")
+    if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
+        lab.start()
+        pn.state.location.sync(tabs, {"active": "page"}) if pn.state.location else None
+    template.lab = lab  # for tests and debugging
+    return template
+
+
+def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
+          allow_websocket_origin: list[str] | None = None, show: bool = False, **kwargs):
+    """Serve the app at ``/`` with a ``/liveness`` endpoint (blocks until stopped)."""
+    if hasattr(engine, "warm_up"):
+        engine.warm_up()
+    from dashboard.labs.fvbm_setup import warm_default_data
+
+    warm_default_data()
+    extra = {"num_procs": num_procs} if num_procs != 1 else {}
+    return pn.serve({"/": create_app}, port=port, address=address, show=show,
+                    websocket_origin=allow_websocket_origin, liveness=True, title=TITLE,
+                    **extra, **kwargs)
+
+
+if __name__ == "__main__":  # python -m dashboard.app [port]
+    import sys
+
+    serve(port=int(sys.argv[1]) if len(sys.argv) > 1 else 5006, address="127.0.0.1")

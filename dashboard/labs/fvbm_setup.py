@@ -1,0 +1,138 @@
+"""Panel-free helpers of the FVBM lab: data sets with their MPLE, and trainer factories."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from engine import data as fvbm_data
+from engine import fvbm
+
+EXACT_LIMIT = 20
+DEFAULT_DATA = {"d": 10, "n": 16000, "seed": 1}
+
+
+def exact_every(d: int) -> int:
+    """How often (in sweeps) the exact log-likelihood is computed live; 0 = never.
+
+    One evaluation enumerates 2^d states (and costs milliseconds even for small d), so
+    it is not done on every sweep: the curve gets a point every few sweeps.
+    """
+    if d <= 8:
+        return 1
+    if d <= 14:
+        return 5
+    if d <= EXACT_LIMIT:
+        return 25
+    return 0
+
+
+@dataclass
+class DataSet:
+    """An ``FVBMData`` plus what the lab computes once per data set."""
+
+    data: Any  # engine.data.FVBMData
+    mple_logpl: float | None
+    mple_loglik: float | None
+    warning: str = ""
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self.data.columns)
+
+    @property
+    def exact_every(self) -> int:
+        return exact_every(self.data.X.shape[1])
+
+    def describe(self) -> str:
+        n, d = self.data.X.shape
+        text = f"**{self.data.name}**: n = {n:,} rows, d = {d} variables"
+        if getattr(self.data, "dropped_rows", 0):
+            text += f" ({self.data.dropped_rows} rows with missing values dropped)"
+        if self.mple_logpl is not None:
+            text += f".  \nMPLE log-PL (the maximum of eq. 2.1, drawn as the target): {self.mple_logpl:,.4f}"
+        for note in getattr(self.data, "notes", []) or []:
+            text += f".  \n{note}"
+        if d > EXACT_LIMIT:
+            text += f".  \nExact likelihood not shown (d > {EXACT_LIMIT})."
+        return text
+
+
+def load_data(source: str, *, d: int = 10, n: int = 16000, seed: int = 1,
+              content: bytes | None = None, filename: str = "") -> DataSet:
+    """Build the chosen data set and its MPLE target; raises ``ValueError`` on bad input."""
+    if source in ("simulated", "senate"):
+        key = (int(d), int(n), int(seed)) if source == "simulated" else ()
+        return _bundled(source, key)
+    if source == "upload":
+        if content is None:
+            raise ValueError("Choose a CSV file to upload.")
+        data = fvbm_data.load_fvbm_csv(content, name=filename or "upload")
+        return with_target(data)
+    raise ValueError(f"The 'source' parameter must be one of 'simulated', 'senate', "
+                     f"'upload'. Got {source!r}.")
+
+
+@functools.lru_cache(maxsize=16)
+def _bundled(source: str, key: tuple) -> DataSet:
+    """Simulated / bundled data sets and their MPLE, shared (read-only) by all sessions."""
+    if source == "senate":
+        return with_target(fvbm_data.senate())
+    return with_target(fvbm_data.simulate_fvbm(*key))
+
+
+def warm_default_data() -> None:
+    """Compute the default data set and its MPLE before the first visitor arrives."""
+    load_data("simulated", **DEFAULT_DATA)
+
+
+def with_target(data: Any) -> DataSet:
+    """Compute the MPLE once (eq. 2.1 maximiser) and its log-PL / exact log-likelihood."""
+    try:
+        target = fvbm.mple(data.X)  # checks that the MPLE exists first
+    except ValueError as exc:
+        return DataSet(data, None, None, warning=f"{exc} No target line is drawn; "
+                                                 "the estimates will drift off.")
+    logpl = float(fvbm.log_pseudo_likelihood(data.X, target.b, target.M))
+    loglik = None
+    if data.X.shape[1] <= EXACT_LIMIT:
+        loglik = float(fvbm.exact_log_likelihood(data.X, target.b, target.M))
+    return DataSet(data, logpl, loglik)
+
+
+def parse_mus(text: str) -> list[float]:
+    """``"0.5, 1.5"`` -> ``[0.5, 1.5]``; raises ``ValueError`` with a readable message."""
+    parts = [p for p in text.replace(";", ",").split(",") if p.strip()]
+    try:
+        mus = [float(p) for p in parts]
+    except ValueError:
+        raise ValueError(f"The race step sizes must be numbers separated by commas. "
+                         f"Got {text!r}.") from None
+    if not mus or len(mus) > 6 or any(not (m > 0 and np.isfinite(m)) for m in mus):
+        raise ValueError(f"The race step sizes must be 1 to 6 numbers > 0. Got {text!r}.")
+    return mus
+
+
+def trainer_factory(dataset: DataSet, *, algorithm: str = "bslm", mu: float = 1.0,
+                    tol: float = 1e-5, init: str = "zeros", seed: int = 0,
+                    race_mus: list[float] | None = None) -> Callable[[], dict]:
+    """A factory of ``{label: FVBMTrainer}`` for the runner (one trainer, or a race)."""
+    data = dataset.data
+    common = dict(tol=tol, init=init, seed=seed, truth=data.truth,
+                  exact_every=dataset.exact_every)
+    if race_mus is not None:
+        specs = [("BSLM", "bslm", 1.0)] + [(f"GA μ={m:g}", "ga", m) for m in race_mus]
+    elif algorithm == "ga":
+        specs = [(f"GA μ={mu:g}", "ga", mu)]
+    else:
+        specs = [("BSLM", "bslm", 1.0)]
+
+    def build() -> dict:
+        return {label: fvbm.FVBMTrainer(data.X, algorithm=alg, mu=m, **common)
+                for label, alg, m in specs}
+
+    build()  # validate now so a bad setting is reported where it was made
+    return build

@@ -1,0 +1,309 @@
+"""Drive Trainers in a worker thread and hand their Records to the UI.
+
+The core, :class:`Runner`, is a plain class (a thread, a lock and a bounded buffer) so it
+can be unit-tested without a server.  :func:`attach` is the thin Panel wiring: a
+per-session periodic callback (about 10 Hz) that drains what is new and pushes it to the
+views inside ``pn.io.hold()``, and a session-destroyed hook that stops the thread.
+
+Several trainers can share one runner ("race mode"): the worker steps them round-robin
+and each one stops on its own when it is done, fails or diverges.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+from engine.stepping import Record, Trainer
+
+TrainerFactory = Callable[[], Mapping[str, Trainer]]
+
+
+@dataclass
+class TrainerState:
+    """What the UI needs to know about one trainer besides its Records."""
+
+    status: str = "ready"  # ready | running | converged | max_sweeps | diverged | error | done
+    message: str = ""
+    steps: int = 0
+
+    @property
+    def active(self) -> bool:
+        return self.status in ("ready", "running")
+
+
+class Runner:
+    """Steps one or several Trainers in a background thread.
+
+    When playing without a speed limit, a trainer that offers ``steps(k)`` is called with
+    a batch size adapted so each call takes about :attr:`call_seconds`: a fast step that
+    returned to Python every millisecond would fight the UI thread for the GIL.
+
+    Parameters
+    ----------
+    factory
+        Builds the trainers, ``{name: trainer}``; called now and on every :meth:`reset`.
+    buffer_size
+        Maximum number of Records kept between two :meth:`drain` calls; older ones are
+        dropped (and counted in :attr:`dropped`), so memory stays bounded.
+    watch
+        Optional scalar name (e.g. ``"log_pl"``); a non-finite value stops that trainer
+        with status ``"diverged"``.
+    """
+
+    call_seconds = 0.05
+    max_batch = 1024
+
+    def __init__(self, factory: TrainerFactory, *, buffer_size: int = 2000,
+                 watch: str | None = None) -> None:
+        self._factory = factory
+        self._watch = watch
+        self._cond = threading.Condition()
+        self._buffer: deque[tuple[str, Record]] = deque(maxlen=buffer_size)
+        self._playing = False
+        self._pending = 0  # single steps requested while paused
+        self._speed: float | None = None  # rounds per second, None = as fast as possible
+        self._closed = False
+        self._busy = False
+        self._generation = 0
+        self.dropped = 0
+        self._batch: dict[str, int] = {}
+        self.trainers: dict[str, Trainer] = {}
+        self.states: dict[str, TrainerState] = {}
+        self._install(factory())
+        self._thread = threading.Thread(target=self._work, name="boltzlab-runner", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ controls
+    @property
+    def playing(self) -> bool:
+        return self._playing
+
+    @property
+    def speed(self) -> float | None:
+        return self._speed
+
+    @property
+    def active(self) -> bool:
+        """True while at least one trainer can still step."""
+        return any(s.active for s in self.states.values())
+
+    def play(self) -> None:
+        with self._cond:
+            if self._closed or not self.active:
+                return
+            self._playing = True
+            self._cond.notify_all()
+
+    def pause(self) -> None:
+        with self._cond:
+            self._playing = False
+            self._pending = 0
+            self._cond.notify_all()
+
+    def step_once(self) -> None:
+        """Step every active trainer exactly once (pauses first if playing)."""
+        with self._cond:
+            if self._closed:
+                return
+            self._playing = False
+            self._pending += 1
+            self._cond.notify_all()
+
+    def set_speed(self, steps_per_second: float | None) -> None:
+        """Limit to ``steps_per_second`` rounds per second; ``None`` means no limit."""
+        if steps_per_second is not None and not steps_per_second > 0:
+            raise ValueError(
+                f"The 'steps_per_second' parameter of Runner must be a float > 0 or None. "
+                f"Got {steps_per_second!r}."
+            )
+        with self._cond:
+            self._speed = steps_per_second
+            self._cond.notify_all()
+
+    def reset(self, factory: TrainerFactory | None = None) -> None:
+        """Pause, drop everything buffered and build fresh trainers.
+
+        Raises whatever ``factory`` raises; the old trainers are then kept (paused).
+        """
+        self.pause()
+        trainers = (factory or self._factory)()
+        with self._cond:
+            if factory is not None:
+                self._factory = factory
+            self._install(trainers)
+            self._cond.notify_all()
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Stop the worker thread (idempotent)."""
+        with self._cond:
+            self._closed = True
+            self._playing = False
+            self._cond.notify_all()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def wait_idle(self, timeout: float = 5.0) -> bool:
+        """Block until the worker has no step in flight and nothing to do."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._busy or self._pending or (self._playing and self.active):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+        return True
+
+    def drain(self) -> list[tuple[str, Record]]:
+        """Everything produced since the previous call, oldest first."""
+        with self._cond:
+            items = list(self._buffer)
+            self._buffer.clear()
+        return items
+
+    # ------------------------------------------------------------------ worker
+    def _install(self, trainers: Mapping[str, Trainer]) -> None:
+        self._generation += 1
+        self._buffer.clear()
+        self._playing = False
+        self._pending = 0
+        self.trainers = dict(trainers)
+        self._batch = {}
+        self.states = {name: TrainerState() for name in self.trainers}
+        for name, trainer in self.trainers.items():
+            if getattr(trainer, "done", False):
+                self._finish(name, trainer)
+
+    def _has_work(self) -> bool:
+        return (self._playing or self._pending > 0) and self.active
+
+    def _work(self) -> None:
+        next_round = 0.0
+        while True:
+            with self._cond:
+                while not self._closed and not self._has_work():
+                    self._pending = 0
+                    self._cond.notify_all()  # wake wait_idle
+                    self._cond.wait()
+                if self._closed:
+                    return
+                # honour the speed limit; pause/reset/close wake us early
+                delay = next_round - time.monotonic()
+                if self._playing and self._speed is not None and delay > 0:
+                    self._cond.wait(delay)
+                    continue
+                single = not self._playing
+                if single:
+                    self._pending -= 1
+                generation = self._generation
+                todo = [(n, t) for n, t in self.trainers.items() if self.states[n].active]
+                self._busy = True
+            try:
+                self._round(todo, generation, single)
+            finally:
+                with self._cond:
+                    self._busy = False
+                    if not self.active:
+                        self._playing = False
+                    self._cond.notify_all()
+            if self._speed is not None:
+                next_round = time.monotonic() + 1.0 / self._speed
+
+    def _round(self, todo: list[tuple[str, Trainer]], generation: int, single: bool) -> None:
+        batch = not single and self._speed is None
+        for name, trainer in todo:
+            with self._cond:
+                stale = generation != self._generation
+                if self._closed or stale or (not single and not self._playing):
+                    return
+            k = self._batch.get(name, 1) if batch else 1
+            t0 = time.perf_counter()
+            try:
+                if k > 1 and hasattr(trainer, "steps"):
+                    records = list(trainer.steps(k))
+                else:
+                    records = [trainer.step()]
+            except Exception as exc:  # a failing step stops this trainer, not the app
+                with self._cond:
+                    if generation == self._generation:
+                        state = self.states[name]
+                        state.status, state.message = "error", f"{type(exc).__name__}: {exc}"
+                continue
+            if batch and hasattr(trainer, "steps"):
+                self._batch[name] = self._next_batch(k, len(records), time.perf_counter() - t0)
+            with self._cond:
+                if generation != self._generation:
+                    return
+                self._publish(name, trainer, records)
+
+    def _next_batch(self, k: int, ran: int, seconds: float) -> int:
+        """Aim at ``call_seconds`` per call into the trainer (see DESIGN.md: the GIL)."""
+        per_step = seconds / max(ran, 1)
+        if per_step <= 0:
+            return min(2 * k, self.max_batch)
+        target = int(self.call_seconds / per_step)
+        return max(1, min(self.max_batch, target, 2 * k))
+
+    def _publish(self, name: str, trainer: Trainer, records: list[Record]) -> None:
+        state = self.states[name]
+        for record in records:
+            if len(self._buffer) == self._buffer.maxlen:
+                self.dropped += 1
+            self._buffer.append((name, record))
+            state.steps += 1
+            state.status = "running"
+            if self._diverged(record):
+                state.status = "diverged"
+                state.message = f"{self._watch} became non-finite at step {state.steps}"
+        if getattr(trainer, "done", False):
+            self._finish(name, trainer)
+
+    def _diverged(self, record: Record) -> bool:
+        if self._watch is None or self._watch not in record:
+            return False
+        value: Any = record[self._watch]
+        try:
+            return not math.isfinite(float(value))
+        except (TypeError, ValueError):
+            return False
+
+    def _finish(self, name: str, trainer: Trainer) -> None:
+        state = self.states[name]
+        status = getattr(trainer, "status", "done")
+        state.status = status if status not in ("running", "ready") else "done"
+        state.message = getattr(trainer, "message", "") or state.message
+
+
+def attach(runner: Runner, on_records: Callable[[list[tuple[str, Record]]], None],
+           period_ms: int = 100) -> Any:
+    """Wire ``runner`` to the current Panel session.
+
+    Every ``period_ms`` the records produced since the last tick are handed to
+    ``on_records`` inside ``pn.io.hold()`` (one websocket message per tick).  When the
+    session is destroyed the callback stops and the worker thread is closed.
+    Returns the ``PeriodicCallback``.
+    """
+    import panel as pn
+
+    def tick() -> None:
+        records = runner.drain()
+        with pn.io.hold():
+            on_records(records)
+
+    callback = pn.state.add_periodic_callback(tick, period=period_ms)
+
+    def destroyed(session_context: Any) -> None:
+        callback.stop()
+        runner.close(timeout=0.5)
+
+    if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
+        pn.state.on_session_destroyed(destroyed)
+    return callback

@@ -1,0 +1,186 @@
+"""A live curve: several named lines streamed into raw Bokeh sources.
+
+Raw ``ColumnDataSource.stream(..., rollover=N)`` inside a ``pn.pane.Bokeh`` (see DESIGN.md:
+HoloViews streams were measured too slow at 10 Hz).  Every line has a bounded length.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import panel as pn
+from bokeh.models import (BasicTickFormatter, ColumnDataSource, DataRange1d, HoverTool, Label, LinearAxis,
+                          Span)
+from bokeh.plotting import figure
+
+
+class LiveCurve:
+    """A figure of named lines, with an optional second y-axis on the right.
+
+    Parameters
+    ----------
+    title, x_label, y_label
+        What the plot shows; every axis is labelled.
+    y2_label
+        Label of the right axis; lines added with ``axis="right"`` use it.
+    rollover
+        Maximum number of points kept per line (older points are discarded).
+    """
+
+    def __init__(self, title: str, x_label: str, y_label: str, *, y2_label: str | None = None,
+                 rollover: int = 5000, height: int = 320, name: str = "curve",
+                 plain_ticks: bool = False) -> None:
+        self.rollover = rollover
+        self.name = name
+        self.sources: dict[str, ColumnDataSource] = {}
+        self._left: list = []
+        self._right: list = []
+        self._target: ColumnDataSource | None = None
+        self._target_renderer = None
+        self._target_value: float | None = None
+        self._x_max = 1.0
+        fig = figure(title=title, height=height, sizing_mode="stretch_width",
+                     x_axis_label=x_label, y_axis_label=y_label,
+                     tools="pan,wheel_zoom,box_zoom,reset,save", toolbar_location="right",
+                     y_range=DataRange1d(only_visible=True, range_padding=0.08),
+                     x_range=DataRange1d(only_visible=True, range_padding=0.02))
+        fig.title.text_font_size = "13pt"
+        if plain_ticks:  # large sums read better as -38000 than -3.8e+4
+            fig.yaxis[0].formatter = BasicTickFormatter(use_scientific=False)
+        if y2_label is not None:
+            fig.extra_y_ranges = {"right": DataRange1d(only_visible=True, range_padding=0.08)}
+            fig.add_layout(LinearAxis(y_range_name="right", axis_label=y2_label), "right")
+        self._hover = HoverTool(tooltips=[("line", "$name"), (x_label, "@x"),
+                                          ("value", "@y{0,0.[0000]}")], renderers=[])
+        fig.add_tools(self._hover)
+        self.figure = fig
+        self._empty = Label(x=10, y=10, x_units="screen", y_units="screen",
+                            text="Press ▶ Play to start", text_color="#888",
+                            text_font_size="12pt")
+        fig.add_layout(self._empty)
+        self.pane = pn.pane.Bokeh(fig, sizing_mode="stretch_width")
+        # show/hide this wrapper, not the pane (toggling a Bokeh pane's `visible` fails)
+        self.view = pn.Column(self.pane, sizing_mode="stretch_width", margin=0)
+
+    def add_line(self, key: str, label: str, color: str, *, axis: str = "left",
+                 dash: str = "solid", width: float = 2.0, legend: bool = True) -> None:
+        """Add a line named ``label`` fed by :meth:`stream` under ``key``."""
+        source = ColumnDataSource(data={"x": np.zeros(0), "y": np.zeros(0)},
+                                  name=f"{self.name}:{key}")
+        kwargs = {"y_range_name": "right"} if axis == "right" else {}
+        if legend:
+            kwargs["legend_label"] = label
+        renderer = self.figure.line("x", "y", source=source, color=color, line_width=width,
+                                    line_dash=dash, name=label, **kwargs)
+        (self._right if axis == "right" else self._left).append(renderer)
+        self.figure.y_range.renderers = self._left + self._extra_left()
+        if axis == "right":
+            self.figure.extra_y_ranges["right"].renderers = list(self._right)
+        self._hover.renderers = self._left + self._right
+        if legend:
+            self.figure.legend.click_policy = "hide"
+            self.figure.legend.location = "bottom_right"
+            self.figure.legend.label_text_font_size = "9pt"
+            self.figure.legend.background_fill_alpha = 0.7
+        self.sources[key] = source
+
+    def add_target(self, label: str, color: str = "#222") -> None:
+        """A dashed horizontal target line that spans the data (part of the y-range)."""
+        self._target = ColumnDataSource({"x": [], "y": []}, name=f"{self.name}:target")
+        renderer = self.figure.line("x", "y", source=self._target, color=color, line_width=1.5,
+                                    line_dash="dashed", legend_label=label, name=label)
+        self._target_renderer = renderer
+        self.figure.y_range.renderers = self._left + [renderer]
+
+    def set_target(self, value: float | None) -> None:
+        """Move the target line to ``value`` (``None`` hides it)."""
+        self._target_value = value
+        self._draw_target()
+
+    def _draw_target(self) -> None:
+        if self._target is None:
+            return
+        value = self._target_value
+        ok = value is not None and np.isfinite(value)
+        self._target.data = {"x": [1.0, max(self._x_max, 2.0)] if ok else [],
+                             "y": [value, value] if ok else []}
+
+    def stream(self, key: str, x: Sequence[float], y: Sequence[float]) -> None:
+        """Append points to line ``key`` (non-finite y values become gaps)."""
+        if len(x) == 0:
+            return
+        y = np.asarray(y, dtype=float)
+        y = np.where(np.isfinite(y), y, np.nan)
+        x = np.asarray(x, dtype=float)
+        self.sources[key].stream({"x": x, "y": y}, rollover=self.rollover)
+        if x[-1] > self._x_max:
+            self._x_max = float(x[-1])
+            if self._target_value is not None:
+                self._draw_target()
+        if self._empty.visible:
+            self._empty.visible = False
+
+    def add_hline(self, value: float | None, *, color: str = "#444", dash: str = "dashed",
+                  axis: str = "left", text: str = "") -> HLine:
+        """A labelled horizontal reference line (e.g. a target); ``None`` hides it."""
+        return HLine(self.figure, value, color=color, dash=dash, text=text,
+                     range_name="right" if axis == "right" else "default")
+
+    def clear(self) -> None:
+        """Empty every line (keeps the lines)."""
+        for source in self.sources.values():
+            source.data = {"x": np.zeros(0), "y": np.zeros(0)}
+        self._empty.visible = True
+        self._x_max = 1.0
+        self._draw_target()
+
+    def _extra_left(self) -> list:
+        return [self._target_renderer] if self._target_renderer is not None else []
+
+    def remove_lines(self) -> None:
+        """Drop every line added with :meth:`add_line` (and its legend entry)."""
+        lines = set(self._left + self._right)
+        self.figure.renderers = [r for r in self.figure.renderers if r not in lines]
+        for legend in self.figure.legend:
+            legend.items = [i for i in legend.items if not lines.intersection(i.renderers)]
+        self._left.clear()
+        self._right.clear()
+        self.sources.clear()
+        self._hover.renderers = []
+
+    def n_points(self, key: str) -> int:
+        return len(self.sources[key].data["x"])
+
+
+class HLine:
+    """A horizontal :class:`Span` with a text label; set ``location`` / ``visible``."""
+
+    def __init__(self, fig, value: float | None, *, color: str, dash: str, text: str,
+                 range_name: str) -> None:
+        self.span = Span(dimension="width", location=0.0, line_color=color, line_dash=dash,
+                         line_width=1.5, y_range_name=range_name)
+        self.label = Label(x=8, x_units="screen", y=0.0, text=text, text_color=color,
+                           text_font_size="9pt", y_offset=3, y_range_name=range_name)
+        fig.add_layout(self.span)
+        fig.add_layout(self.label)
+        self.location = value
+        self.visible = value is not None
+
+    @property
+    def location(self) -> float:
+        return self.span.location
+
+    @location.setter
+    def location(self, value: float | None) -> None:
+        value = 0.0 if value is None else float(value)
+        self.span.location = value
+        self.label.y = value
+
+    @property
+    def visible(self) -> bool:
+        return self.span.visible
+
+    @visible.setter
+    def visible(self, value: bool) -> None:
+        self.span.visible = self.label.visible = bool(value)

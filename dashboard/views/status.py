@@ -1,0 +1,50 @@
+"""A status indicator: a coloured box with a short text (Markdown allowed)."""
+
+from __future__ import annotations
+
+import html
+import re
+
+import panel as pn
+
+LEVELS = {  # background, border, text
+    "ok": ("#e6f4ea", "#34a853", "#1e4620"),
+    "info": ("#e8f0fe", "#4285f4", "#174ea6"),
+    "warn": ("#fef7e0", "#f9ab00", "#7a4f01"),
+    "error": ("#fce8e6", "#d93025", "#8c1d18"),
+    "idle": ("#f1f3f4", "#9aa0a6", "#3c4043"),
+}
+
+
+def _inline_markdown(text: str) -> str:
+    """Escape, then render **bold** and line breaks (enough for status lines)."""
+    out = html.escape(text)
+    out = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", out)
+    return out.replace("  \n", "<br>").replace("\n", "<br>")
+
+
+class StatusBadge:
+    """``set("ok", "Monotone so far")`` turns it green, ``"error"`` red, and so on."""
+
+    def __init__(self, text: str = "", level: str = "idle", name: str | None = None,
+                 **kwargs) -> None:
+        kwargs.setdefault("sizing_mode", "stretch_width" if "width" not in kwargs else None)
+        self.pane = pn.pane.HTML("", name=name or "status", margin=(4, 5), **kwargs)
+        self.level = level
+        self._text = None
+        self.set(level, text)
+
+    @property
+    def text(self) -> str:
+        return self._text
+
+    def set(self, level: str, text: str) -> None:
+        if level == self.level and text == self._text:
+            return
+        self.level, self._text = level, text
+        bg, border, fg = LEVELS[level]
+        self.pane.object = (
+            f'<div class="status-badge status-{level}" style="background:{bg};'
+            f"border-left:5px solid {border};color:{fg};padding:7px 10px;"
+            f'border-radius:4px;font-size:0.95em;line-height:1.35">'
+            f"{_inline_markdown(text)}</div>")

@@ -1,0 +1,84 @@
+"""Serve the app in a subprocess and drive it with Debian's Chromium (see DESIGN.md)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args):
+    if not os.path.exists(CHROMIUM):
+        message = f"{CHROMIUM} is not installed (the README's test command installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(message)  # CI must run the browser tests, never skip them
+        pytest.skip(message)
+    return {**browser_type_launch_args, "executable_path": CHROMIUM, "args": CHROMIUM_ARGS}
+
+
+@pytest.fixture(scope="session")
+def browser_context_args(browser_context_args):
+    return {**browser_context_args, "viewport": {"width": 1500, "height": 1700}}
+
+
+@pytest.fixture(scope="session")
+def app_url():
+    """The app served on 127.0.0.1 with /liveness; polled until it answers."""
+    port = _free_port()
+    log = open(ARTIFACTS.mkdir(exist_ok=True) or ARTIFACTS / "server.log", "w")
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.Popen([sys.executable, "-m", "dashboard.app", str(port)], cwd=ROOT,
+                            stdout=log, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300  # the first run compiles the numba kernels
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"the server exited early; see {log.name}")
+            try:
+                with urllib.request.urlopen(f"{url}/liveness", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the server did not answer /liveness; see {log.name}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.fixture
+def shot(page):
+    """``shot("name")`` saves a screenshot to test-artifacts/name.png."""
+    def save(name: str) -> Path:
+        path = ARTIFACTS / f"{name}.png"
+        page.screenshot(path=str(path))
+        return path
+    return save

@@ -1,0 +1,115 @@
+"""The FVBM lab in a real headless Chromium: play, pause, step, reset, race."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from playwright.sync_api import Page, expect
+
+pytestmark = pytest.mark.browser
+
+LOGPL = "logpl:BSLM/log_pl"
+
+# read Bokeh model state (Panel renders into shadow DOM; models are the ground truth)
+JS_SOURCE = """(name) => {
+  let found = null;  // the newest model of that name (replaced ones may linger)
+  for (const doc of Bokeh.documents)
+    for (const m of doc.all_models)
+      if (m.name === name && m.data) found = {x: Array.from(m.data.x), y: Array.from(m.data.y)};
+  return found;
+}"""
+JS_TEXT = """(prefix) => {
+  for (const doc of Bokeh.documents)
+    for (const m of doc.all_models)
+      if (typeof m.text === 'string' && m.text.startsWith(prefix)) return m.text;
+  return null;
+}"""
+
+
+def wait_until(predicate, timeout=30.0, interval=0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout} s")
+
+
+def points(page: Page, name: str = LOGPL) -> dict:
+    return page.evaluate(JS_SOURCE, name) or {"x": [], "y": []}
+
+
+def sweep_text(page: Page) -> str:
+    return page.evaluate(JS_TEXT, "Sweep ")
+
+
+def tab_header(page: Page, title: str):
+    return page.locator(".bk-tab").filter(has_text=title).first
+
+
+def open_lab(page: Page, url: str) -> None:
+    page.goto(url)
+    expect(page.get_by_role("button", name="▶ Play")).to_be_enabled(timeout=60_000)
+    wait_until(lambda: points(page, LOGPL) is not None and sweep_text(page) == "Sweep 0")
+
+
+def test_play_pause_step_reset(page: Page, app_url, shot):
+    open_lab(page, app_url)
+    assert points(page)["x"] == []
+    shot("fvbm-before-play")
+
+    page.get_by_role("button", name="▶ Play").click()
+    wait_until(lambda: len(points(page)["x"]) >= 15)
+    expect(page.get_by_text("Monotone so far")).to_be_visible()
+    data = points(page)
+    assert data["x"] == sorted(data["x"]) and data["x"][0] == 1
+    assert all(b >= a for a, b in zip(data["y"], data["y"][1:]))  # BSLM never decreases
+    shot("fvbm-playing")
+
+    page.get_by_role("button", name="❚❚ Pause").click()
+    expect(page.get_by_role("button", name="▶ Play")).to_be_enabled()
+    time.sleep(0.6)  # pause acts within half a second; let the last tick arrive
+    paused = len(points(page)["x"])
+    time.sleep(1.0)
+    assert len(points(page)["x"]) == paused
+    assert sweep_text(page) == f"Sweep {paused}"
+
+    page.get_by_role("button", name="Step").click()
+    wait_until(lambda: len(points(page)["x"]) == paused + 1)
+    time.sleep(0.5)
+    assert len(points(page)["x"]) == paused + 1
+    wait_until(lambda: sweep_text(page) == f"Sweep {paused + 1}")
+
+    page.get_by_role("button", name="↺ Reset").click()
+    wait_until(lambda: points(page)["x"] == [] and sweep_text(page) == "Sweep 0")
+    expect(page.get_by_text("Ready: press ▶ Play")).to_be_visible()
+
+
+def test_race_with_diverging_gradient_ascent(page: Page, app_url, shot):
+    open_lab(page, app_url)
+    page.get_by_role("button", name="Senate votes").click()
+    page.get_by_role("button", name="Race").click()
+    box = page.get_by_label("Race: BSLM against gradient ascent with μ =")
+    box.fill("0.5, 50")
+    box.press("Enter")
+    wait_until(lambda: points(page, "logpl:GA μ=50/log_pl") is not None)
+    page.get_by_role("button", name="▶ Play").click()
+    expect(page.get_by_text("diverged").first).to_be_visible(timeout=30_000)
+    wait_until(lambda: len(points(page, "logpl:GA μ=0.5/log_pl")["x"]) >= 10)
+    bslm = len(points(page)["x"])
+    wait_until(lambda: len(points(page)["x"]) > bslm)  # the others keep running
+    shot("fvbm-race")
+    page.get_by_role("button", name="❚❚ Pause").click()
+
+
+def test_pages(page: Page, app_url, shot):
+    open_lab(page, app_url)
+    for tab, text in [("Bound", "coming soon"), ("TAP", "coming soon"),
+                      ("Frank-Wolfe", "coming soon"), ("About", "About Boltzmann Lab")]:
+        tab_header(page, tab).click()
+        expect(page.get_by_text(text).first).to_be_visible()
+        shot(f"page-{tab.lower()}")
+    tab_header(page, "FVBM").click()
+    expect(page.get_by_role("button", name="▶ Play")).to_be_visible()

@@ -1,0 +1,252 @@
+"""Runner semantics without a browser or a server."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from dashboard.runner import Runner
+from fakes import BatchTrainer, DivergingTrainer, FakeTrainer
+
+
+def wait_for(predicate, timeout=5.0, interval=0.01):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+@pytest.fixture
+def make_runner():
+    runners = []
+
+    def make(factory, **kwargs):
+        runner = Runner(factory, **kwargs)
+        runners.append(runner)
+        return runner
+
+    yield make
+    for runner in runners:
+        runner.close()
+
+
+def sweeps(records, name="a"):
+    return [r["sweep"] for n, r in records if n == name]
+
+
+def test_starts_paused_and_step_advances_exactly_one(make_runner):
+    trainer = FakeTrainer()
+    runner = make_runner(lambda: {"a": trainer})
+    time.sleep(0.1)
+    assert trainer.calls == 0 and runner.drain() == []
+    runner.step_once()
+    assert runner.wait_idle()
+    assert sweeps(runner.drain()) == [1]
+    runner.step_once()
+    runner.step_once()
+    assert runner.wait_idle()
+    assert sweeps(runner.drain()) == [2, 3]
+    assert runner.states["a"].steps == 3
+    assert not runner.playing
+
+
+def test_play_runs_in_worker_thread_and_pause_stops(make_runner):
+    trainer = FakeTrainer(delay=0.001)
+    runner = make_runner(lambda: {"a": trainer})
+    runner.play()
+    assert wait_for(lambda: trainer.sweep >= 20)
+    assert threading.get_ident() not in trainer.thread_ids
+    runner.pause()
+    assert runner.wait_idle(1.0)
+    stopped = trainer.sweep
+    time.sleep(0.2)
+    assert trainer.sweep == stopped
+    got = sweeps(runner.drain())
+    assert got == list(range(1, stopped + 1))
+
+
+def test_pause_takes_effect_within_half_a_second(make_runner):
+    trainer = FakeTrainer(delay=0.05)  # a slow step
+    runner = make_runner(lambda: {"a": trainer})
+    runner.play()
+    assert wait_for(lambda: trainer.sweep >= 2)
+    t0 = time.monotonic()
+    runner.pause()
+    assert runner.wait_idle(0.5)
+    assert time.monotonic() - t0 < 0.5
+    calls = trainer.calls
+    time.sleep(0.2)
+    assert trainer.calls == calls
+
+
+def test_step_while_playing_pauses_then_steps_once(make_runner):
+    trainer = FakeTrainer(delay=0.002)
+    runner = make_runner(lambda: {"a": trainer})
+    runner.play()
+    assert wait_for(lambda: trainer.sweep >= 3)
+    runner.step_once()
+    assert runner.wait_idle()
+    assert not runner.playing
+    before = trainer.sweep
+    runner.step_once()
+    assert runner.wait_idle()
+    assert trainer.sweep == before + 1
+
+
+def test_speed_limit_and_validation(make_runner):
+    trainer = FakeTrainer()
+    runner = make_runner(lambda: {"a": trainer})
+    runner.set_speed(5.0)
+    runner.play()
+    time.sleep(0.5)
+    runner.pause()
+    runner.wait_idle()
+    assert 1 <= trainer.sweep <= 5  # ~3 at 5/s; unlimited would be thousands
+    with pytest.raises(ValueError, match="steps_per_second"):
+        runner.set_speed(0)
+    runner.set_speed(None)
+    assert runner.speed is None
+
+
+def test_reset_builds_fresh_trainers_and_clears_buffer(make_runner):
+    built = []
+
+    def factory():
+        built.append(FakeTrainer(delay=0.001))
+        return {"a": built[-1]}
+
+    runner = make_runner(factory)
+    runner.play()
+    assert wait_for(lambda: built[0].sweep >= 5)
+    runner.reset()
+    assert len(built) == 2 and runner.trainers["a"] is built[1]
+    assert not runner.playing
+    runner.wait_idle()
+    assert runner.drain() == []
+    assert runner.states["a"].steps == 0
+    runner.step_once()
+    runner.wait_idle()
+    assert sweeps(runner.drain()) == [1]
+
+
+def test_reset_with_bad_factory_keeps_old_trainers(make_runner):
+    trainer = FakeTrainer()
+    runner = make_runner(lambda: {"a": trainer})
+
+    def bad():
+        raise ValueError("The 'mu' parameter must be > 0. Got -1.")
+
+    with pytest.raises(ValueError, match="mu"):
+        runner.reset(bad)
+    assert runner.trainers["a"] is trainer
+    runner.step_once()
+    runner.wait_idle()
+    assert trainer.sweep == 1
+
+
+def test_buffer_is_bounded(make_runner):
+    trainer = FakeTrainer(max_sweeps=500)
+    runner = make_runner(lambda: {"a": trainer}, buffer_size=50)
+    runner.play()
+    assert wait_for(lambda: not runner.active)
+    records = runner.drain()
+    assert len(records) == 50
+    assert sweeps(records) == list(range(451, 501))  # the newest are kept
+    assert runner.dropped == 450
+
+
+def test_worker_stops_when_trainer_done(make_runner):
+    trainer = FakeTrainer(max_sweeps=7)
+    runner = make_runner(lambda: {"a": trainer})
+    runner.play()
+    assert wait_for(lambda: not runner.playing)
+    time.sleep(0.1)
+    assert trainer.calls == 7
+    assert runner.states["a"].status == "max_sweeps"
+    assert runner.states["a"].message == "stopped at max_sweeps"
+    runner.play()  # nothing left to do: play is refused
+    assert not runner.playing
+    runner.step_once()
+    runner.wait_idle()
+    assert trainer.calls == 7
+
+
+def test_failing_step_surfaces_as_message(make_runner):
+    trainer = FakeTrainer(fail_at=4)
+    runner = make_runner(lambda: {"a": trainer})
+    runner.play()
+    assert wait_for(lambda: not runner.active)
+    state = runner.states["a"]
+    assert state.status == "error"
+    assert "RuntimeError" in state.message and "kernel exploded" in state.message
+    assert sweeps(runner.drain()) == [1, 2, 3]
+    assert not runner.playing
+    assert runner._thread.is_alive()  # the worker survives; reset works
+    runner.reset(lambda: {"a": FakeTrainer()})
+    runner.step_once()
+    runner.wait_idle()
+    assert sweeps(runner.drain()) == [1]
+
+
+def test_race_round_robin_and_independent_divergence(make_runner):
+    trainers = {"bslm": FakeTrainer(max_sweeps=30), "ga 2.5": DivergingTrainer(diverge_at=5),
+                "ga nan": FakeTrainer(diverge_at=8)}
+    runner = make_runner(lambda: trainers, watch="log_pl")
+    runner.step_once()
+    runner.wait_idle()
+    assert sorted(n for n, _ in runner.drain()) == sorted(trainers)  # one step each
+    runner.play()
+    assert wait_for(lambda: not runner.active)
+    assert runner.states["ga 2.5"].status == "diverged"
+    assert runner.states["ga 2.5"].message == "parameters exploded"
+    assert runner.states["ga nan"].status == "diverged"
+    assert "non-finite" in runner.states["ga nan"].message
+    assert trainers["ga 2.5"].calls == 5
+    assert trainers["ga nan"].calls == 8
+    assert trainers["bslm"].sweep == 30  # kept running after the others stopped
+    assert runner.states["bslm"].status == "max_sweeps"
+
+
+def test_close_stops_thread(make_runner):
+    trainer = FakeTrainer(delay=0.001)
+    runner = make_runner(lambda: {"a": trainer})
+    runner.play()
+    assert wait_for(lambda: trainer.sweep > 2)
+    runner.close()
+    assert not runner._thread.is_alive()
+    calls = trainer.calls
+    time.sleep(0.1)
+    assert trainer.calls == calls
+    runner.play()
+    assert not runner.playing
+
+
+def test_batches_grow_while_playing_and_single_steps_stay_single(make_runner):
+    trainer = BatchTrainer(delay=0.0005)
+    runner = make_runner(lambda: {"a": trainer})
+    runner.step_once()
+    runner.wait_idle()
+    assert trainer.calls == 1 and trainer.batches == []  # a single step is a step()
+    runner.play()
+    assert wait_for(lambda: trainer.sweep >= 300)
+    runner.pause()
+    runner.wait_idle()
+    assert max(trainer.batches) > 1
+    assert max(trainer.batches) <= runner.max_batch
+    got = sweeps(runner.drain())
+    assert got == list(range(1, trainer.sweep + 1))  # nothing lost or repeated
+
+
+def test_speed_limit_disables_batching(make_runner):
+    trainer = BatchTrainer()
+    runner = make_runner(lambda: {"a": trainer})
+    runner.set_speed(50.0)
+    runner.play()
+    assert wait_for(lambda: trainer.sweep >= 3)
+    runner.pause()
+    runner.wait_idle()
+    assert trainer.batches == []
