@@ -22,34 +22,25 @@ def _error(message: str, code: int = EXIT_BAD_INPUT) -> int:
     return code
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
-    return value
+def _number(kind: type, minimum: float, inclusive: bool):
+    """An argparse type: a finite ``kind`` (int or float) >= or > ``minimum``."""
+    relation = ">=" if inclusive else ">"
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a {'whole number' if kind is int else 'number'}, got {text!r}") from None
+        if not math.isfinite(value) or value < minimum or (value == minimum and not inclusive):
+            raise argparse.ArgumentTypeError(f"must be a finite number {relation} {minimum:g}, got {text!r}")
+        return value
+
+    return parse
 
 
-def _nonnegative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
-    return value
+_positive_float = _number(float, 0, inclusive=False)
+_nonnegative_float = _number(float, 0, inclusive=True)
+_positive_int = _number(int, 1, inclusive=True)
 
 
 # ------------------------------------------------------------------------ commands

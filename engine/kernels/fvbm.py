@@ -179,11 +179,27 @@ def run_sweeps(XT, w, unit, b, M, T, mu, first_sweep, n_sweeps, tol, refresh_eve
 
 
 @njit(cache=True, nogil=True)
-def log_partition_exact(b, M):
-    """log Z(theta) of eq. 1.1 by enumerating the 2^d states in Gray-code order.
+def _gray_flip(step, x, h, b, M, energy):
+    """Move to the next state in Gray-code order; return (flipped spin k, new energy).
 
-    Each step flips one spin k, so the energy E = 1/2 x^T M x + b^T x changes by
-    -2 x_k (b_k + h_k) with h = M x, and h is updated in O(d): O(2^d d) in all.
+    Step s flips spin k = the lowest set bit of s, so the energy E = 1/2 x^T M x + b^T x
+    changes by -2 x_k (b_k + h_k) with h = M x, and h is updated in O(d).
+    """
+    k = 0
+    while not (step >> k) & 1:
+        k += 1
+    xk = x[k]
+    energy += -2.0 * xk * (b[k] + h[k])
+    for l in range(x.shape[0]):
+        h[l] -= 2.0 * xk * M[l, k]
+    x[k] = -xk
+    return k, energy
+
+
+@njit(cache=True, nogil=True)
+def log_partition_exact(b, M):
+    """log Z(theta) of eq. 1.1 by enumerating the 2^d states in Gray-code order, O(2^d d).
+
     Streaming log-sum-exp with a running maximum, so nothing overflows.
     """
     d = b.shape[0]
@@ -193,14 +209,7 @@ def log_partition_exact(b, M):
     shift = energy
     acc = 1.0
     for step in range(1, 2**d):
-        k = 0
-        while not (step >> k) & 1:
-            k += 1
-        xk = x[k]
-        energy += -2.0 * xk * (b[k] + h[k])
-        for l in range(d):
-            h[l] -= 2.0 * xk * M[l, k]
-        x[k] = -xk
+        _, energy = _gray_flip(step, x, h, b, M, energy)
         if energy > shift:
             acc = acc * math.exp(shift - energy) + 1.0
             shift = energy
@@ -220,14 +229,7 @@ def state_energies(b, M):
     index = 0
     out[0] = energy
     for step in range(1, 2**d):
-        k = 0
-        while not (step >> k) & 1:
-            k += 1
-        xk = x[k]
-        energy += -2.0 * xk * (b[k] + h[k])
-        for l in range(d):
-            h[l] -= 2.0 * xk * M[l, k]
-        x[k] = -xk
+        k, energy = _gray_flip(step, x, h, b, M, energy)
         index ^= 1 << k
         out[index] = energy
     return out
