@@ -6,6 +6,7 @@ the maximum pseudo-likelihood estimation of fully visible Boltzmann machines".
 
 from __future__ import annotations
 
+import functools
 import time
 
 import numpy as np
@@ -34,6 +35,21 @@ a quadratic lower bound (eqs. 2.4, 2.7): the log-pseudo-likelihood can *never de
 to increase for μ ≤ 1. Press **▶ Play**, then try *Race* mode: large μ is faster,
 until it overshoots (the log-PL decreases) or diverges. Click a legend entry to hide a line.
 """
+
+
+def _held(method):
+    """Run a UI handler inside one ``pn.io.hold`` so all its changes go out together.
+
+    In a served session Panel writes a held batch to the browser at once, while changes
+    made outside a hold are queued and written after it.  A handler that changed some
+    models before entering a hold (e.g. emptied a heatmap) and refilled them inside one
+    therefore left the browser with the stale, earlier state.
+    """
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with pn.io.hold(freeze=True):
+            return method(self, *args, **kwargs)
+    return wrapper
 
 
 def _label(text: str) -> pn.pane.Markdown:
@@ -116,7 +132,7 @@ class FVBMLab:
     def _build_views(self) -> None:
         self.logpl = LiveCurve("Log-pseudo-likelihood per sweep", "sweep",
                                "log-pseudo-likelihood Pₙ(θ) (solid)", y2_label="log₁₀ increase per sweep (dashed)",
-                               name="logpl", height=360, plain_ticks=True)
+                               name="logpl", height=400, plain_ticks=True)
         self.logpl.add_target("MPLE (target)")
         self.tol_span = self.logpl.add_hline(None, color="#999", dash="dotted", axis="right",
                                               text="τ: stop below this increase")
@@ -124,11 +140,14 @@ class FVBMLab:
         self.logpl.figure.scatter("x", "y", source=self.decrease_source, marker="x",
                                   size=14, line_width=3, color="#d62728",
                                   legend_label="first decrease")
+        # listed only once a decrease has been marked
+        self.decrease_item = self.logpl.legend_item("first decrease")
+        self.decrease_item.visible = False
         self.loglik = LiveCurve("Exact log-likelihood per sweep (d ≤ 20)", "sweep",
-                                "log-likelihood", name="loglik", height=360, plain_ticks=True)
+                                "log-likelihood", name="loglik", height=400, plain_ticks=True)
         self.loglik.add_target("at the MPLE")
         self.mse = LiveCurve("Mean squared error of (b, M) against the true parameters",
-                             "sweep", "MSE", name="mse", height=280)
+                             "sweep", "MSE", name="mse", height=300, legend_cols=8)
         labels = self.data.columns
         self.heat_est = Heatmap("M̂: current estimate", labels, value_label="M̂", name="M_hat")
         self.heat_true = Heatmap("M₀: true couplings", labels, value_label="M₀", name="M_true")
@@ -165,6 +184,7 @@ class FVBMLab:
         self.loglik.clear()
         self.mse.clear()
         self.decrease_source.data = {"x": [], "y": []}
+        self.decrease_item.visible = False
         self.heat_pick.options = names
         self.heat_pick.value = names[0] if names else None
         self.heat_pick.visible = len(names) > 1
@@ -188,7 +208,7 @@ class FVBMLab:
             color = COLORS[i % len(COLORS)]
             self.logpl.add_line(f"{name}/log_pl", name, color)
             self.logpl.add_line(f"{name}/inc", f"{name}: log₁₀ increase", color, axis="right",
-                                dash="dashed", width=1.2, legend=False)
+                                dash="dashed", width=1.2, legend=name)  # hidden together
             self.loglik.add_line(f"{name}/log_lik", name, color)
             self.mse.add_line(f"{name}/mse", name, color)
         self._line_names = names
@@ -208,8 +228,10 @@ class FVBMLab:
                      self.sweep_counter, align="center")
         badges = pn.Row(self.run_status.pane, self.monotone.pane, sizing_mode="stretch_width")
         curves = pn.Row(self.logpl.view, self.loglik.view, sizing_mode="stretch_width")
+        # the heatmaps scale down together so the row fits (see views.heatmap)
         heat = pn.Column(self.heat_pick, pn.Row(self.heat_est.view, self.heat_true.view,
-                                                self.heat_diff.view))
+                                                self.heat_diff.view, sizing_mode="stretch_width"),
+                         sizing_mode="stretch_width")
         right = pn.Column(bar, badges, self.summary, curves, self.mse.view, heat,
                           sizing_mode="stretch_width")
         return pn.Column(pn.pane.Markdown(INTRO, sizing_mode="stretch_width"),
@@ -230,6 +252,7 @@ class FVBMLab:
         return int(100 * max(1.0, len(self.runner.trainers) / 2))
 
     # ------------------------------------------------------------------ data
+    @_held
     def _on_source(self, event) -> None:
         simulated = event.new == "simulated"
         for widget in (self.d, self.n, self.data_seed):
@@ -238,10 +261,12 @@ class FVBMLab:
         if event.new != "upload":
             self._change_data()
 
+    @_held
     def _on_upload(self, event) -> None:
         if event.new:
             self._change_data(content=event.new, filename=self.upload.filename or "upload.csv")
 
+    @_held
     def _change_data(self, content: bytes | None = None, filename: str = "") -> None:
         try:
             data = load_data(self.source.value, d=self.d.value, n=self.n.value,
@@ -258,6 +283,7 @@ class FVBMLab:
         self.data_msg.pane.visible = False
         self._on_new_data()
 
+    @_held
     def _on_new_data(self) -> None:
         data = self.data
         labels = data.columns
@@ -269,13 +295,14 @@ class FVBMLab:
         self.loglik.view.visible = data.exact_every > 0
         self.data_info.object = data.describe()
         if data.warning:
-            self.data_msg.set("warn", data.warning)
+            self.data_msg.set("warn", data.warning, data.warning_detail)
             self.data_msg.pane.visible = True
         self.logpl.set_target(data.mple_logpl)
         self.loglik.set_target(data.mple_loglik)
         self._rebuild()
 
     # ------------------------------------------------------------------ algorithm
+    @_held
     def _on_algorithm(self, event) -> None:
         race = self.mode.value == "Race"
         self.algorithm.visible = not race
@@ -301,18 +328,22 @@ class FVBMLab:
         self._setup_lines()
 
     # ------------------------------------------------------------------ buttons
+    @_held
     def _play(self) -> None:
         self.runner.play()
         self._refresh_status()
 
+    @_held
     def _pause(self) -> None:
         self.runner.pause()
         self._refresh_status()
 
+    @_held
     def _step(self) -> None:
         self.runner.step_once()
         self._refresh_status()
 
+    @_held
     def _reset(self) -> None:
         self.runner.reset()
         self._setup_lines()
@@ -361,6 +392,7 @@ class FVBMLab:
                 y = log_pl[sweep == first]
                 self.decrease_source.stream({"x": [first], "y": [float(y[0]) if len(y)
                                                                  else np.nan]})
+                self.decrease_item.visible = True
         self._sweeps[name] = int(sweep[-1])
         self._last_logpl[name] = float(log_pl[-1])
         with_arrays = [r for r in recs if r.arrays]
@@ -377,6 +409,7 @@ class FVBMLab:
                 return int(s["sweep"])
         return None
 
+    @_held
     def _show_matrices(self) -> None:
         self._matrices_stale = False
         arrays = self._last_arrays.get(self.heat_pick.value)

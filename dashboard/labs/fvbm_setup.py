@@ -15,6 +15,11 @@ EXACT_LIMIT = 20
 DEFAULT_DATA = {"d": 10, "n": 16000, "seed": 1}
 
 
+NO_MPLE = ("**No MPLE for these data.** The log-pseudo-likelihood has no maximum: it keeps "
+           "creeping up while some parameters grow without bound. Training still runs, "
+           "but there is no target line to reach.")
+
+
 def exact_every(d: int) -> int:
     """How often (in sweeps) the exact log-likelihood is computed live; 0 = never.
 
@@ -37,7 +42,8 @@ class DataSet:
     data: Any  # engine.data.FVBMData
     mple_logpl: float | None
     mple_loglik: float | None
-    warning: str = ""
+    warning: str = ""  # one short paragraph for the data panel
+    warning_detail: str = ""  # the full explanation (shown folded)
 
     @property
     def columns(self) -> list[str]:
@@ -54,6 +60,8 @@ class DataSet:
             text += f" ({self.data.dropped_rows} rows with missing values dropped)"
         if self.mple_logpl is not None:
             text += f".  \nMPLE log-PL (the maximum of eq. 2.1, drawn as the target): {self.mple_logpl:,.4f}"
+        elif self.warning:
+            text += ".  \nNo MPLE exists, so there is no target line"
         for note in getattr(self.data, "notes", []) or []:
             text += f".  \n{note}"
         if d > EXACT_LIMIT:
@@ -94,8 +102,7 @@ def with_target(data: Any) -> DataSet:
     try:
         target = fvbm.mple(data.X)  # checks that the MPLE exists first
     except ValueError as exc:
-        return DataSet(data, None, None, warning=f"{exc} No target line is drawn; "
-                                                 "the estimates will drift off.")
+        return DataSet(data, None, None, warning=NO_MPLE, warning_detail=str(exc))
     logpl = float(fvbm.log_pseudo_likelihood(data.X, target.b, target.M))
     loglik = None
     if data.X.shape[1] <= EXACT_LIMIT:

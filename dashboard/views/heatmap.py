@@ -26,7 +26,10 @@ class Heatmap:
         self.mapper = LinearColorMapper(palette=DIVERGING, low=-1.0, high=1.0,
                                         nan_color="#eeeeee")
         self.source = ColumnDataSource(data={"row": [], "col": [], "value": []}, name=name)
+        # scales down with the page (keeping its shape) so a row of them fits
         fig = figure(title=title, width=size + 70, height=size, tools="save,hover",
+                     sizing_mode="scale_width", aspect_ratio=(size + 70) / size,
+                     max_width=size + 70, min_width=200,
                      toolbar_location=None, x_axis_label="column j",
                      y_axis_label="row i", x_range=FactorRange(), y_range=FactorRange())
         fig.rect("col", "row", 1, 1, source=self.source, line_color=None,
@@ -41,12 +44,17 @@ class Heatmap:
         self.figure = fig
         self.labels: list[str] = []
         self.set_labels(labels)
-        self.pane = pn.pane.Bokeh(fig)
+        self.pane = pn.pane.Bokeh(fig, sizing_mode="scale_width", max_width=size + 70)
         # show/hide this wrapper, not the pane (toggling a Bokeh pane's `visible` fails)
-        self.view = pn.Column(self.pane, margin=0)
+        self.view = pn.Column(self.pane, margin=0, sizing_mode="stretch_width",
+                              max_width=size + 80)
 
     def set_labels(self, labels: Sequence[str]) -> None:
         self.labels = [str(s) for s in labels]
+        # many variables: smaller tick labels, so neighbours do not overlap
+        size = f"{max(6, min(11, 170 // max(len(self.labels), 1)))}px"
+        for axis in (self.figure.xaxis, self.figure.yaxis):
+            axis.major_label_text_font_size = size
         self.figure.x_range.factors = list(self.labels)
         self.figure.y_range.factors = list(reversed(self.labels))
         self.source.data = {"row": [], "col": [], "value": []}

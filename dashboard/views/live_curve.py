@@ -10,8 +10,8 @@ from typing import Sequence
 
 import numpy as np
 import panel as pn
-from bokeh.models import (BasicTickFormatter, ColumnDataSource, DataRange1d, HoverTool, Label, LinearAxis,
-                          Span)
+from bokeh.models import (BasicTickFormatter, ColumnDataSource, DataRange1d, HoverTool, Label, Legend,
+                          LegendItem, LinearAxis, Span)
 from bokeh.plotting import figure
 
 
@@ -26,11 +26,13 @@ class LiveCurve:
         Label of the right axis; lines added with ``axis="right"`` use it.
     rollover
         Maximum number of points kept per line (older points are discarded).
+    legend_cols
+        Entries per row of the legend under the plot.
     """
 
     def __init__(self, title: str, x_label: str, y_label: str, *, y2_label: str | None = None,
                  rollover: int = 5000, height: int = 320, name: str = "curve",
-                 plain_ticks: bool = False) -> None:
+                 plain_ticks: bool = False, legend_cols: int = 4) -> None:
         self.rollover = rollover
         self.name = name
         self.sources: dict[str, ColumnDataSource] = {}
@@ -38,6 +40,7 @@ class LiveCurve:
         self._right: list = []
         self._target: ColumnDataSource | None = None
         self._target_renderer = None
+        self._target_item: LegendItem | None = None
         self._target_value: float | None = None
         self._x_max = 1.0
         fig = figure(title=title, height=height, sizing_mode="stretch_width",
@@ -54,6 +57,15 @@ class LiveCurve:
         self._hover = HoverTool(tooltips=[("line", "$name"), (x_label, "@x"),
                                           ("value", "@y{0,0.[0000]}")], renderers=[])
         fig.add_tools(self._hover)
+        # the legend sits under the plot area, never over the curves (a legend at the
+        # side would squeeze half-width plots); click an entry to hide its line
+        # (``legend_label=`` in add_line / add_target reuses this legend)
+        self.legend = Legend(items=[], location="left", orientation="horizontal",
+                             ncols=legend_cols, click_policy="hide",
+                             label_text_font_size="9pt", glyph_width=20, glyph_height=12,
+                             label_height=12, spacing=12, padding=2, margin=2,
+                             border_line_alpha=0.0, background_fill_alpha=0.0)
+        fig.add_layout(self.legend, "below")
         self.figure = fig
         self._empty = Label(x=10, y=10, x_units="screen", y_units="screen",
                             text="Press ▶ Play to start", text_color="#888",
@@ -64,13 +76,17 @@ class LiveCurve:
         self.view = pn.Column(self.pane, sizing_mode="stretch_width", margin=0)
 
     def add_line(self, key: str, label: str, color: str, *, axis: str = "left",
-                 dash: str = "solid", width: float = 2.0, legend: bool = True) -> None:
-        """Add a line named ``label`` fed by :meth:`stream` under ``key``."""
+                 dash: str = "solid", width: float = 2.0, legend: bool | str = True) -> None:
+        """Add a line named ``label`` fed by :meth:`stream` under ``key``.
+
+        ``legend``: True lists the line under ``label``, False leaves it out, a string
+        joins the legend entry of that name (one click then hides both lines).
+        """
         source = ColumnDataSource(data={"x": np.zeros(0), "y": np.zeros(0)},
                                   name=f"{self.name}:{key}")
         kwargs = {"y_range_name": "right"} if axis == "right" else {}
         if legend:
-            kwargs["legend_label"] = label
+            kwargs["legend_label"] = legend if isinstance(legend, str) else label
         renderer = self.figure.line("x", "y", source=source, color=color, line_width=width,
                                     line_dash=dash, name=label, **kwargs)
         (self._right if axis == "right" else self._left).append(renderer)
@@ -78,12 +94,14 @@ class LiveCurve:
         if axis == "right":
             self.figure.extra_y_ranges["right"].renderers = list(self._right)
         self._hover.renderers = self._left + self._right
-        if legend:
-            self.figure.legend.click_policy = "hide"
-            self.figure.legend.location = "bottom_right"
-            self.figure.legend.label_text_font_size = "9pt"
-            self.figure.legend.background_fill_alpha = 0.7
         self.sources[key] = source
+
+    def legend_item(self, label: str) -> LegendItem | None:
+        """The legend entry called ``label`` (set its ``visible`` to show or hide it)."""
+        for item in self.legend.items:
+            if item.label == label or getattr(item.label, "value", None) == label:
+                return item
+        return None
 
     def add_target(self, label: str, color: str = "#222") -> None:
         """A dashed horizontal target line that spans the data (part of the y-range)."""
@@ -91,7 +109,9 @@ class LiveCurve:
         renderer = self.figure.line("x", "y", source=self._target, color=color, line_width=1.5,
                                     line_dash="dashed", legend_label=label, name=label)
         self._target_renderer = renderer
+        self._target_item = self.legend_item(label)
         self.figure.y_range.renderers = self._left + [renderer]
+        self._draw_target()
 
     def set_target(self, value: float | None) -> None:
         """Move the target line to ``value`` (``None`` hides it)."""
@@ -105,6 +125,8 @@ class LiveCurve:
         ok = value is not None and np.isfinite(value)
         self._target.data = {"x": [1.0, max(self._x_max, 2.0)] if ok else [],
                              "y": [value, value] if ok else []}
+        if self._target_item is not None and self._target_item.visible != ok:
+            self._target_item.visible = ok  # no target, no legend entry
 
     def stream(self, key: str, x: Sequence[float], y: Sequence[float]) -> None:
         """Append points to line ``key`` (non-finite y values become gaps)."""
@@ -142,8 +164,7 @@ class LiveCurve:
         """Drop every line added with :meth:`add_line` (and its legend entry)."""
         lines = set(self._left + self._right)
         self.figure.renderers = [r for r in self.figure.renderers if r not in lines]
-        for legend in self.figure.legend:
-            legend.items = [i for i in legend.items if not lines.intersection(i.renderers)]
+        self.legend.items = [i for i in self.legend.items if not lines.intersection(i.renderers)]
         self._left.clear()
         self._right.clear()
         self.sources.clear()

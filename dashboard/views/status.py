@@ -32,19 +32,29 @@ class StatusBadge:
         self.pane = pn.pane.HTML("", name=name or "status", margin=(4, 5), **kwargs)
         self.level = level
         self._text = None
+        self._details = ""
         self.set(level, text)
 
     @property
     def text(self) -> str:
         return self._text
 
-    def set(self, level: str, text: str) -> None:
-        if level == self.level and text == self._text:
+    def set(self, level: str, text: str, details: str = "") -> None:
+        """Show ``text``; optional ``details`` fold away under a "Details" toggle."""
+        if level == self.level and text == self._text and details == self._details:
             return
-        self.level, self._text = level, text
+        self.level, self._text, self._details = level, text, details
         bg, border, fg = LEVELS[level]
+        more = ""
+        if details:
+            more = (f'<details style="margin-top:4px"><summary style="cursor:pointer">'
+                    f"Details</summary>{_inline_markdown(details)}</details>")
         self.pane.object = (
             f'<div class="status-badge status-{level}" style="background:{bg};'
             f"border-left:5px solid {border};color:{fg};padding:7px 10px;"
             f'border-radius:4px;font-size:0.95em;line-height:1.35">'
-            f"{_inline_markdown(text)}</div>")
+            f"{_inline_markdown(text)}{more}</div>")
+
+    @property
+    def details(self) -> str:
+        return self._details

@@ -27,6 +27,16 @@ JS_TEXT = """(prefix) => {
 }"""
 
 
+JS_HEAT = """(name) => {
+  let found = null;
+  for (const doc of Bokeh.documents)
+    for (const m of doc.all_models)
+      if (m.name === name && m.data && m.data.row)
+        found = Math.min(m.data.row.length, m.data.col.length, m.data.value.length);
+  return found;
+}"""
+
+
 def wait_until(predicate, timeout=30.0, interval=0.1):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -39,6 +49,11 @@ def wait_until(predicate, timeout=30.0, interval=0.1):
 
 def points(page: Page, name: str = LOGPL) -> dict:
     return page.evaluate(JS_SOURCE, name) or {"x": [], "y": []}
+
+
+def heat_cells(page: Page, name: str = "M_hat") -> int | None:
+    """Cells the browser can draw: rows, columns and values all have to be there."""
+    return page.evaluate(JS_HEAT, name)
 
 
 def sweep_text(page: Page) -> str:
@@ -100,6 +115,8 @@ def test_race_with_diverging_gradient_ascent(page: Page, app_url, shot):
     wait_until(lambda: len(points(page, "logpl:GA μ=0.5/log_pl")["x"]) >= 10)
     bslm = len(points(page)["x"])
     wait_until(lambda: len(points(page)["x"]) > bslm)  # the others keep running
+    # the estimate heatmap follows the data switch (8 senate parties: 8 x 8 cells)
+    wait_until(lambda: heat_cells(page) == 64)
     shot("fvbm-race")
     page.get_by_role("button", name="❚❚ Pause").click()
 

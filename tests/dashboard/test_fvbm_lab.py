@@ -143,3 +143,115 @@ def test_parse_mus():
     for bad in ("", "0", "-1", "nan", "a"):
         with pytest.raises(ValueError):
             parse_mus(bad)
+
+
+def _watch_events(lab):
+    """Render ``lab`` into a Bokeh Document; log (model, doc held?) for every change."""
+    from bokeh.document import Document
+
+    doc = Document()
+    doc.add_root(lab.panel().get_root(doc))
+    log = []
+    trigger = doc.callbacks.trigger_on_change
+
+    def spy(event):
+        log.append((getattr(event, "model", None), bool(doc.callbacks.hold_value)))
+        return trigger(event)
+
+    doc.callbacks.trigger_on_change = spy
+    return doc, log
+
+
+def test_data_switch_sends_the_heatmaps_in_one_held_message(lab):
+    """Regression: switching data emptied the heatmap sources outside a hold and refilled
+    them inside ``pn.io.hold``.  In a served session Panel writes a held batch at once and
+    the earlier unheld events after it, so the browser ended with empty heatmaps that
+    later patches (values only) never filled: M̂ stayed blank after Race + Senate votes.
+    Every change a data switch makes must go out in one held message, in order."""
+    from panel.io.state import set_curdoc
+
+    doc, log = _watch_events(lab)
+    with set_curdoc(doc):
+        lab.mode.value = "Race"
+        log.clear()
+        lab.source.value = "senate"
+    sources = {lab.heat_est.source, lab.heat_true.source, lab.heat_diff.source}
+    held = [h for model, h in log if model in sources]
+    assert held, "the heatmaps were not updated"
+    assert all(held), "some heatmap changes were sent outside the hold"
+    clicked = {model for model, _ in lab.source._models.values()}  # the widget itself
+    assert all(h for model, h in log if model not in clicked), \
+        "some changes of the data switch were not held"
+    assert len(lab.heat_est.source.data["row"]) == 64
+
+
+def test_heatmap_shows_the_latest_estimate_of_a_converged_trainer(lab):
+    lab.mode.value = "Race"
+    lab.source.value = "senate"
+    lab.speed.value = "as fast as possible"
+    lab._play()
+    pump(lab, until=lambda: lab.runner.states["BSLM"].status == "converged")
+    lab._pause()
+    lab.runner.wait_idle()
+    pump(lab)
+    assert lab.runner.states["BSLM"].status == "converged"
+    assert lab.heat_pick.value == "BSLM"
+    shown = np.asarray(lab.heat_est.source.data["value"], dtype=float)
+    final = np.asarray(lab.runner.trainers["BSLM"].M, dtype=float)
+    assert len(lab.heat_est.source.data["row"]) == 64
+    np.testing.assert_allclose(shown, final.ravel())
+    assert np.abs(shown).max() > 0.05
+    assert lab.heat_est.figure.title.text.endswith("(BSLM)")
+
+
+def test_legends_sit_outside_the_plot_area_and_hide_lines_on_click(lab):
+    lab.mode.value = "Race"
+    for curve in (lab.logpl, lab.loglik, lab.mse):
+        assert curve.legend in curve.figure.below and curve.legend not in curve.figure.center
+        assert curve.legend.click_policy == "hide"
+        assert len(curve.figure.legend) == 1  # every entry in that one legend
+    labels = [item.label.value for item in lab.logpl.legend.items]
+    assert {"BSLM", "GA μ=0.5", "GA μ=20", "MPLE (target)", "first decrease"} <= set(labels)
+    # one entry hides a run's log-PL (solid) and its log-increase (dashed) together
+    bslm = lab.logpl.legend_item("BSLM")
+    assert sorted(r.name for r in bslm.renderers) == ["BSLM", "BSLM: log₁₀ increase"]
+
+
+def test_first_decrease_is_listed_only_once_marked(lab):
+    assert not lab.decrease_item.visible
+    lab._step()
+    lab.runner.wait_idle()
+    pump(lab)
+    assert not lab.decrease_item.visible  # BSLM never decreases
+    lab.source.value = "senate"
+    lab.race_mus.value = "8"  # overshoots: decreases within a few sweeps
+    lab.mode.value = "Race"
+    assert not lab.decrease_item.visible
+    for _ in range(3):
+        lab._step()
+        lab.runner.wait_idle()
+    pump(lab)
+    assert lab._first_decrease and lab.decrease_item.visible
+    assert len(lab.decrease_source.data["x"]) == 1
+    lab._reset()
+    assert not lab.decrease_item.visible and len(lab.decrease_source.data["x"]) == 0
+
+
+def test_no_mple_shows_a_short_warning_no_target_and_still_trains(lab):
+    lab.d.value = 20  # n = 16000, seed 1: the MPLE does not exist
+    assert lab.data.mple_logpl is None
+    assert lab.data_msg.pane.visible and lab.data_msg.level == "warn"
+    assert "No MPLE" in lab.data_msg.text and len(lab.data_msg.text) < 300
+    assert "does not exist" in lab.data_msg.details  # the engine's reason, folded
+    assert "<details" in lab.data_msg.pane.object
+    assert "No MPLE" in lab.data_info.object
+    for curve in (lab.logpl, lab.loglik):
+        assert len(curve._target.data["x"]) == 0 and not curve._target_item.visible
+    lab._step()
+    lab.runner.wait_idle()
+    pump(lab)
+    assert n_points(lab) == 1 and lab.sweep_counter.object == "Sweep 1"
+    assert "| – |" in lab.summary.object  # no gap to a target that does not exist
+    lab.d.value = 10  # the MPLE exists again: warning gone, target back
+    assert not lab.data_msg.pane.visible
+    assert len(lab.logpl._target.data["x"]) == 2 and lab.logpl._target_item.visible
