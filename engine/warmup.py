@@ -17,3 +17,6 @@ def warm_up() -> None:
     exact_log_likelihood(X, model.b, model.M)
     kernels.gibbs_sample(model.b, model.M, 2, 1, 1, 0)
     np.asarray(model.probabilities())
+    from engine.rbm import warm_up_rbm
+
+    warm_up_rbm()

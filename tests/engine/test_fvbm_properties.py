@@ -67,11 +67,12 @@ def test_converged_bslm_is_the_mple(d, seed):
     b_ref, M_ref = scipy_lbfgs_mple(X)
     grad_b, grad_M = log_pl_gradient(X, trainer.b, trainer.M)
     assert np.linalg.norm(pack_theta(grad_b, grad_M)) < 1e-3
-    np.testing.assert_allclose(trainer.b, b_ref, atol=2e-5)
-    np.testing.assert_allclose(trainer.M, M_ref, atol=2e-5)
+    # tol = 1e-10 on eq. 2.1 leaves the parameters within ~1e-4 of the optimum
+    np.testing.assert_allclose(trainer.b, b_ref, atol=1e-4)
+    np.testing.assert_allclose(trainer.M, M_ref, atol=1e-4)
     assert trainer.log_pl == pytest.approx(log_pseudo_likelihood(X, b_ref, M_ref), abs=1e-7)
     engine_mple = mple(X)
-    np.testing.assert_allclose(engine_mple.M, M_ref, atol=2e-5)
+    np.testing.assert_allclose(engine_mple.M, M_ref, atol=1e-5)
 
 
 def test_engine_mple_has_a_tiny_gradient():

@@ -1,0 +1,670 @@
+"""Binary restricted Boltzmann machines: model, exact and AIS partition functions,
+pseudo-likelihood, and the CD/PCD trainer.
+
+v in {0, 1}^Nv, h in {0, 1}^Nh, weights W (Nv, Nh), biases b_vis (Nv,), b_hid (Nh,):
+
+    E(v, h) = -v^T W h - b_vis^T v - b_hid^T h,   P(v, h) = exp(-E(v, h)) / Z,
+    F(v)    = -b_vis^T v - sum_j softplus(b_hid_j + (v^T W)_j),   P(v) = exp(-F(v)) / Z.
+
+Exact log Z sums over the smaller layer (<= 20 units).  Otherwise log Z is estimated by
+annealed importance sampling (Salakhutdinov & Murray 2008) with the temperature schedule
+of Ping, Liu & Ihler (2016, §5): 500 betas uniform in [0, 0.5], 4,000 in [0.5, 0.9] and
+10,000 in [0.9, 1].
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping
+
+import numpy as np
+
+from engine.kernels import rbm as kernels
+from engine.stepping import Record, as_scalar
+
+MAX_EXACT_UNITS = 20  # the smaller layer is enumerated: 2^20 states
+
+
+def _schedule(pieces: list[tuple[float, float, int]]) -> np.ndarray:
+    parts = [np.linspace(lo, hi, n, endpoint=False) for lo, hi, n in pieces]
+    return np.concatenate(parts + [np.array([1.0])])
+
+
+#: Ping, Liu & Ihler (2016), §5: 500 + 4,000 + 10,000 intermediate temperatures.
+AIS_SCHEDULE_DEFAULT = _schedule([(0.0, 0.5, 500), (0.5, 0.9, 4000), (0.9, 1.0, 10000)])
+#: A cheaper schedule (1,000 betas, the same shape) for live estimates in the dashboard.
+AIS_SCHEDULE_LIVE = _schedule([(0.0, 0.5, 50), (0.5, 0.9, 250), (0.9, 1.0, 700)])
+
+
+# ------------------------------------------------------------------- validation
+
+
+def _check_int(name: str, value: Any, owner: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"The '{name}' parameter of {owner} must be an int >= {minimum}. Got {value!r}.")
+    return int(value)
+
+
+def _check_float(name: str, value: Any, owner: str, low: float, high: float = math.inf,
+                 low_open: bool = False, high_open: bool = True) -> float:
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    if ok:
+        value = float(value)
+        ok = math.isfinite(value) and (value > low if low_open else value >= low)
+        ok = ok and (value < high if high_open else value <= high)
+    if not ok:
+        lo = f"> {low:g}" if low_open else f">= {low:g}"
+        hi = "" if high == math.inf else (f" and < {high:g}" if high_open else f" and <= {high:g}")
+        raise ValueError(f"The '{name}' parameter of {owner} must be a float {lo}{hi}. Got {value!r}.")
+    return value
+
+
+def _check_choice(name: str, value: Any, owner: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ValueError(f"The '{name}' parameter of {owner} must be one of {', '.join(map(repr, allowed))}. Got {value!r}.")
+    return value
+
+
+def _check_params(W: Any, b_vis: Any, b_hid: Any, owner: str = "RBM") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    W = np.asarray(W, dtype=np.float64)
+    b_vis = np.asarray(b_vis, dtype=np.float64)
+    b_hid = np.asarray(b_hid, dtype=np.float64)
+    if W.ndim != 2 or W.shape[0] < 1 or W.shape[1] < 1:
+        raise ValueError(f"The 'W' parameter of {owner} must be a 2-d array of shape (n_visible, n_hidden), both >= 1. Got shape {W.shape}.")
+    if b_vis.shape != (W.shape[0],):
+        raise ValueError(f"The 'b_vis' parameter of {owner} must have shape ({W.shape[0]},) to match W. Got {b_vis.shape}.")
+    if b_hid.shape != (W.shape[1],):
+        raise ValueError(f"The 'b_hid' parameter of {owner} must have shape ({W.shape[1]},) to match W. Got {b_hid.shape}.")
+    for name, a in (("W", W), ("b_vis", b_vis), ("b_hid", b_hid)):
+        if not np.all(np.isfinite(a)):
+            raise ValueError(f"The '{name}' parameter of {owner} must be finite. Got NaN or inf.")
+    return np.ascontiguousarray(W), b_vis.copy(), b_hid.copy()
+
+
+def check_binary(V: Any, name: str, owner: str, n_visible: int | None = None) -> np.ndarray:
+    """V as a C-contiguous float64 (n, Nv) array of 0/1, or a ValueError saying what is wrong."""
+    V = np.asarray(V)
+    if V.ndim != 2 or V.shape[0] < 1 or V.shape[1] < 1:
+        raise ValueError(f"The '{name}' parameter of {owner} must be a 2-d array with n >= 1 rows and >= 1 columns. Got shape {V.shape}.")
+    if n_visible is not None and V.shape[1] != n_visible:
+        raise ValueError(f"The '{name}' parameter of {owner} must have {n_visible} columns (one per visible unit). Got {V.shape[1]}.")
+    V = np.ascontiguousarray(V, dtype=np.float64)
+    bad = ~((V == 0.0) | (V == 1.0))
+    if bad.any():
+        i, j = np.argwhere(bad)[0]
+        raise ValueError(f"The '{name}' parameter of {owner} must hold only 0 and 1. Got {V[i, j]!r} at row {i}, column {j}.")
+    return V
+
+
+def _seed(owner: str, seed: Any) -> int:
+    return _check_int("seed", seed, owner, minimum=0)
+
+
+def _derived_seed(*words: int) -> int:
+    """A 31-bit seed for numba's generator derived from a tuple of ints (SeedSequence)."""
+    return int(np.random.SeedSequence([int(w) for w in words]).generate_state(1, np.uint32)[0] >> 1)
+
+
+# ------------------------------------------------------------------------ model
+
+
+@dataclass(frozen=True)
+class RBM:
+    """A binary RBM: P(v, h) proportional to exp(v^T W h + b_vis^T v + b_hid^T h)."""
+
+    W: np.ndarray
+    b_vis: np.ndarray
+    b_hid: np.ndarray
+
+    def __post_init__(self) -> None:
+        W, b_vis, b_hid = _check_params(self.W, self.b_vis, self.b_hid)
+        object.__setattr__(self, "W", W)
+        object.__setattr__(self, "b_vis", b_vis)
+        object.__setattr__(self, "b_hid", b_hid)
+
+    @property
+    def n_visible(self) -> int:
+        return int(self.W.shape[0])
+
+    @property
+    def n_hidden(self) -> int:
+        return int(self.W.shape[1])
+
+    @classmethod
+    def random(cls, n_visible: int, n_hidden: int, seed: int, scale: float = 0.1) -> "RBM":
+        """W, b_vis, b_hid drawn i.i.d. N(0, scale^2)."""
+        n_visible = _check_int("n_visible", n_visible, "RBM.random", 1)
+        n_hidden = _check_int("n_hidden", n_hidden, "RBM.random", 1)
+        scale = _check_float("scale", scale, "RBM.random", 0.0)
+        rng = np.random.default_rng(_seed("RBM.random", seed))
+        return cls(rng.normal(0, scale, (n_visible, n_hidden)), rng.normal(0, scale, n_visible),
+                   rng.normal(0, scale, n_hidden))
+
+    def energy(self, V: np.ndarray, H: np.ndarray) -> np.ndarray:
+        """E(v, h) = -v^T W h - b_vis^T v - b_hid^T h for paired rows of V and H, (n,)."""
+        V = check_binary(V, "V", "RBM.energy", self.n_visible)
+        H = check_binary(H, "H", "RBM.energy", self.n_hidden)
+        if H.shape[0] != V.shape[0]:
+            raise ValueError(f"The 'H' parameter of RBM.energy must have as many rows as V ({V.shape[0]}). Got {H.shape[0]}.")
+        return -np.einsum("ri,ij,rj->r", V, self.W, H) - V @ self.b_vis - H @ self.b_hid
+
+    def free_energy(self, V: np.ndarray) -> np.ndarray:
+        """F(v) = -b_vis^T v - sum_j softplus(b_hid_j + (v^T W)_j), (n,)."""
+        V = check_binary(V, "V", "RBM.free_energy", self.n_visible)
+        return kernels.free_energy(V, self.W, self.b_vis, self.b_hid)
+
+    def prob_h_given_v(self, V: np.ndarray) -> np.ndarray:
+        """P(h_j = 1 | v) = sigmoid(b_hid_j + (v^T W)_j), (n, Nh)."""
+        V = check_binary(V, "V", "RBM.prob_h_given_v", self.n_visible)
+        return kernels.hidden_probabilities(V, self.W, self.b_hid)
+
+    def prob_v_given_h(self, H: np.ndarray) -> np.ndarray:
+        """P(v_i = 1 | h) = sigmoid(b_vis_i + (W h)_i), (n, Nv)."""
+        H = check_binary(H, "H", "RBM.prob_v_given_h", self.n_hidden)
+        return kernels.visible_probabilities(H, np.ascontiguousarray(self.W.T), self.b_vis)
+
+    def gibbs(self, V: np.ndarray, k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """k block Gibbs steps (h ~ P(h|v), v ~ P(v|h)) from each row of V, all chains at once.
+
+        Returns the final visibles (n, Nv) and the last hidden sample (n, Nh); V is not
+        modified.  Seeded: the same (V, k, seed) gives the same chains.
+        """
+        V = check_binary(V, "V", "RBM.gibbs", self.n_visible).copy()
+        k = _check_int("k", k, "RBM.gibbs", 1)
+        seed = _seed("RBM.gibbs", seed)
+        H = kernels.gibbs_chains(V, self.W, np.ascontiguousarray(self.W.T), self.b_vis, self.b_hid, k, _derived_seed(seed, 11))
+        return V, H
+
+    def sample(self, n_chains: int, k: int, seed: int) -> np.ndarray:
+        """Visible states of ``n_chains`` Gibbs chains after k steps from uniform random states."""
+        n_chains = _check_int("n_chains", n_chains, "RBM.sample", 1)
+        rng = np.random.default_rng(_seed("RBM.sample", seed))
+        V0 = (rng.random((n_chains, self.n_visible)) < 0.5).astype(np.float64)
+        return self.gibbs(V0, k, seed)[0]
+
+    def log_partition(self) -> float:
+        """Exact log Z (the smaller layer has <= 20 units)."""
+        return log_partition_exact(self.W, self.b_vis, self.b_hid)
+
+
+# -------------------------------------------------------------- partition function
+
+
+def log_partition_exact(W: np.ndarray, b_vis: np.ndarray, b_hid: np.ndarray) -> float:
+    """Exact log Z of a binary RBM, summing over the smaller layer (<= 20 units).
+
+    The other layer is summed out analytically (a softplus per unit); the 2^m states of
+    the smaller layer are enumerated in Gray-code order with streaming log-sum-exp,
+    O(2^m n).  W has shape (Nv, Nh).
+
+    Raises
+    ------
+    ValueError
+        If the parameters are inconsistent or both layers have more than 20 units.
+    """
+    W, b_vis, b_hid = _check_params(W, b_vis, b_hid, "log_partition_exact")
+    n_vis, n_hid = W.shape
+    if min(n_vis, n_hid) > MAX_EXACT_UNITS:
+        raise ValueError(
+            f"log_partition_exact enumerates the smaller layer and needs it to have <= {MAX_EXACT_UNITS} units. "
+            f"Got n_visible = {n_vis}, n_hidden = {n_hid}."
+        )
+    if n_vis <= n_hid:
+        return float(kernels.log_partition_sum_over(W, b_vis, b_hid))
+    return float(kernels.log_partition_sum_over(np.ascontiguousarray(W.T), b_hid, b_vis))
+
+
+def base_rate_biases(V: np.ndarray, *, pseudo_count: float = 1.0) -> np.ndarray:
+    """Visible biases log(p / (1 - p)) of the base-rate model from data marginals.
+
+    p_i = (count of v_i = 1 + pseudo_count) / (n + 2 pseudo_count), so no bias is infinite
+    (a pixel never on gets a large negative, finite bias).
+    """
+    V = check_binary(V, "V", "base_rate_biases")
+    pseudo_count = _check_float("pseudo_count", pseudo_count, "base_rate_biases", 0.0, low_open=True)
+    p = (V.sum(axis=0) + pseudo_count) / (V.shape[0] + 2.0 * pseudo_count)
+    return np.log(p) - np.log1p(-p)
+
+
+def ais_log_partition(
+    W: np.ndarray, b_vis: np.ndarray, b_hid: np.ndarray, *, n_runs: int = 100,
+    schedule: np.ndarray | None = None, seed: int = 0, base_vis: np.ndarray | None = None,
+) -> tuple[float, float]:
+    """Annealed importance sampling estimate of log Z (Salakhutdinov & Murray 2008).
+
+    The base model has independent visibles with biases ``base_vis`` (default zeros, i.e.
+    uniform; pass :func:`base_rate_biases` of the training data for trained models, which
+    is much more accurate) and hiddens that contribute a factor 2^Nh, so
+    log Z_base = Nh log 2 + sum_i softplus(base_vis_i).  The intermediate distributions
+    p_beta(v) proportional to exp((1 - beta) base_vis^T v) * p*_RBM(v; beta W, beta b)
+    have their hiddens summed out analytically; each transition is one block Gibbs step
+    of p_beta.  All ``n_runs`` runs advance together in one numba kernel (nogil, seeded).
+
+    Parameters
+    ----------
+    schedule : increasing betas from 0 to 1; default :data:`AIS_SCHEDULE_DEFAULT`
+        (14,501 values: Ping, Liu & Ihler 2016, §5).  :data:`AIS_SCHEDULE_LIVE` is cheaper.
+
+    Returns
+    -------
+    estimate, spread : float
+        estimate = log mean_r exp(log w_r) + log Z_base.  spread = 3 standard deviations
+        of the estimate by the delta method: with w_r = exp(log w_r - max), the standard
+        error of log mean w is std(w) / (mean(w) sqrt(n_runs)) (std with ddof = 1;
+        0 when n_runs = 1 cannot tell).  It measures the spread of the runs only: when the
+        schedule is too short AIS tends to underestimate log Z by more than this.
+    """
+    owner = "ais_log_partition"
+    W, b_vis, b_hid = _check_params(W, b_vis, b_hid, owner)
+    n_runs = _check_int("n_runs", n_runs, owner, 1)
+    seed = _seed(owner, seed)
+    betas = AIS_SCHEDULE_DEFAULT if schedule is None else np.asarray(schedule, dtype=np.float64)
+    if (betas.ndim != 1 or betas.shape[0] < 2 or betas[0] != 0.0 or betas[-1] != 1.0
+            or np.any(np.diff(betas) < 0) or not np.all(np.isfinite(betas))):
+        raise ValueError(f"The 'schedule' parameter of {owner} must be a 1-d non-decreasing array of betas from 0.0 to 1.0 with >= 2 entries. Got {np.asarray(schedule)!r:.80}.")
+    if base_vis is None:
+        base_vis = np.zeros(W.shape[0])
+    base_vis = np.asarray(base_vis, dtype=np.float64)
+    if base_vis.shape != (W.shape[0],) or not np.all(np.isfinite(base_vis)):
+        raise ValueError(f"The 'base_vis' parameter of {owner} must be a finite array of shape ({W.shape[0]},). Got shape {base_vis.shape}.")
+    logw = kernels.ais_log_weights(W, b_vis, b_hid, base_vis, np.ascontiguousarray(betas), n_runs, _derived_seed(seed, 13))
+    log_z_base = W.shape[1] * math.log(2.0) + float(np.sum(np.logaddexp(0.0, base_vis)))
+    top = logw.max()
+    w = np.exp(logw - top)
+    estimate = top + math.log(w.mean()) + log_z_base
+    spread = 3.0 * float(w.std(ddof=1) / (w.mean() * math.sqrt(n_runs))) if n_runs > 1 else 0.0
+    return float(estimate), spread
+
+
+# ----------------------------------------------------------------------- metrics
+
+
+def exact_log_likelihood(rbm: RBM, V: np.ndarray) -> float:
+    """Mean over rows of log P(v) = -F(v) - log Z, with the exact log Z (smaller layer <= 20)."""
+    V = check_binary(V, "V", "exact_log_likelihood", rbm.n_visible)
+    log_z = log_partition_exact(rbm.W, rbm.b_vis, rbm.b_hid)
+    return float(-np.mean(kernels.free_energy(V, rbm.W, rbm.b_vis, rbm.b_hid)) - log_z)
+
+
+def pseudo_log_likelihood_exact(rbm: RBM, V: np.ndarray) -> float:
+    """Mean over rows of sum over ALL visible units i of log P(v_i | v_-i).
+
+    Each term comes from a free-energy difference, O(Nv Nh) per row and unit, so this is
+    meant for small Nv; see :func:`stochastic_pseudo_log_likelihood` for large ones.
+    """
+    V = check_binary(V, "V", "pseudo_log_likelihood_exact", rbm.n_visible)
+    units = np.arange(rbm.n_visible, dtype=np.int64)
+    return float(kernels.conditional_log_probs(V, rbm.W, rbm.b_vis, rbm.b_hid, units).sum(axis=1).mean())
+
+
+def stochastic_pseudo_log_likelihood(
+    rbm: RBM, V: np.ndarray, n_units: int, seed: int, *, scale_to_all: bool = False
+) -> float:
+    """Mean over rows and over a random subset of ``n_units`` visible units of log P(v_i | v_-i).
+
+    The subset (drawn without replacement, seeded, the same for every row) makes this an
+    unbiased estimate of the *per-unit* mean log conditional, i.e. of
+    pseudo_log_likelihood_exact / Nv.  Only with ``scale_to_all=True`` is it multiplied by
+    Nv to estimate the full pseudo-log-likelihood (sum over all units); it is never
+    scaled silently.
+    """
+    owner = "stochastic_pseudo_log_likelihood"
+    V = check_binary(V, "V", owner, rbm.n_visible)
+    n_units = _check_int("n_units", n_units, owner, 1)
+    if n_units > rbm.n_visible:
+        raise ValueError(f"The 'n_units' parameter of {owner} must be <= n_visible = {rbm.n_visible}. Got {n_units}.")
+    rng = np.random.default_rng(_seed(owner, seed))
+    units = np.sort(rng.choice(rbm.n_visible, n_units, replace=False)).astype(np.int64)
+    mean = float(kernels.conditional_log_probs(V, rbm.W, rbm.b_vis, rbm.b_hid, units).mean())
+    return mean * rbm.n_visible if scale_to_all else mean
+
+
+def hidden_features(rbm: RBM, V: np.ndarray) -> np.ndarray:
+    """E[h | v] = P(h = 1 | v) for every row, (n, Nh): the features for a classifier."""
+    V = check_binary(V, "V", "hidden_features", rbm.n_visible)
+    return kernels.hidden_probabilities(V, rbm.W, rbm.b_hid)
+
+
+def classification_error(
+    rbm: RBM, V_train: np.ndarray, y_train: np.ndarray, V_test: np.ndarray, y_test: np.ndarray,
+    *, C: float = 1.0, max_iter: int = 1000,
+) -> float:
+    """Test error of scikit-learn's LogisticRegression trained on :func:`hidden_features`."""
+    from sklearn.linear_model import LogisticRegression
+
+    y_train = np.asarray(y_train)
+    y_test = np.asarray(y_test)
+    F_train = hidden_features(rbm, V_train)
+    F_test = hidden_features(rbm, V_test)
+    if y_train.shape != (F_train.shape[0],):
+        raise ValueError(f"The 'y_train' parameter of classification_error must have shape ({F_train.shape[0]},). Got {y_train.shape}.")
+    if y_test.shape != (F_test.shape[0],):
+        raise ValueError(f"The 'y_test' parameter of classification_error must have shape ({F_test.shape[0]},). Got {y_test.shape}.")
+    clf = LogisticRegression(C=C, max_iter=max_iter).fit(F_train, y_train)
+    return float(np.mean(clf.predict(F_test) != y_test))
+
+
+# ----------------------------------------------------------------------- trainer
+
+Method = Literal["pcd", "cd"]
+
+
+class RBMTrainer:
+    """Mini-batch CD-k or PCD-k training of a binary RBM, as a Trainer (see stepping.py).
+
+    ``step()`` is one mini-batch (``step_unit="batch"``) or one pass over the shuffled data
+    (``"epoch"``); :meth:`steps` runs several in one call into numba.  Gradient: positive
+    phase E[v h^T] on the batch with h replaced by P(h|v); negative phase the same on the
+    states after k block Gibbs steps from the batch (CD) or from ``batch_size`` persistent
+    chains (PCD, Tieleman 2008).  Updates with momentum and L2 weight decay on W.
+
+    Batch t uses numba's generator seeded from (seed, t), and epoch e's shuffle from
+    (seed, e), so a trainer restored from :meth:`state_dict` continues bit-exactly.
+
+    Initialisation: W ~ N(0, 0.01^2), b_vis = log(p / (1 - p)) of the data marginals
+    (see :func:`base_rate_biases`), b_hid = 0; persistent chains drawn from the base-rate
+    model.
+
+    Records carry ``iteration`` (batches so far), ``epoch`` (passes so far, fractional in
+    batch mode), ``reconstruction_error``, ``wall_time``, ``elapsed`` and, when due,
+    ``pseudo_likelihood`` (mean over rows of the sum over all units: exact when
+    Nv <= ``pl_units``, else Nv times the mean over ``pl_units`` random units;
+    ``pseudo_likelihood_exact`` says which), ``log_likelihood`` (exact, mean per row) or
+    ``log_likelihood_ais`` with ``log_z`` and ``log_z_spread`` (AIS with ``ais_runs`` runs on
+    :data:`AIS_SCHEDULE_LIVE`), all on the same ``eval_rows`` rows drawn once from the data.
+    Evaluations are due when the training work since the last one is at least
+    1 / ``eval_overhead`` times their cost (a deterministic rule, so evaluation takes about
+    ``eval_overhead`` of the time), and always on the last record.  The last record of each
+    call carries the arrays W, b_vis, b_hid.
+
+    Parameters
+    ----------
+    V : (n, Nv) array of 0/1
+    n_hidden : number of hidden units
+    method, k : "pcd" (``batch_size`` persistent chains) or "cd", with k Gibbs steps
+    evaluate : "auto" (exact log-likelihood when the smaller layer has <= 20 units, else
+        none), "exact", "ais" or "none".
+    """
+
+    def __init__(
+        self,
+        V: np.ndarray,
+        n_hidden: int,
+        *,
+        method: Method = "pcd",
+        k: int = 1,
+        batch_size: int = 100,
+        learning_rate: float = 0.05,
+        momentum: float = 0.5,
+        weight_decay: float = 0.0,
+        step_unit: Literal["batch", "epoch"] = "batch",
+        seed: int = 0,
+        evaluate: Literal["auto", "exact", "ais", "none"] = "auto",
+        max_epochs: int = 10,
+        eval_rows: int = 1000,
+        pl_units: int = 64,
+        ais_runs: int = 20,
+        eval_overhead: float = 0.2,
+    ) -> None:
+        owner = "RBMTrainer"
+        self.V = check_binary(V, "V", owner)
+        self.n, self.n_visible = self.V.shape
+        self.n_hidden = _check_int("n_hidden", n_hidden, owner, 1)
+        self.method = _check_choice("method", method, owner, ("pcd", "cd"))
+        self.k = _check_int("k", k, owner, 1)
+        self.batch_size = min(_check_int("batch_size", batch_size, owner, 1), self.n)
+        self.learning_rate = _check_float("learning_rate", learning_rate, owner, 0.0, low_open=True)
+        self.momentum = _check_float("momentum", momentum, owner, 0.0, 1.0)
+        self.weight_decay = _check_float("weight_decay", weight_decay, owner, 0.0)
+        self.step_unit = _check_choice("step_unit", step_unit, owner, ("batch", "epoch"))
+        self.seed = _seed(owner, seed)
+        evaluate = _check_choice("evaluate", evaluate, owner, ("auto", "exact", "ais", "none"))
+        small = min(self.n_visible, self.n_hidden) <= MAX_EXACT_UNITS
+        if evaluate == "exact" and not small:
+            raise ValueError(
+                f"The 'evaluate' parameter of {owner} can be 'exact' only when the smaller layer has <= {MAX_EXACT_UNITS} units. "
+                f"Got n_visible = {self.n_visible}, n_hidden = {self.n_hidden}."
+            )
+        self.evaluate = ("exact" if small else "none") if evaluate == "auto" else evaluate
+        self.max_epochs = _check_int("max_epochs", max_epochs, owner, 1)
+        self.eval_rows = _check_int("eval_rows", eval_rows, owner, 1)
+        self.pl_units = _check_int("pl_units", pl_units, owner, 1)
+        self.ais_runs = _check_int("ais_runs", ais_runs, owner, 2)
+        self.eval_overhead = _check_float("eval_overhead", eval_overhead, owner, 0.0, low_open=True)
+        self.batches_per_epoch = -(-self.n // self.batch_size)
+        rng = np.random.default_rng([self.seed, 0])
+        pick = np.sort(rng.permutation(self.n)[: min(self.eval_rows, self.n)])
+        self._V_eval = np.ascontiguousarray(self.V[pick])
+        self.base_vis = base_rate_biases(self.V)
+        W = rng.normal(0.0, 0.01, (self.n_visible, self.n_hidden))
+        p = 1.0 / (1.0 + np.exp(-self.base_vis))
+        chains = (rng.random((self.batch_size, self.n_visible)) < p).astype(np.float64)
+        self._set_state(
+            W=W, b_vis=self.base_vis.copy(), b_hid=np.zeros(self.n_hidden), vW=np.zeros_like(W),
+            v_vis=np.zeros(self.n_visible), v_hid=np.zeros(self.n_hidden), chains=chains,
+            iteration=0, elapsed=0.0, work_pl=math.inf, work_ll=math.inf, status="running", message="",
+        )
+
+    # -- state
+    def _set_state(self, *, W, b_vis, b_hid, vW, v_vis, v_hid, chains, iteration, elapsed, work_pl, work_ll,
+                   status, message) -> None:
+        self._W = np.array(W, dtype=np.float64, order="C")
+        self._b_vis = np.array(b_vis, dtype=np.float64)
+        self._b_hid = np.array(b_hid, dtype=np.float64)
+        self._vW = np.array(vW, dtype=np.float64, order="C")
+        self._v_vis = np.array(v_vis, dtype=np.float64)
+        self._v_hid = np.array(v_hid, dtype=np.float64)
+        self._chains = np.array(chains, dtype=np.float64, order="C")
+        self.iteration = int(iteration)
+        self.elapsed = float(elapsed)
+        self._work_pl = float(work_pl)
+        self._work_ll = float(work_ll)
+        self.status = str(status)
+        self.message = str(message)
+        self._perm_epoch = -1
+        self._perm = np.empty(0, dtype=np.int64)
+
+    @property
+    def rbm(self) -> RBM:
+        return RBM(self._W, self._b_vis, self._b_hid)
+
+    @property
+    def done(self) -> bool:
+        return self.status != "running"
+
+    @property
+    def epoch(self) -> float:
+        return self.iteration / self.batches_per_epoch
+
+    @property
+    def label(self) -> str:
+        return f"{self.method.upper()}-{self.k}"
+
+    # -- costs (in multiply-adds), for the deterministic evaluation schedule
+    def _batch_work(self) -> float:
+        chains = self.batch_size
+        return float(self.n_visible * self.n_hidden * (4 * self.batch_size + 2 * (self.k + 1) * chains))
+
+    def _pl_cost(self) -> float:
+        units = min(self.pl_units, self.n_visible)
+        return float(self._V_eval.shape[0] * self.n_hidden * (self.n_visible + 8 * units))
+
+    def _ll_cost(self) -> float:
+        if self.evaluate == "exact":
+            m = min(self.n_visible, self.n_hidden)
+            return float(2**m * max(self.n_visible, self.n_hidden) * 8 + self._V_eval.shape[0] * self.n_visible * self.n_hidden)
+        if self.evaluate == "ais":
+            return float(self.ais_runs * AIS_SCHEDULE_LIVE.shape[0] * self.n_hidden * (2 * self.n_visible + 16))
+        return math.inf
+
+    def _permutation(self, epoch: int) -> np.ndarray:
+        if epoch != self._perm_epoch:
+            self._perm = np.random.default_rng([self.seed, 2, epoch]).permutation(self.n).astype(np.int64)
+            self._perm_epoch = epoch
+        return self._perm
+
+    # -- stepping
+    def step(self) -> Record:
+        """One mini-batch or one epoch (``step_unit``); see :meth:`steps`."""
+        return self.steps(1)[0]
+
+    def steps(self, k: int) -> list[Record]:
+        """Up to k steps (batches or epochs) in one call into numba, fewer at max_epochs."""
+        if self.done:
+            raise RuntimeError(f"This trainer is done ({self.status}); reset it to train again.")
+        per_step = 1 if self.step_unit == "batch" else self.batches_per_epoch
+        total = self.max_epochs * self.batches_per_epoch
+        if self.step_unit == "epoch" and self.iteration % per_step:
+            per_step_first = per_step - self.iteration % per_step
+        else:
+            per_step_first = per_step
+        n_batches = min(per_step_first + (max(1, int(k)) - 1) * per_step, total - self.iteration)
+        rows, bounds, seeds = [], [0], []
+        for t in range(self.iteration, self.iteration + n_batches):
+            epoch, b = divmod(t, self.batches_per_epoch)
+            idx = self._permutation(epoch)[b * self.batch_size:(b + 1) * self.batch_size]
+            rows.append(idx)
+            bounds.append(bounds[-1] + idx.shape[0])
+            seeds.append(_derived_seed(self.seed, 1, t))
+        recon = np.empty(n_batches)
+        t0 = time.perf_counter()
+        kernels.train_batches(
+            self.V, np.concatenate(rows), np.asarray(bounds, dtype=np.int64), np.asarray(seeds, dtype=np.int64),
+            self._W, self._b_vis, self._b_hid, self._vW, self._v_vis, self._v_hid, self._chains,
+            self.method == "pcd", self.k, self.learning_rate, self.momentum, self.weight_decay, recon,
+        )
+        wall = time.perf_counter() - t0
+        # group the batches into steps
+        groups, start = [], 0
+        first = True
+        while start < n_batches:
+            size = per_step_first if first else per_step
+            groups.append((start, min(start + size, n_batches)))
+            start += size
+            first = False
+        finite = bool(np.all(np.isfinite(self._W)) and np.all(np.isfinite(self._b_vis)) and np.all(np.isfinite(self._b_hid)))
+        records: list[dict[str, Any]] = []
+        for lo, hi in groups:
+            self.iteration += hi - lo
+            step_wall = wall * (hi - lo) / n_batches
+            self.elapsed += step_wall
+            records.append({
+                "iteration": self.iteration,
+                "epoch": self.epoch,
+                "reconstruction_error": float(recon[lo:hi].mean()),
+                "wall_time": step_wall,
+                "elapsed": self.elapsed,
+            })
+        if not finite:
+            self.status = "diverged"
+            self.message = f"{self.label} diverged at iteration {self.iteration}: the parameters are no longer finite."
+        elif self.iteration >= total:
+            self.status = "max_epochs"
+            self.message = f"Stopped after the maximum of {self.max_epochs} epochs ({self.iteration} mini-batches)."
+        work = n_batches * self._batch_work()
+        self._work_pl += work
+        self._work_ll += work
+        last = records[-1]
+        if finite:
+            t1 = time.perf_counter()
+            if self.done or self._work_pl * self.eval_overhead >= self._pl_cost():
+                self._work_pl = 0.0
+                last.update(self._pseudo_likelihood())
+            if self.evaluate != "none" and (self.done or self._work_ll * self.eval_overhead >= self._ll_cost()):
+                self._work_ll = 0.0
+                last.update(self._log_likelihood())
+            last["eval_time"] = time.perf_counter() - t1
+        out = [Record(r) for r in records[:-1]]
+        out.append(Record(last, {"W": self._W.copy(), "b_vis": self._b_vis.copy(), "b_hid": self._b_hid.copy()}))
+        return out
+
+    def _pseudo_likelihood(self) -> dict[str, Any]:
+        rbm = self.rbm
+        if self.n_visible <= self.pl_units:
+            return {"pseudo_likelihood": pseudo_log_likelihood_exact(rbm, self._V_eval), "pseudo_likelihood_exact": True}
+        value = stochastic_pseudo_log_likelihood(rbm, self._V_eval, self.pl_units, _derived_seed(self.seed, 3, self.iteration),
+                                                 scale_to_all=True)
+        return {"pseudo_likelihood": value, "pseudo_likelihood_exact": False}
+
+    def _log_likelihood(self) -> dict[str, Any]:
+        rbm = self.rbm
+        free = float(np.mean(kernels.free_energy(self._V_eval, rbm.W, rbm.b_vis, rbm.b_hid)))
+        if self.evaluate == "exact":
+            log_z = log_partition_exact(rbm.W, rbm.b_vis, rbm.b_hid)
+            return {"log_likelihood": -free - log_z, "log_z": log_z}
+        log_z, spread = ais_log_partition(rbm.W, rbm.b_vis, rbm.b_hid, n_runs=self.ais_runs, schedule=AIS_SCHEDULE_LIVE,
+                                          seed=_derived_seed(self.seed, 4, self.iteration), base_vis=self.base_vis)
+        return {"log_likelihood_ais": -free - log_z, "log_z": log_z, "log_z_spread": spread}
+
+    def run(self) -> list[Record]:
+        """Train until done; the Records of every step."""
+        records: list[Record] = []
+        while not self.done:
+            records.extend(self.steps(64 if self.step_unit == "batch" else 1))
+        return records
+
+    # -- checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """Parameters, velocities, persistent chains, counters and settings: resumes bit-exactly.
+
+        The random state needs no entry: every batch reseeds numba's generator from
+        (seed, batch index) and every epoch's shuffle comes from (seed, epoch).
+        """
+        return {
+            "W": self._W.copy(), "b_vis": self._b_vis.copy(), "b_hid": self._b_hid.copy(),
+            "vW": self._vW.copy(), "v_vis": self._v_vis.copy(), "v_hid": self._v_hid.copy(),
+            "chains": self._chains.copy(), "iteration": self.iteration, "elapsed": self.elapsed,
+            "work_pl": self._work_pl, "work_ll": self._work_ll, "status": self.status, "message": self.message,
+            "seed": self.seed, "method": self.method, "k": self.k, "batch_size": self.batch_size,
+            "learning_rate": self.learning_rate, "momentum": self.momentum, "weight_decay": self.weight_decay,
+            "n": self.n, "n_visible": self.n_visible, "n_hidden": self.n_hidden,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` output, validated against this trainer's data and settings."""
+        required = ("W", "b_vis", "b_hid", "vW", "v_vis", "v_hid", "chains", "iteration", "elapsed",
+                    "work_pl", "work_ll", "status", "message")
+        missing = [key for key in required if key not in state]
+        if missing:
+            raise ValueError(f"The checkpoint lacks the entries {missing} of an RBM trainer.")
+        for key in ("n", "n_visible", "n_hidden", "seed", "batch_size"):
+            if key in state and as_scalar(state[key]) != getattr(self, key):
+                raise ValueError(f"The checkpoint was made with {key} = {as_scalar(state[key])}, but this trainer has {key} = {getattr(self, key)}.")
+        W, b_vis, b_hid = _check_params(state["W"], state["b_vis"], state["b_hid"], "the checkpoint")
+        if W.shape != (self.n_visible, self.n_hidden):
+            raise ValueError(f"The checkpoint's 'W' has shape {W.shape}; this trainer needs {(self.n_visible, self.n_hidden)}.")
+        shapes = {"vW": W.shape, "v_vis": b_vis.shape, "v_hid": b_hid.shape, "chains": self._chains.shape}
+        for key, shape in shapes.items():
+            if np.shape(state[key]) != shape:
+                raise ValueError(f"The checkpoint's '{key}' must have shape {shape}. Got {np.shape(state[key])}.")
+        check_binary(state["chains"], "chains", "the checkpoint", self.n_visible)
+        status = str(as_scalar(state["status"]))
+        if status not in ("running", "max_epochs", "diverged"):
+            raise ValueError(f"The checkpoint's 'status' must be a trainer status. Got {status!r}.")
+        self._set_state(
+            W=W, b_vis=b_vis, b_hid=b_hid, vW=state["vW"], v_vis=state["v_vis"], v_hid=state["v_hid"],
+            chains=state["chains"], iteration=as_scalar(state["iteration"]), elapsed=as_scalar(state["elapsed"]),
+            work_pl=as_scalar(state["work_pl"]), work_ll=as_scalar(state["work_ll"]), status=status,
+            message=as_scalar(state["message"]),
+        )
+
+
+def warm_up_rbm() -> None:
+    """Run every RBM kernel once on a tiny problem (numba compiles or loads its cache)."""
+    rng = np.random.default_rng(0)
+    V = (rng.random((12, 4)) < 0.5).astype(np.float64)
+    model = RBM.random(4, 3, 0)
+    for method in ("pcd", "cd"):
+        RBMTrainer(V, 3, method=method, batch_size=5, max_epochs=1, evaluate="ais", ais_runs=2).run()
+    RBMTrainer(V, 3, batch_size=5, max_epochs=1, evaluate="exact").run()
+    model.gibbs(V, 1, 0)
+    model.free_energy(V)
+    model.prob_v_given_h(V[:, :3])
+    model.log_partition()
+    log_partition_exact(model.W.T, model.b_hid, model.b_vis)
+    pseudo_log_likelihood_exact(model, V)
+    stochastic_pseudo_log_likelihood(model, V, 2, 0)
+    kernels.gradient(V, V, model.W, model.b_vis, model.b_hid)
+    kernels.uniforms(2, 0)
