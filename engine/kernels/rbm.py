@@ -71,25 +71,26 @@ def sigmoid(x):
 
 
 @njit(cache=True, nogil=True)
-def hidden_probabilities(V, W, b_hid):
-    """P(h_j = 1 | v) = sigmoid(b_hid_j + (v^T W)_j) for every row of V, (n, Nh)."""
-    X = np.dot(V, W)
+def _layer_probabilities(A, B, bias):
+    """sigmoid(A @ B + bias) row by row: the conditional of one layer given the other."""
+    X = np.dot(A, B)
     n, m = X.shape
     for r in range(n):
         for j in range(m):
-            X[r, j] = sigmoid(X[r, j] + b_hid[j])
+            X[r, j] = sigmoid(X[r, j] + bias[j])
     return X
+
+
+@njit(cache=True, nogil=True)
+def hidden_probabilities(V, W, b_hid):
+    """P(h_j = 1 | v) = sigmoid(b_hid_j + (v^T W)_j) for every row of V, (n, Nh)."""
+    return _layer_probabilities(V, W, b_hid)
 
 
 @njit(cache=True, nogil=True)
 def visible_probabilities(H, WT, b_vis):
     """P(v_i = 1 | h) = sigmoid(b_vis_i + (W h)_i) for every row of H, (n, Nv)."""
-    X = np.dot(H, WT)
-    n, m = X.shape
-    for r in range(n):
-        for i in range(m):
-            X[r, i] = sigmoid(X[r, i] + b_vis[i])
-    return X
+    return _layer_probabilities(H, WT, b_vis)
 
 
 @njit(cache=True, nogil=True)
