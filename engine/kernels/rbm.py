@@ -105,15 +105,6 @@ def _bernoulli(P, state):
 
 
 @njit(cache=True, nogil=True)
-def _sigmoid_rows(X, bias):
-    """X <- sigmoid(X + bias) in place."""
-    n, m = X.shape
-    for r in range(n):
-        for c in range(m):
-            X[r, c] = sigmoid(X[r, c] + bias[c])
-
-
-@njit(cache=True, nogil=True)
 def _sample_fields(X, bias, state):
     """A 0/1 sample of Bernoulli(sigmoid(X + bias)) entries, (n, m)."""
     n, m = X.shape
@@ -266,7 +257,7 @@ def gradient(V_pos, V_neg, W, b_vis, b_hid):
 
 
 @njit(cache=True, nogil=True)
-def train_batches(V, rows, bounds, seeds, W, b_vis, b_hid, vW, v_vis, v_hid, chains, persistent,
+def train_batches(V, rows, bounds, seeds, W, b_vis, b_hid, vW, v_vis, v_hid, chains, chain_hid, persistent,
                   k, learning_rate, momentum, weight_decay, recon_out):
     """Mini-batch CD-k / PCD-k updates, several batches in one call (no return to Python).
 
@@ -276,6 +267,12 @@ def train_batches(V, rows, bounds, seeds, W, b_vis, b_hid, vW, v_vis, v_hid, cha
     * positive phase: P(h|v) on the batch;
     * negative phase: k block Gibbs steps from the batch (CD) or from the persistent
       chains (PCD, ``chains`` updated in place), then P(h|v) of the final states;
+    * PCD keeps, beside the chains' visible states, their hidden probabilities
+      ``chain_hid`` = P(h | chains) from the previous batch's negative phase (as
+      scikit-learn's BernoulliRBM does): the chains' first hidden half-step samples from
+      them instead of recomputing chains @ W, saving one of the five products per batch.
+      That half-step uses the parameters of one update earlier; the chain is still a
+      Gibbs chain of slowly moving parameters, which is all PCD asks of it;
     * gradient = mean_batch v P(h|v)^T - mean_chains v P(h|v)^T (and the same for biases);
     * momentum update: vel = momentum vel + lr (grad - weight_decay W) (no decay on
       biases), param += vel.
@@ -287,22 +284,16 @@ def train_batches(V, rows, bounds, seeds, W, b_vis, b_hid, vW, v_vis, v_hid, cha
     product's cost.
     """
     n_vis, n_hid = W.shape
-    n_chains = chains.shape[0]
     for t in range(seeds.shape[0]):
         state = new_state(seeds[t])
         idx = rows[bounds[t]:bounds[t + 1]]
         nb = idx.shape[0]
         WT = W.T
         if persistent:
-            # one product for the batch's fields and the chains' first hidden fields
-            S = np.empty((nb + n_chains, n_vis))
+            B = np.empty((nb, n_vis))
             for r in range(nb):
-                S[r] = V[idx[r]]
-            S[nb:] = chains
-            X = np.dot(S, W)
-            B = S[:nb]
-            Hp = X[:nb]
-            _sigmoid_rows(Hp, b_hid)
+                B[r] = V[idx[r]]
+            Hp = hidden_probabilities(B, W, b_hid)
             # reconstruction error on at most RECON_ROWS rows (the batch is a random sample)
             nr = min(nb, RECON_ROWS)
             Vr = visible_probabilities(_bernoulli(Hp[:nr], state), WT, b_vis)
@@ -315,7 +306,7 @@ def train_batches(V, rows, bounds, seeds, W, b_vis, b_hid, vW, v_vis, v_hid, cha
             neg = chains
             for step in range(k):
                 if step == 0:
-                    Hc = _sample_fields(X[nb:], b_hid, state)
+                    Hc = _bernoulli(chain_hid, state)
                 else:
                     Hc = _sample_fields(np.dot(neg, W), b_hid, state)
                 neg[...] = _sample_fields(np.dot(Hc, WT), b_vis, state)
@@ -336,6 +327,8 @@ def train_batches(V, rows, bounds, seeds, W, b_vis, b_hid, vW, v_vis, v_hid, cha
                 Hc = _sample_fields(np.dot(neg, W), b_hid, state)
                 neg = _sample_fields(np.dot(Hc, WT), b_vis, state)
         Hn = hidden_probabilities(neg, W, b_hid)
+        if persistent:
+            chain_hid[...] = Hn
         n_neg = neg.shape[0]
         cp = 1.0 / nb
         cn = 1.0 / n_neg

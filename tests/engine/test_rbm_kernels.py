@@ -207,8 +207,12 @@ def test_gibbs_chains_match_numpy_reference_draw_for_draw():
     np.testing.assert_array_equal(V0, random_binary(7, 6, 3))  # input untouched
 
 
-def ref_train_batch(B, chains, W, b_vis, b_hid, vW, v_vis, v_hid, persistent, k, lr, mom, wd, stream):
-    """One CD-k/PCD-k batch of engine.kernels.rbm.train_batches, written in NumPy."""
+def ref_train_batch(B, chains, chain_hid, W, b_vis, b_hid, vW, v_vis, v_hid, persistent, k, lr, mom, wd, stream):
+    """One CD-k/PCD-k batch of engine.kernels.rbm.train_batches, written in NumPy.
+
+    PCD's first hidden half-step samples from the chains' stored P(h|v) (``chain_hid``);
+    the batch's negative-phase P(h|v) becomes the next ``chain_hid``.
+    """
     W, b_vis, b_hid, vW, v_vis, v_hid = (a.copy() for a in (W, b_vis, b_hid, vW, v_vis, v_hid))
     chains = chains.copy()
     nb = B.shape[0]
@@ -218,8 +222,9 @@ def ref_train_batch(B, chains, W, b_vis, b_hid, vW, v_vis, v_hid, persistent, k,
         Hs = (stream.take((nr, W.shape[1])) < Hp[:nr]).astype(float)
         recon = np.sum((B[:nr] - ref_sigmoid(Hs @ W.T + b_vis)) ** 2) / nr
         neg = chains
-        for _ in range(k):
-            Hc = (stream.take((neg.shape[0], W.shape[1])) < ref_sigmoid(neg @ W + b_hid)).astype(float)
+        for step in range(k):
+            P = chain_hid if step == 0 else ref_sigmoid(neg @ W + b_hid)
+            Hc = (stream.take((neg.shape[0], W.shape[1])) < P).astype(float)
             neg = (stream.take(neg.shape) < ref_sigmoid(Hc @ W.T + b_vis)).astype(float)
         chains = neg
     else:
@@ -235,7 +240,9 @@ def ref_train_batch(B, chains, W, b_vis, b_hid, vW, v_vis, v_hid, persistent, k,
     vW = mom * vW + lr * (gW - wd * W)
     v_vis = mom * v_vis + lr * (B.mean(0) - neg.mean(0))
     v_hid = mom * v_hid + lr * (Hp.mean(0) - Hn.mean(0))
-    return W + vW, b_vis + v_vis, b_hid + v_hid, vW, v_vis, v_hid, chains, recon
+    if persistent:
+        chain_hid = Hn
+    return W + vW, b_vis + v_vis, b_hid + v_hid, vW, v_vis, v_hid, chains, chain_hid, recon
 
 
 @pytest.mark.parametrize("persistent", [True, False])
@@ -247,20 +254,21 @@ def test_train_batches_matches_numpy_reference(persistent, k):
     state = [model.W.copy(), model.b_vis.copy(), model.b_hid.copy(),
              np.random.default_rng(1).normal(0, 0.01, (n_vis, n_hid)), np.zeros(n_vis), np.zeros(n_hid)]
     chains = random_binary(n_chains, n_vis, 5)
+    chain_hid = ref_sigmoid(chains @ model.W + model.b_hid)
     rows = np.random.default_rng(3).permutation(40).astype(np.int64)
     bounds = np.array([0, 25, 31, 40], dtype=np.int64)  # uneven batches (the last is short)
     seeds = np.array([101, 202, 303], dtype=np.int64)
     W, bv, bh, vW, vv, vh = (a.copy() for a in state)
-    ch = chains.copy()
+    ch, chh = chains.copy(), chain_hid.copy()
     recon = np.empty(3)
-    kernels.train_batches(V, rows, bounds, seeds, W, bv, bh, vW, vv, vh, ch, persistent, k, 0.1, 0.5, 0.01, recon)
-    ref = [*state, chains]
+    kernels.train_batches(V, rows, bounds, seeds, W, bv, bh, vW, vv, vh, ch, chh, persistent, k, 0.1, 0.5, 0.01, recon)
+    ref = [*state, chains, chain_hid]
     for t in range(3):
         B = V[rows[bounds[t]:bounds[t + 1]]]
-        out = ref_train_batch(B, ref[6], *ref[:6], persistent, k, 0.1, 0.5, 0.01, Stream(int(seeds[t])))
-        ref = list(out[:7])
-        assert recon[t] == pytest.approx(out[7], rel=1e-10)
-    for got, want in zip((W, bv, bh, vW, vv, vh, ch), ref):
+        out = ref_train_batch(B, ref[6], ref[7], *ref[:6], persistent, k, 0.1, 0.5, 0.01, Stream(int(seeds[t])))
+        ref = list(out[:8])
+        assert recon[t] == pytest.approx(out[8], rel=1e-10)
+    for got, want in zip((W, bv, bh, vW, vv, vh, ch, chh), ref):
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-13)
 
 

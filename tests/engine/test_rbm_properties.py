@@ -99,8 +99,9 @@ def test_pcd_gradient_is_unbiased_with_exact_chain_states():
         W, bv, bh = model.W.copy(), model.b_vis.copy(), model.b_hid.copy()
         vW, vv, vh = np.zeros_like(W), np.zeros(4), np.zeros(3)
         chains = exact_samples(model, n_chains, rng)
+        chain_hid = ref_sigmoid(chains @ model.W + model.b_hid)  # P(h | chains), as the trainer keeps it
         kernels.train_batches(V, rows, bounds, np.array([r], dtype=np.int64), W, bv, bh, vW, vv, vh, chains,
-                              True, 1, 1.0, 0.0, 0.0, np.empty(1))
+                              chain_hid, True, 1, 1.0, 0.0, 0.0, np.empty(1))
         estimates[r] = np.concatenate([vW.ravel(), vv, vh])
     mean = estimates.mean(0)
     se = estimates.std(0, ddof=1) / math.sqrt(reps)
@@ -165,10 +166,41 @@ def test_ais_is_within_0_2_nats_of_exact_log_z_on_trained_weights(digits, traine
 
 @pytest.mark.parametrize("n_vis,n_hid,scale", [(12, 16, 0.5), (20, 8, 1.0), (40, 12, 0.3)])
 def test_ais_is_within_0_2_nats_on_random_models(n_vis, n_hid, scale):
-    """AIS, 100 runs, default schedule, uniform base (base_vis = 0), random N(0, scale^2) models."""
+    """AIS, 100 runs, default schedule, the default base (the model's own Gibbs marginals), random N(0, scale^2) models."""
     model = R.RBM.random(n_vis, n_hid, seed=n_vis, scale=scale)
     est, _ = R.ais_log_partition(model.W, model.b_vis, model.b_hid, n_runs=100, seed=3)
     assert abs(est - model.log_partition()) < 0.2
+
+
+@pytest.mark.slow
+def test_ais_defaults_are_within_0_2_nats_on_an_mnist_sized_rbm():
+    """The public defaults alone (100 runs, 14,501 betas, base rates from the model's own
+    Gibbs marginals, no data) on a 784 x 20 RBM trained by PCD on binarised MNIST,
+    against the exact log Z summed over the 20 hiddens.  About 30 s."""
+    from engine.images import mnist
+
+    V = np.asarray(mnist().X_train, dtype=np.float64)
+    trainer = R.RBMTrainer(V, 20, method="pcd", max_epochs=15, step_unit="epoch", evaluate="none", seed=0)
+    trainer.run()
+    model = trainer.rbm
+    assert np.abs(model.W).max() > 1.0  # trained-looking, far from the base model
+    exact = model.log_partition()
+    est, spread = R.ais_log_partition(model.W, model.b_vis, model.b_hid)
+    assert abs(est - exact) < 0.2, (est, exact, spread)
+    assert spread < 1.0
+
+
+def test_model_base_rates_match_the_marginals_of_an_independent_model():
+    """With W = 0 the visibles are independent Bernoulli(sigmoid(b_vis)): the Gibbs-estimated
+    base rates are their log-odds up to sampling noise (400 chains: sd of a marginal
+    <= 0.025, so 0.1 is > 4 sd; false-alarm rate per unit < 1e-4)."""
+    rng = np.random.default_rng(0)
+    b_vis = rng.normal(0.0, 1.0, 30)
+    base = R.model_base_rate_biases(np.zeros((30, 5)), b_vis, rng.normal(0, 1, 5), n_chains=400, n_steps=3, seed=2)
+    p = 1.0 / (1.0 + np.exp(-base))
+    np.testing.assert_allclose(p, 1.0 / (1.0 + np.exp(-b_vis)), atol=0.1)
+    again = R.model_base_rate_biases(np.zeros((30, 5)), b_vis, np.zeros(5), n_chains=400, n_steps=3, seed=2)
+    np.testing.assert_array_equal(base, again)
 
 
 def test_ais_schedules():
