@@ -98,6 +98,16 @@ def test_reproduce_quick_json_and_figures(tmp_path):
     assert "<html" in Path(result["figure_html"]).read_text().lower()
 
 
+def test_bench_rbm_json_times_both_engines_in_one_run():
+    out = run("bench", "rbm", "--json", "--hidden", "20", "--repeats", "1", "--ais-runs", "4", "--ais-schedule", "live")
+    assert out.returncode == 0, out.stderr
+    (row,) = json.loads(out.stdout)["rows"]
+    assert row["n_hidden"] == 20 and row["n_train"] == 3500 and row["batch_size"] == 100
+    assert row["ratio"] == pytest.approx(row["sklearn_seconds_per_epoch"] / row["engine_seconds_per_epoch"])
+    assert row["ais_betas"] == 1001 and row["ais_seconds_per_run"] == pytest.approx(row["ais_seconds"] / 4)
+    assert np.isfinite(row["ais_log_z"]) and row["ais_spread"] >= 0
+
+
 def test_bench_json_reports_a_ratio():
     out = run("bench", "fvbm", "--json", "--seconds", "0.5")
     result = json.loads(out.stdout)

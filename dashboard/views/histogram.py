@@ -1,0 +1,89 @@
+"""Histograms with kernel density estimates, one per slice (e.g. per training epoch)."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+import panel as pn
+import scipy.stats
+from bokeh.models import ColumnDataSource, Label, Legend, LegendItem
+from bokeh.palettes import Category10_10
+from bokeh.plotting import figure
+
+
+def density_curve(values: np.ndarray, grid: np.ndarray) -> np.ndarray:
+    """Gaussian KDE of ``values`` on ``grid`` (Scott's bandwidth); a narrow bump when the
+    values have no spread (one value, or all equal), where a KDE is undefined."""
+    values = np.asarray(values, dtype=float)
+    if values.size >= 2 and np.ptp(values) > 0:
+        try:
+            return scipy.stats.gaussian_kde(values)(grid)
+        except np.linalg.LinAlgError:
+            pass
+    width = max(1e-3, 0.01 * (grid[-1] - grid[0]))
+    return np.exp(-0.5 * ((grid - values.mean()) / width) ** 2) / (width * np.sqrt(2 * np.pi))
+
+
+class HistogramSlices:
+    """Density-normalised histograms (bars) and KDEs (lines) of several named slices."""
+
+    def __init__(self, title: str, *, x_label: str = "value", y_label: str = "density", bins: int = 30,
+                 height: int = 300, name: str = "histogram", empty_text: str = "Press ▶ Play to start") -> None:
+        self.bins = bins
+        fig = figure(title=title, height=height, sizing_mode="stretch_width", x_axis_label=x_label,
+                     y_axis_label=y_label, tools="pan,wheel_zoom,box_zoom,reset,save", toolbar_location="right")
+        fig.title.text_font_size = "11pt"
+        self.legend = Legend(items=[], location="left", orientation="horizontal", click_policy="hide",
+                             label_text_font_size="9pt", border_line_alpha=0.0, background_fill_alpha=0.0)
+        fig.add_layout(self.legend, "below")
+        self._empty = Label(x=10, y=10, x_units="screen", y_units="screen", text=empty_text,
+                            text_color="#888", text_font_size="12pt")
+        fig.add_layout(self._empty)
+        self.figure = fig
+        self._bars: list[ColumnDataSource] = []
+        self._lines: list[ColumnDataSource] = []
+        self._name = name
+        self.pane = pn.pane.Bokeh(fig, sizing_mode="stretch_width")
+        self.view = pn.Column(self.pane, sizing_mode="stretch_width", margin=0)
+
+    def _ensure(self, n: int) -> None:
+        while len(self._bars) < n:
+            k = len(self._bars)
+            color = Category10_10[k % 10]
+            bars = ColumnDataSource({"left": [], "right": [], "top": []}, name=f"{self._name}-bars-{k}")
+            line = ColumnDataSource({"x": [], "y": []}, name=f"{self._name}-kde-{k}")
+            r1 = self.figure.quad(left="left", right="right", top="top", bottom=0, source=bars, fill_color=color,
+                                  fill_alpha=0.25, line_color=color, line_alpha=0.5)
+            r2 = self.figure.line("x", "y", source=line, color=color, line_width=2)
+            self.legend.items.append(LegendItem(label="", renderers=[r1, r2]))
+            self._bars.append(bars)
+            self._lines.append(line)
+
+    def update(self, slices: Mapping[str, np.ndarray]) -> None:
+        """Show one histogram + KDE per entry of ``slices`` (label -> values); shared bins."""
+        slices = {k: np.asarray(v, dtype=float) for k, v in slices.items() if np.size(v)}
+        self._ensure(len(slices))
+        if not slices:
+            for s in self._bars:
+                s.data = {"left": [], "right": [], "top": []}
+            for s in self._lines:
+                s.data = {"x": [], "y": []}
+            self._empty.visible = True
+            return
+        pooled = np.concatenate(list(slices.values()))
+        low, high = float(pooled.min()), float(pooled.max())
+        pad = 0.05 * (high - low) if high > low else max(1e-3, abs(low) * 1e-3)
+        edges = np.linspace(low - pad, high + pad, self.bins + 1)
+        grid = np.linspace(edges[0], edges[-1], 200)
+        for k, (label, values) in enumerate(slices.items()):
+            counts, _ = np.histogram(values, bins=edges, density=True)
+            self._bars[k].data = {"left": edges[:-1], "right": edges[1:], "top": counts}
+            self._lines[k].data = {"x": grid, "y": density_curve(values, grid)}
+            self.legend.items[k].label = {"value": f"{label} ({values.size})"}
+            self.legend.items[k].visible = True
+        for k in range(len(slices), len(self._bars)):
+            self._bars[k].data = {"left": [], "right": [], "top": []}
+            self._lines[k].data = {"x": [], "y": []}
+            self.legend.items[k].visible = False
+        self._empty.visible = False

@@ -1,0 +1,110 @@
+"""An image grid: receptive fields (columns of W) or digits, tiled into one Bokeh image.
+
+The tiling itself is :func:`engine.images.tile_images` (shared by every lab); this view
+only draws the tiled array, optionally outlines one tile (the newest hidden unit in the
+Frank-Wolfe lab) and labels tiles on hover.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import panel as pn
+from bokeh.models import ColorBar, ColumnDataSource, Label, LinearColorMapper
+from bokeh.plotting import figure
+from matplotlib import colormaps
+from matplotlib.colors import to_hex
+
+from engine.images import tile_images
+
+DIVERGING = [to_hex(c) for c in colormaps["RdBu_r"](np.linspace(0, 1, 256))]
+GRAYS = [to_hex(c) for c in colormaps["gray_r"](np.linspace(0, 1, 256))]  # 0 white, 1 black
+
+
+class ImageGrid:
+    """Tiles of images in one plot.
+
+    ``kind="weights"``: a diverging map, blue negative, red positive, white 0, each tile
+    scaled to its own max |w| (``normalize="each"``) so weak and strong fields both show.
+    ``kind="pixels"``: values in [0, 1] drawn white (0) to black (1).
+    """
+
+    def __init__(self, title: str, *, kind: str = "weights", image_shape: tuple[int, int] | None = None,
+                 height: int = 360, width: int | None = None, name: str = "grid",
+                 empty_text: str = "Press ▶ Play to start") -> None:
+        if kind not in ("weights", "pixels"):
+            raise ValueError(f"ImageGrid kind must be 'weights' or 'pixels'. Got {kind!r}.")
+        self.kind = kind
+        self.image_shape = image_shape
+        low, palette = (-1.0, DIVERGING) if kind == "weights" else (0.0, GRAYS)
+        self.mapper = LinearColorMapper(palette=palette, low=low, high=1.0, nan_color=(0, 0, 0, 0))
+        self.source = ColumnDataSource({"image": [np.full((1, 1), np.nan)], "x": [0], "y": [0], "dw": [1], "dh": [1]},
+                                       name=name)
+        self.box = ColumnDataSource({"left": [], "right": [], "top": [], "bottom": []})
+        options = dict(height=height, match_aspect=True, tools="pan,wheel_zoom,box_zoom,reset,save",
+                       toolbar_location="right", title=title)
+        if width is None:
+            options["sizing_mode"] = "stretch_width"
+        else:
+            options["width"] = width
+        fig = figure(**options)
+        fig.image(image="image", x="x", y="y", dw="dw", dh="dh", source=self.source, color_mapper=self.mapper)
+        fig.quad(left="left", right="right", top="top", bottom="bottom", source=self.box, fill_alpha=0.0,
+                 line_color="#f0a000", line_width=3)
+        if kind == "weights":
+            fig.add_layout(ColorBar(color_mapper=self.mapper, width=10, title="w / max|w| of its unit"), "right")
+        fig.axis.visible = False
+        fig.grid.visible = False
+        fig.title.text_font_size = "11pt"
+        self._empty = Label(x=10, y=10, x_units="screen", y_units="screen", text=empty_text,
+                            text_color="#888", text_font_size="12pt")
+        fig.add_layout(self._empty)
+        self.figure = fig
+        self.pane = pn.pane.Bokeh(fig, sizing_mode="stretch_width" if width is None else None)
+        self.view = pn.Column(self.pane, sizing_mode="stretch_width" if width is None else None, margin=0)
+        self.n_tiles = 0
+        self.n_cols = 1
+
+    def update(self, columns: np.ndarray | None, *, order: np.ndarray | None = None, highlight: int | None = None,
+               n_cols: int | None = None, limit: int | None = None) -> None:
+        """Show the columns of ``columns`` (n_visible, n_tiles), in ``order`` if given.
+
+        ``limit`` keeps the first ``limit`` tiles (after ordering); ``highlight`` outlines
+        the tile that shows column ``highlight`` of the original array.
+        """
+        if columns is None or np.size(columns) == 0:
+            self.source.data = {"image": [np.full((1, 1), np.nan)], "x": [0], "y": [0], "dw": [1], "dh": [1]}
+            self.box.data = {"left": [], "right": [], "top": [], "bottom": []}
+            self._empty.visible = True
+            self.n_tiles = 0
+            return
+        columns = np.asarray(columns, dtype=float)
+        index = np.arange(columns.shape[1]) if order is None else np.asarray(order, dtype=int)
+        if limit is not None:
+            index = index[:limit]
+        shown = columns[:, index]
+        n = shown.shape[1]
+        n_cols = n_cols or max(1, math.ceil(math.sqrt(n)))
+        normalize = "each" if self.kind == "weights" else None
+        tiled = tile_images(shown, self.image_shape, n_cols=n_cols, pad=1, normalize=normalize)
+        h, w = tiled.shape
+        # Bokeh draws row 0 at the bottom: flip so the first tile is top-left
+        self.source.data = {"image": [tiled[::-1].copy()], "x": [0], "y": [0], "dw": [w], "dh": [h]}
+        self._empty.visible = False
+        self.n_tiles, self.n_cols = n, n_cols
+        boxes = {"left": [], "right": [], "top": [], "bottom": []}
+        if highlight is not None and highlight in set(index.tolist()):
+            pos = int(np.flatnonzero(index == highlight)[0])
+            th, tw = self._tile_shape(columns.shape[0])
+            r, c = divmod(pos, n_cols)
+            left = c * (tw + 1)
+            top = h - r * (th + 1)
+            boxes = {"left": [left - 0.5], "right": [left + tw + 0.5], "top": [top + 0.5], "bottom": [top - th - 0.5]}
+        self.box.data = boxes
+
+    def _tile_shape(self, n_visible: int) -> tuple[int, int]:
+        if self.image_shape is not None:
+            return self.image_shape
+        side = math.isqrt(n_visible)
+        return side, side

@@ -1,0 +1,67 @@
+"""The reusable plot components: what their Bokeh sources hold after an update."""
+
+import numpy as np
+import pytest
+
+from dashboard.views.histogram import HistogramSlices, density_curve
+from dashboard.views.image_grid import ImageGrid
+from dashboard.views.scatter import EmbeddingScatter
+from engine.images import tile_images
+
+
+def test_image_grid_draws_the_tiles_top_left_first_and_outlines_the_highlight():
+    rng = np.random.default_rng(0)
+    W = rng.normal(size=(16, 5))  # 4 x 4 tiles
+    grid = ImageGrid("fields")
+    grid.update(W, order=np.array([4, 3, 2, 1, 0]), highlight=2, n_cols=3)
+    image = grid.source.data["image"][0]
+    expected = tile_images(W[:, [4, 3, 2, 1, 0]], n_cols=3, pad=1, normalize="each")
+    np.testing.assert_array_equal(image[::-1], expected)  # flipped back: row 0 on top
+    assert grid.n_tiles == 5 and not grid._empty.visible
+    # column 2 is the third tile: grid row 0, column 2 -> x from 10 to 14, top edge at the top
+    box = grid.box.data
+    assert box["left"] == [9.5] and box["right"] == [14.5]
+    assert box["top"] == [image.shape[0] + 0.5] and box["bottom"] == [image.shape[0] - 4.5]
+    grid.update(W, limit=2)
+    assert grid.n_tiles == 2 and grid.box.data["left"] == []
+    grid.update(None)
+    assert grid._empty.visible and grid.n_tiles == 0
+
+
+def test_image_grid_rejects_an_unknown_kind():
+    with pytest.raises(ValueError, match="kind"):
+        ImageGrid("x", kind="rainbow")
+
+
+def test_embedding_scatter_colours_by_value_and_shows_the_overlay_legend():
+    view = EmbeddingScatter("emb", overlay_label="solutions")
+    xy = np.arange(8.0).reshape(4, 2)
+    view.update(xy, values=np.array([3.0, 1.0, 2.0, 5.0]), overlay_xy=xy[:1])
+    assert (view.mapper.low, view.mapper.high) == (1.0, 5.0)
+    assert list(view.source.data["x"]) == [0.0, 2.0, 4.0, 6.0]
+    assert view.figure.legend.visible and len(view.overlay.data["x"]) == 1
+    view.update(xy[:1], values=np.array([2.0]))  # one point: a non-empty colour range
+    assert view.mapper.high > view.mapper.low and not view.figure.legend.visible
+    view.update(None)
+    assert view._empty.visible and len(view.source.data["x"]) == 0
+
+
+def test_histogram_slices_are_densities_with_kdes():
+    view = HistogramSlices("hist", bins=10)
+    rng = np.random.default_rng(1)
+    view.update({"epoch 1": rng.normal(size=200), "epoch 5": np.array([0.5])})
+    bars = view._bars[0].data
+    widths = np.asarray(bars["right"]) - np.asarray(bars["left"])
+    assert np.sum(np.asarray(bars["top"]) * widths) == pytest.approx(1.0)
+    x, y = np.asarray(view._lines[0].data["x"]), np.asarray(view._lines[0].data["y"])
+    assert np.trapezoid(y, x) == pytest.approx(1.0, abs=0.05)
+    assert view.legend.items[1].label["value"] == "epoch 5 (1)"
+    view.update({"only": np.array([1.0, 2.0])})
+    assert not view.legend.items[1].visible and len(view._bars[1].data["left"]) == 0
+
+
+def test_density_curve_of_a_single_value_is_a_normalised_bump():
+    grid = np.linspace(-1, 1, 2001)
+    y = density_curve(np.array([0.2, 0.2]), grid)
+    assert grid[np.argmax(y)] == pytest.approx(0.2, abs=1e-3)
+    assert np.trapezoid(y, grid) == pytest.approx(1.0, abs=1e-3)
