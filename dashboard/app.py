@@ -16,9 +16,6 @@ COMING_SOON = {
     "Bound": ("Quadratic bound (Jebara & Choromanska, 2012)",
               "Watch the quadratic bound hug the true log-partition function, and bound "
               "majorization race L-BFGS, conjugate gradient, steepest descent and Newton."),
-    "TAP": ("TAP machines (Tramel et al., 2018)",
-            "Follow the TAP log-likelihood of an RBM while it trains, the number of distinct "
-            "TAP solutions, free-energy histograms, receptive fields and denoising."),
     "Frank-Wolfe": ("Frank-Wolfe for infinite RBMs (Ping, Liu & Ihler, 2016)",
                     "See hidden units inserted one per iteration, the test log-likelihood "
                     "against the number of hidden units, and receptive fields as they appear."),
@@ -33,7 +30,10 @@ step and reset, with the quantities the paper argues about drawn as they change.
 
 * **FVBM**: maximum pseudo-likelihood for fully visible Boltzmann machines with the BSLM
   algorithm of Nguyen & Wood (2016, *Neural Computation* 28), against gradient ascent.
-* **Bound**, **TAP**, **Frank-Wolfe**: coming soon.
+* **TAP**: TAP machines of Tramel, Gabrié, Manoel, Caltagirone & Krzakala (2018): an RBM
+  trained through its TAP free energy, with its TAP solutions counted, histogrammed and
+  embedded (Isomap) as it learns, receptive fields, and denoising.
+* **Bound**, **Frank-Wolfe**: coming soon.
 
 **How it works.** A numba engine does the numerics in a worker thread, one natural unit
 of work (e.g. one sweep over all parameters) per step. About ten times a second the page
@@ -67,9 +67,11 @@ def coming_soon(name: str) -> pn.viewable.Viewable:
 def create_app() -> pn.template.FastListTemplate:
     """Build the app for one browser session."""
     from dashboard.labs.fvbm import FVBMLab
+    from dashboard.labs.tap import TAPLab
 
     lab = FVBMLab()
-    tabs = pn.Tabs(lab.panel(), *(coming_soon(n) for n in COMING_SOON),
+    tap_lab = TAPLab()
+    tabs = pn.Tabs(lab.panel(), tap_lab.panel(), *(coming_soon(n) for n in COMING_SOON),
                    pn.Column(pn.pane.Markdown(ABOUT, max_width=820), name="About"),
                    sizing_mode="stretch_width", dynamic=False)
     template = pn.template.FastListTemplate(
@@ -78,8 +80,10 @@ def create_app() -> pn.template.FastListTemplate:
         font="system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif")
     if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
         lab.start()
+        tap_lab.start()
         pn.state.location.sync(tabs, {"active": "page"}) if pn.state.location else None
     template.lab = lab  # for tests and debugging
+    template.labs = {"FVBM": lab, "TAP": tap_lab}
     return template
 
 

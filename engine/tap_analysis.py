@@ -494,3 +494,25 @@ def denoising_curve(X_clean: Any, X_train: Any, ps: Sequence[float], seed: int,
                              f"Got {estimate.shape}.")
         out["mcc_tap"].append(matthews_corrcoef_bits(X_clean, estimate))
     return out
+
+
+def tap_denoiser(W: np.ndarray, b_vis: np.ndarray, b_hid: np.ndarray, *, damping: float = 0.5,
+                 max_iter: int = 2000):
+    """The TAP posterior-mean denoiser of §VII.4 for a binary {0, 1} RBM, as a callable
+    ``(Y, p) -> soft estimates`` for :func:`denoising_curve`.
+
+    For each noisy row y it runs TAP inference (Algorithm 1) with the channel field
+    :func:`channel_field` (y, p) added to the visible prior (eq. 47), starting at y itself
+    (inside the well of that field, as the paper does), and returns the visible
+    magnetizations a_v = <x_i>.  Chains that do not converge within ``max_iter`` sweeps
+    return their last iterate.
+    """
+    from engine import tap  # deferred: tap imports the kernels, this module stays light
+
+    def denoise(Y: np.ndarray, p: float) -> np.ndarray:
+        Y = np.asarray(Y, dtype=np.float64)
+        result = tap.tap_fixed_points(W, b_vis, b_hid, Y, field_vis=channel_field(Y, p), damping=damping,
+                                      max_iter=max_iter)
+        return np.clip(result.a_vis, 0.0, 1.0)
+
+    return denoise

@@ -1,0 +1,439 @@
+"""The TAP lab: a TAP machine trains live; watch its TAP solutions multiply and spread.
+
+Paper: Tramel, Gabrié, Manoel, Caltagirone & Krzakala (2018), "Deterministic and
+generalized framework for unsupervised learning with restricted Boltzmann machines".
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import numpy as np
+import panel as pn
+from bokeh.models import ColumnDataSource, LinearAxis, Range1d
+from bokeh.plotting import figure
+
+from dashboard.labs.tap_setup import DATASETS, EXACT_LIMIT, History, isomap_of_history, load_images, trainer_factory
+from dashboard.runner import Runner, attach
+from dashboard.views import LiveCurve, StatusBadge
+from dashboard.views.histogram import HistogramSlices
+from dashboard.views.image_grid import ImageGrid
+from dashboard.views.scatter import EmbeddingScatter
+from engine import tap_analysis
+
+RADIO = dict(color="primary", variant="outline")
+SPEEDS = {"1 batch/s": 1.0, "5 batches/s": 5.0, "as fast as possible": None}
+DENOISE_PS = [0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5]
+DENOISE_ROWS = 200  # held-out digits in the live MCC curve
+
+INTRO = """
+### TAP machines: an RBM trained through its TAP free energy, live
+
+An RBM's likelihood needs its free energy −log Z. A **TAP machine** (Tramel et al., 2018)
+replaces it by the **TAP free energy** (eq. 36), a second-order expansion in the weights,
+evaluated at the fixed points of the TAP equations (Algorithm 1) reached from data rows;
+training ascends the resulting **TAP log-likelihood** (eq. 39, Algorithm 2). Press
+**▶ Play** and watch, as in the paper's Figures 3–8: the number of distinct TAP
+solutions starts near 1 and grows, their free energies spread into bands, the solutions
+spread over the data in an Isomap embedding, and the receptive fields form.
+"""
+
+
+def _held(method):
+    """Run a UI handler inside one ``pn.io.hold`` (see dashboard.labs.fvbm._held)."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with pn.io.hold(freeze=True):
+            return method(self, *args, **kwargs)
+    return wrapper
+
+
+def _label(text: str) -> pn.pane.Markdown:
+    return pn.pane.Markdown(f"**{text}**", margin=(6, 10, -8, 10))
+
+
+class TAPLab:
+    """Controls + live views around one :class:`Runner` (one per browser session)."""
+
+    title = "TAP"
+
+    def __init__(self) -> None:
+        self._build_widgets()
+        self._build_views()
+        self.history = History()
+        self.runner = Runner(self._factory(), watch="tap_log_likelihood")
+        self.runner.set_speed(SPEEDS[self.speed.value])
+        self._callback = None
+        self._last: dict = {}
+        self._status_time = 0.0
+        self._status_key: tuple = ()
+        self._embedding_dirty = False
+        self._on_data()
+
+    # ------------------------------------------------------------------ widgets
+    def _build_widgets(self) -> None:
+        w = pn.widgets
+        self.data = w.RadioButtonGroup(label="Data", options=DATASETS, value="digits", **RADIO)
+        self.n_hidden = w.IntInput(label="Hidden units Nh", value=16, start=1, end=1000, width=140)
+        self.prior_hid = w.RadioButtonGroup(label="Hidden prior", options={"Bernoulli {0,1}": "bernoulli",
+                                                                           "Spin {−1,+1}": "spin"},
+                                            value="bernoulli", **RADIO)
+        self.gamma = w.FloatInput(label="Step γ", value=0.005, start=1e-5, end=1.0, step=0.001, width=100)
+        self.eps = w.FloatInput(label="ℓ₂ strength ε", value=0.001, start=0.0, end=1.0, step=0.001, width=100)
+        self.eta = w.FloatInput(label="Momentum η", value=0.5, start=0.0, end=0.99, step=0.05, width=100)
+        self.batch = w.IntInput(label="Mini-batch M", value=100, start=1, end=5000, width=100)
+        self.K = w.IntInput(label="Solutions K", value=100, start=1, end=2000, width=100)
+        self.damping = w.FloatInput(label="Damping", value=0.0, start=0.0, end=0.95, step=0.05, width=100)
+        self.seed = w.IntInput(label="Seed", value=0, start=0, width=100)
+        self.settings_msg = StatusBadge("", "error", visible=False)
+
+        self.play = w.Button(label="▶ Play", color="success", width=90)
+        self.pause = w.Button(label="❚❚ Pause", color="warning", width=90, disabled=True)
+        self.step = w.Button(label="Step", color="primary", width=80)
+        self.reset = w.Button(label="↺ Reset", color="default", width=90)
+        self.speed = w.Select(label="Speed", options=list(SPEEDS), value="as fast as possible", width=170)
+
+        self.data.param.watch(lambda e: self._on_data(), "value")
+        for widget in (self.n_hidden, self.prior_hid, self.gamma, self.eps, self.eta, self.batch, self.K,
+                       self.damping, self.seed):
+            widget.param.watch(lambda e: self._rebuild(), "value")
+        self.play.on_click(lambda e: self._play())
+        self.pause.on_click(lambda e: self._pause())
+        self.step.on_click(lambda e: self._step())
+        self.reset.on_click(lambda e: self._reset())
+        self.speed.param.watch(lambda e: self.runner.set_speed(SPEEDS[e.new]), "value")
+
+        self.rank_by = w.RadioButtonGroup(label="Rank", options={"by spread (ℓ₀.₁, most localized first)": "spread",
+                                                                 "by mean activation": "activation"},
+                                          value="spread", **RADIO)
+        self.rank_by.param.watch(lambda e: self._show_fields(), "value")
+        self.epoch_slider = w.DiscreteSlider(label="Epoch shown", options=[0.0], value=0.0, width=320)
+        self.epoch_slider.param.watch(lambda e: self._show_embedding(), "value")
+        self.hist_epochs = w.MultiChoice(label="Histogram epochs", options=[], value=[], width=320, max_items=4)
+        self.hist_epochs.param.watch(lambda e: self._show_histograms(), "value")
+        self.denoise_index = w.IntSlider(label="Held-out digit", start=0, end=10, value=0, width=220)
+        self.denoise_p = w.FloatSlider(label="Flip probability p", start=0.0, end=0.5, step=0.05, value=0.1, width=220)
+        self.denoise_curve_button = w.Button(label="Compute MCC vs p", color="primary", width=170)
+        for widget in (self.denoise_index, self.denoise_p):
+            widget.param.watch(lambda e: self._show_denoising(), "value")
+        self.denoise_curve_button.on_click(lambda e: self._denoise_curve())
+
+    # ------------------------------------------------------------------ views
+    def _build_views(self) -> None:
+        self.ll_curve = LiveCurve("Normalized TAP log-likelihood (Fig. 3)", "epoch",
+                                  "TAP log-likelihood per unit", y2_label="unique TAP solutions (dashed)",
+                                  name="tap-ll", height=330)
+        self.ll_curve.add_line("ll", "TAP log-likelihood / (Nv + Nh)", "#1f77b4")
+        self.ll_curve.add_line("count", "unique solutions", "#2ca02c", axis="right", dash="dashed")
+        # Figure 5, top: every solution's free energy per epoch, the Helmholtz estimate, the count
+        self.fe_points = ColumnDataSource({"x": [], "y": []}, name="fe-points")
+        self.fe_line = ColumnDataSource({"x": [], "y": []}, name="fe-helmholtz")
+        fig = figure(title="TAP free energies of the unique solutions (Fig. 5)", height=330,
+                     sizing_mode="stretch_width", x_axis_label="epoch", y_axis_label="TAP free energy F_TAP",
+                     tools="pan,wheel_zoom,box_zoom,reset,save")
+        fig.scatter("x", "y", source=self.fe_points, size=4, alpha=0.25, color="#1f77b4", legend_label="one solution")
+        fig.line("x", "y", source=self.fe_line, color="#d62728", line_width=2, legend_label="Helmholtz estimate (mean)")
+        fig.legend.location = "top_left"
+        fig.legend.background_fill_alpha = 0.6
+        fig.title.text_font_size = "11pt"
+        self.fe_figure = fig
+        self.fe_pane = pn.pane.Bokeh(fig, sizing_mode="stretch_width")
+        self.hist = HistogramSlices("Free-energy distribution at chosen epochs (Fig. 5, bottom)",
+                                    x_label="TAP free energy", name="fe-hist")
+        self.embedding = EmbeddingScatter("Isomap of the TAP solutions [a_v, a_h] (Fig. 6)", color_label="F_TAP",
+                                          name="isomap")
+        self.data_embedding = EmbeddingScatter("Data (coloured by digit) and TAP solutions (Fig. 7)",
+                                               color_label="digit", overlay_label="TAP solutions", name="isomap-data")
+        self.fields = ImageGrid("Receptive fields, the columns of W (Fig. 4)", name="fields", height=380)
+        self.truth = LiveCurve("Ground truth (Nh ≤ 20): exact log-likelihood vs its estimates", "epoch",
+                               "mean log-likelihood per digit", name="truth", height=330, legend_cols=2)
+        for key, label, color, dash in (("exact", "exact", "#000000", "solid"), ("tap", "TAP (eq. 39)", "#1f77b4", "solid"),
+                                        ("ais", "AIS (20 runs, 1,001 βs)", "#ff7f0e", "dashed"),
+                                        ("pl", "pseudo-likelihood", "#2ca02c", "dotted")):
+            self.truth.add_line(key, label, color, dash=dash)
+        self.denoise_grid = ImageGrid("clean · noisy · TAP · OPE · 1-NN", kind="pixels", name="denoise",
+                                      height=170, empty_text="")
+        self.mcc_curve = LiveCurve("Denoising: MCC vs flip probability p (Fig. 8)", "flip probability p",
+                                   "Matthews correlation", name="mcc", height=300, legend_cols=3)
+        for key, label, color in (("tap", "TAP", "#1f77b4"), ("ope", "OPE (eq. 46)", "#444444"),
+                                  ("nn", "1-NN", "#ff7f0e")):
+            self.mcc_curve.add_line(key, label, color)
+        self.counter = pn.pane.HTML("Epoch 0", name="epoch-counter", css_classes=["epoch-counter"],
+                                    styles={"font-size": "1.4em", "font-weight": "bold"}, width=150)
+        self.run_status = StatusBadge("Ready: press ▶ Play", "idle", width=330)
+        self.solutions_status = StatusBadge("No TAP solutions yet", "idle", width=420)
+        self.data_info = pn.pane.Markdown("", styles={"font-size": "0.9em"})
+        self.denoise_note = pn.pane.Markdown("", styles={"font-size": "0.9em"})
+
+    # ------------------------------------------------------------------ layout
+    def panel(self) -> pn.viewable.Viewable:
+        data_card = pn.Card(_label("Data"), self.data, self.data_info, title="1. Data", collapsible=False,
+                            sizing_mode="stretch_width")
+        model_card = pn.Card(pn.Row(self.n_hidden, self.seed), _label("Hidden prior"), self.prior_hid,
+                             pn.Row(self.gamma, self.eps, self.eta), pn.Row(self.batch, self.K, self.damping),
+                             self.settings_msg.pane, title="2. Model and training (Table 1)", collapsible=False,
+                             sizing_mode="stretch_width")
+        controls = pn.Column(data_card, model_card, width=360)
+        bar = pn.Row(self.play, self.pause, self.step, self.reset, self.speed, self.counter, align="center")
+        badges = pn.Row(self.run_status.pane, self.solutions_status.pane, sizing_mode="stretch_width")
+        embed = pn.Column(self.epoch_slider, pn.Row(self.embedding.view, self.data_embedding.view,
+                                                    sizing_mode="stretch_width"), sizing_mode="stretch_width")
+        fields = pn.Column(self.rank_by, self.fields.view, sizing_mode="stretch_width")
+        denoise = pn.Column(pn.pane.Markdown("#### Denoising a held-out digit (§VII.4)"),
+                            pn.Row(self.denoise_index, self.denoise_p, self.denoise_curve_button),
+                            self.denoise_note, pn.Row(self.denoise_grid.view, self.mcc_curve.view,
+                                                      sizing_mode="stretch_width"),
+                            sizing_mode="stretch_width")
+        right = pn.Column(bar, badges, pn.Row(self.ll_curve.view, self.fe_pane, sizing_mode="stretch_width"),
+                          pn.Row(pn.Column(self.hist_epochs, self.hist.view, sizing_mode="stretch_width"),
+                                 self.truth.view, sizing_mode="stretch_width"),
+                          embed, fields, denoise, sizing_mode="stretch_width")
+        return pn.Column(pn.pane.Markdown(INTRO, sizing_mode="stretch_width"),
+                         pn.Row(controls, right, sizing_mode="stretch_width"),
+                         sizing_mode="stretch_width", name=self.title)
+
+    def start(self) -> None:
+        if self._callback is None:
+            self._callback = attach(self.runner, self.on_records, 200)
+
+    # ------------------------------------------------------------------ settings
+    def _factory(self):
+        return trainer_factory(self.data.value, n_hidden=self.n_hidden.value, prior_hid=self.prior_hid.value,
+                               learning_rate=self.gamma.value, weight_decay=self.eps.value, momentum=self.eta.value,
+                               batch_size=self.batch.value, n_chains=self.K.value, damping=self.damping.value,
+                               seed=self.seed.value)
+
+    @_held
+    def _on_data(self) -> None:
+        images = load_images(self.data.value)
+        n, v, t = images.split_sizes
+        shape = images.image_shape
+        self.data_info.object = (f"**{images.name}**: {n:,} training, {v:,} validation and {t:,} test digits of "
+                                 f"{shape[0]}×{shape[1]} binary pixels.")
+        self.fields.image_shape = shape
+        self.denoise_grid.image_shape = shape
+        self.denoise_index.end = max(0, min(len(images.X_test), DENOISE_ROWS) - 1)
+        self._rebuild()
+
+    @_held
+    def _rebuild(self) -> None:
+        try:
+            factory = self._factory()
+            self.runner.reset(factory)
+        except ValueError as exc:
+            self.settings_msg.set("error", f"**Invalid setting:** {exc}")
+            self.settings_msg.pane.visible = True
+            return
+        self.settings_msg.pane.visible = False
+        self._clear()
+
+    def _clear(self) -> None:
+        self.history = History()
+        self._last = {}
+        self.ll_curve.clear()
+        self.truth.clear()
+        self.mcc_curve.clear()
+        self.fe_points.data = {"x": [], "y": []}
+        self.fe_line.data = {"x": [], "y": []}
+        self.truth.view.visible = self.n_hidden.value <= EXACT_LIMIT
+        self.epoch_slider.options = [0.0]
+        self.epoch_slider.value = 0.0
+        self.hist_epochs.options = []
+        self.hist_epochs.value = []
+        self.hist.update({})
+        self.embedding.update(None)
+        self.data_embedding.update(None)
+        self.fields.update(None)
+        self.denoise_grid.update(None)
+        self.denoise_note.object = "Train a little, then pick a digit and a flip probability."
+        self._refresh_status()
+
+    # ------------------------------------------------------------------ buttons
+    @_held
+    def _play(self) -> None:
+        self.runner.play()
+        self._refresh_status()
+
+    @_held
+    def _pause(self) -> None:
+        self.runner.pause()
+        self._refresh_status()
+
+    @_held
+    def _step(self) -> None:
+        self.runner.step_once()
+        self._refresh_status()
+
+    @_held
+    def _reset(self) -> None:
+        self.runner.reset()
+        self._clear()
+
+    # ------------------------------------------------------------------ live updates
+    def on_records(self, records) -> None:
+        recs = [r for name, r in records if name == "TAP"]
+        if recs:
+            self._stream(recs)
+        key = (self.runner.playing, tuple(s.status for s in self.runner.states.values()))
+        now = time.monotonic()
+        if key != self._status_key or now - self._status_time > 0.5:
+            self._refresh_status()
+            self._status_key, self._status_time = key, now
+
+    def _stream(self, recs) -> None:
+        epoch = np.array([r.scalars["epoch"] for r in recs], dtype=float)
+        ll = [(r.scalars["epoch"], r.scalars["tap_log_likelihood"]) for r in recs if "tap_log_likelihood" in r.scalars]
+        if ll:
+            xs, ys = zip(*ll)
+            self.ll_curve.stream("ll", xs, ys)
+        counts = [(r.scalars["epoch"], r.scalars["n_solutions"]) for r in recs if "n_solutions" in r.scalars]
+        if counts:
+            xs, ys = zip(*counts)
+            self.ll_curve.stream("count", xs, ys)
+        new_epoch = False
+        for r in recs:
+            s = r.scalars
+            if "solution_free_energies" in r.arrays:
+                fe = np.asarray(r.arrays["solution_free_energies"], dtype=float)
+                self.fe_points.stream({"x": np.full(fe.size, s["epoch"]), "y": fe}, rollover=20_000)
+                self.fe_line.stream({"x": [s["epoch"]], "y": [s.get("helmholtz_free_energy", float(np.mean(fe)))]},
+                                    rollover=5000)
+                new_epoch |= self.history.add(r)
+            if "ll_exact" in s:
+                for key, name in (("exact", "ll_exact"), ("tap", "ll_tap"), ("ais", "ll_ais"),
+                                  ("pl", "pseudo_likelihood")):
+                    if name in s:
+                        self.truth.stream(key, [s["epoch"]], [s[name]])
+            if "W" in r.arrays:
+                self._last = {**r.arrays, "epoch": s["epoch"], "n_solutions": s.get("n_solutions")}
+        self.counter.object = f"Epoch {epoch[-1]:.2f}"
+        if new_epoch:
+            self._update_epoch_widgets()
+            self._embedding_dirty = True
+        if "W" in self._last:
+            self._show_fields()
+        if self._embedding_dirty and (not self.runner.playing or time.monotonic() - getattr(self, "_embed_time", 0) > 3):
+            self._show_embedding()
+
+    def _update_epoch_widgets(self) -> None:
+        epochs = [round(s.epoch, 2) for s in self.history.snapshots]
+        follow = self.epoch_slider.value == self.epoch_slider.options[-1]
+        self.epoch_slider.options = epochs
+        if follow or self.epoch_slider.value not in epochs:
+            self.epoch_slider.value = epochs[-1]
+        options = [f"{e:g}" for e in epochs]
+        chosen = [v for v in self.hist_epochs.value if v in options]
+        self.hist_epochs.options = options
+        if len(chosen) < 2:  # default: the first and the latest
+            chosen = sorted({options[0], options[-1]}, key=float)
+        else:
+            chosen = chosen[:-1] + [options[-1]] if chosen[-1] != options[-1] and len(chosen) >= 4 else chosen
+        self.hist_epochs.value = chosen
+        self._show_histograms()
+
+    def _show_histograms(self) -> None:
+        chosen = {f"{round(s.epoch, 2):g}": s for s in self.history.snapshots}
+        self.hist.update({f"epoch {k}": chosen[k].free_energies for k in self.hist_epochs.value if k in chosen})
+
+    def _show_embedding(self) -> None:
+        self._embedding_dirty = False
+        self._embed_time = time.monotonic()
+        snaps = self.history.snapshots
+        if not snaps:
+            return
+        epochs = [round(s.epoch, 2) for s in snaps]
+        index = epochs.index(self.epoch_slider.value) if self.epoch_slider.value in epochs else len(snaps) - 1
+        fitted = isomap_of_history(self.history)
+        snap = snaps[index]
+        self.embedding.update(fitted.coords[index], snap.free_energies,
+                              labels=[f"solution {i}" for i in range(len(snap.free_energies))])
+        self.embedding.figure.title.text = (f"Isomap of the TAP solutions [a_v, a_h] at epoch {snap.epoch:.2f} "
+                                            f"(fitted on epoch {snaps[fitted.fit_epoch].epoch:.2f}, Fig. 6)")
+        images = load_images(self.data.value)
+        X, y = images.X_train[:1000], images.y_train[:1000]
+        both = tap_analysis.embed_data_and_solutions(X, snap.solutions_vis)
+        self.data_embedding.update(both.data_coords, y[both.data_index], labels=[f"digit {d}" for d in y[both.data_index]],
+                                   overlay_xy=both.solution_coords)
+
+    def _show_fields(self) -> None:
+        W = self._last.get("W")
+        if W is None:
+            return
+        images = load_images(self.data.value)
+        if self.rank_by.value == "activation":
+            means = (1.0 / (1.0 + np.exp(-(images.X_train[:1000] @ W + self._last["b_hid"])))).mean(0)
+            order, _ = tap_analysis.rank_receptive_fields(W, hidden_means=means, by="activation")
+        else:
+            order, _ = tap_analysis.rank_receptive_fields(W, by="spread")
+        self.fields.update(W, order=order, limit=100)
+
+    # ------------------------------------------------------------------ denoising
+    def _denoiser(self):
+        W, b_vis, b_hid = self._last["W"], self._last["b_vis"], self._last["b_hid"]
+
+        return tap_analysis.tap_denoiser(W, b_vis, b_hid, damping=max(0.5, self.damping.value))
+
+    @_held
+    def _show_denoising(self) -> None:
+        if "W" not in self._last:
+            self.denoise_note.object = "Train a little first: the denoiser is the current model."
+            return
+        images = load_images(self.data.value)
+        x = images.X_test[self.denoise_index.value: self.denoise_index.value + 1]
+        p = float(self.denoise_p.value)
+        y = tap_analysis.binary_symmetric_channel(x, p, seed=self.denoise_index.value)
+        m = images.X_train.mean(0)
+        tap_est = self._denoiser()(y, p)
+        ope = tap_analysis.ope_denoise(y, m, p)
+        nn = tap_analysis.nearest_neighbour_denoise(y, images.X_train)
+        tiles = np.vstack([x, y, tap_est, ope, nn]).T
+        self.denoise_grid.update(tiles, n_cols=5)
+        self.denoise_note.object = (f"Digit {images.y_test[self.denoise_index.value]} with p = {p:g}: "
+                                    "posterior means ⟨x⟩ (white 0, black 1) of the TAP machine with the channel field "
+                                    "added to the visible prior, of the optimal pointwise estimator, and the nearest "
+                                    "training digit.")
+
+    @_held
+    def _denoise_curve(self) -> None:
+        if "W" not in self._last:
+            self.denoise_note.object = "Train a little first: the denoiser is the current model."
+            return
+        images = load_images(self.data.value)
+        X = images.X_test[:DENOISE_ROWS]
+        curve = tap_analysis.denoising_curve(X, images.X_train, DENOISE_PS, seed=0, tap_denoiser=self._denoiser())
+        self.mcc_curve.clear()
+        self.mcc_curve.stream("tap", curve["p"], curve["mcc_tap"])
+        self.mcc_curve.stream("ope", curve["p"], curve["mcc_ope"])
+        self.mcc_curve.stream("nn", curve["p"], curve["mcc_1nn"])
+        self.mcc_curve.figure.title.text = (f"Denoising: MCC vs p on {len(X)} held-out digits, model at epoch "
+                                            f"{self._last['epoch']:.2f} (Fig. 8)")
+
+    # ------------------------------------------------------------------ status
+    def _refresh_status(self) -> None:
+        runner = self.runner
+        playing = runner.playing
+        self.play.disabled = playing or not runner.active
+        self.pause.disabled = not playing
+        states = runner.states
+        state = states.get("TAP")
+        if state is not None and state.status in ("diverged", "error"):
+            self.run_status.set("error", state.message or state.status)
+        elif playing:
+            self.run_status.set("info", "Training…")
+        elif state is not None and not runner.active:
+            self.run_status.set("ok", f"Finished: {state.message or state.status}")
+        elif self.history.snapshots or self._last:
+            self.run_status.set("idle", "Paused")
+        else:
+            self.run_status.set("idle", "Ready: press ▶ Play")
+        snaps = self.history.snapshots
+        if snaps:
+            s = snaps[-1]
+            n = len(s.free_energies)
+            frac = n / max(1, self.K.value)
+            level = "warn" if frac > 0.5 else "ok"
+            self.solutions_status.set(level, f"{n} unique TAP solutions from {self.K.value} starts ({frac:.0%})"
+                                      + (": many distinct solutions, a spin-glass warning sign" if frac > 0.5 else ""))
+        else:
+            self.solutions_status.set("idle", "No TAP solutions yet")
