@@ -266,14 +266,33 @@ def embed_data_and_solutions(data_vis: Any, solutions_vis: Any, n_neighbors: int
         PCA and ``n_neighbors`` is reduced as in :func:`fit_solution_embedding`.
     """
     owner = "embed_data_and_solutions"
-    n_neighbors, n_components, max_fit, seed = _check_embedding_args(owner, n_neighbors, n_components, max_fit, seed)
-    data = _check_real(data_vis, "data_vis", owner)
-    sols = _check_real(solutions_vis, "solutions_vis", owner, n_cols=data.shape[1], min_rows=0)
-    index = _subsample(len(data), max_fit, seed)
-    distinct, inverse = np.unique(data[index], axis=0, return_inverse=True)
-    fmap = _Map(distinct, n_neighbors, n_components)
-    return DataSolutionEmbedding(fmap.embedding[inverse.reshape(-1)], index, fmap(sols), fmap.method,
-                                 fmap.n_neighbors, len(distinct), fmap.model)
+    data_map = DataMap(data_vis, n_neighbors, n_components, max_fit=max_fit, seed=seed, owner=owner)
+    return data_map.embed(solutions_vis, owner=owner)
+
+
+class DataMap:
+    """An Isomap fitted once on the initialising data (Figure 7), to embed the TAP
+    solutions of any epoch in the same space without refitting (the costly part).
+    Arguments as :func:`embed_data_and_solutions`."""
+
+    def __init__(self, data_vis: Any, n_neighbors: int = 10, n_components: int = 2, *, max_fit: int = 1000,
+                 seed: int = 0, owner: str = "DataMap") -> None:
+        n_neighbors, n_components, max_fit, seed = _check_embedding_args(owner, n_neighbors, n_components, max_fit,
+                                                                         seed)
+        data = _check_real(data_vis, "data_vis", owner)
+        self.n_visible = data.shape[1]
+        self.data_index = _subsample(len(data), max_fit, seed)
+        distinct, inverse = np.unique(data[self.data_index], axis=0, return_inverse=True)
+        self._map = _Map(distinct, n_neighbors, n_components)
+        self.data_coords = self._map.embedding[inverse.reshape(-1)]
+        self.n_fit = len(distinct)
+
+    def embed(self, solutions_vis: Any, *, owner: str = "DataMap.embed") -> DataSolutionEmbedding:
+        """The data coordinates with the solutions' coordinates in the same space."""
+        sols = _check_real(solutions_vis, "solutions_vis", owner, n_cols=self.n_visible, min_rows=0)
+        fmap = self._map
+        return DataSolutionEmbedding(self.data_coords, self.data_index, fmap(sols), fmap.method, fmap.n_neighbors,
+                                     self.n_fit, fmap.model)
 
 
 # ------------------------------------------------------ receptive-field ranking

@@ -20,3 +20,6 @@ def warm_up() -> None:
     from engine.rbm import warm_up_rbm
 
     warm_up_rbm()
+    from engine.tap import warm_up_tap
+
+    warm_up_tap()

@@ -26,6 +26,12 @@ RADIO = dict(color="primary", variant="outline")
 SPEEDS = {"1 batch/s": 1.0, "5 batches/s": 5.0, "as fast as possible": None}
 DENOISE_PS = [0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5]
 DENOISE_ROWS = 200  # held-out digits in the live MCC curve
+# Per data set starting settings.  Table 1's gamma = 0.005, M = 100 took the paper 100 epochs
+# of 600 updates on 60,000 digits; with 1,259 8x8 digits (13 updates an epoch) the weights
+# would barely leave W ~ N(0, 0.001^2) in a minute, so the small set starts with more
+# updates (M = 20) and a larger step.
+DEFAULTS = {"digits": dict(n_hidden=16, gamma=0.05, batch=20),
+            "mnist": dict(n_hidden=100, gamma=0.01, batch=100)}
 
 INTRO = """
 ### TAP machines: an RBM trained through its TAP free energy, live
@@ -69,20 +75,24 @@ class TAPLab:
         self._status_time = 0.0
         self._status_key: tuple = ()
         self._embedding_dirty = False
+        self._data_map = None
+        self._fields_time = 0.0
+        self._epoch_now = 0.0
+        self._quiet = False  # set while the lab itself moves the epoch widgets
         self._on_data()
 
     # ------------------------------------------------------------------ widgets
     def _build_widgets(self) -> None:
         w = pn.widgets
         self.data = w.RadioButtonGroup(label="Data", options=DATASETS, value="digits", **RADIO)
-        self.n_hidden = w.IntInput(label="Hidden units Nh", value=16, start=1, end=1000, width=140)
+        self.n_hidden = w.IntInput(label="Hidden units Nh", value=DEFAULTS["digits"]["n_hidden"], start=1, end=1000, width=140)
         self.prior_hid = w.RadioButtonGroup(label="Hidden prior", options={"Bernoulli {0,1}": "bernoulli",
                                                                            "Spin {−1,+1}": "spin"},
                                             value="bernoulli", **RADIO)
-        self.gamma = w.FloatInput(label="Step γ", value=0.005, start=1e-5, end=1.0, step=0.001, width=100)
+        self.gamma = w.FloatInput(label="Step γ", value=DEFAULTS["digits"]["gamma"], start=1e-5, end=1.0, step=0.001, width=100)
         self.eps = w.FloatInput(label="ℓ₂ strength ε", value=0.001, start=0.0, end=1.0, step=0.001, width=100)
         self.eta = w.FloatInput(label="Momentum η", value=0.5, start=0.0, end=0.99, step=0.05, width=100)
-        self.batch = w.IntInput(label="Mini-batch M", value=100, start=1, end=5000, width=100)
+        self.batch = w.IntInput(label="Mini-batch M", value=DEFAULTS["digits"]["batch"], start=1, end=5000, width=100)
         self.K = w.IntInput(label="Solutions K", value=100, start=1, end=2000, width=100)
         self.damping = w.FloatInput(label="Damping", value=0.0, start=0.0, end=0.95, step=0.05, width=100)
         self.seed = w.IntInput(label="Seed", value=0, start=0, width=100)
@@ -108,10 +118,11 @@ class TAPLab:
                                                                  "by mean activation": "activation"},
                                           value="spread", **RADIO)
         self.rank_by.param.watch(lambda e: self._show_fields(), "value")
-        self.epoch_slider = w.DiscreteSlider(label="Epoch shown", options=[0.0], value=0.0, width=320)
-        self.epoch_slider.param.watch(lambda e: self._show_embedding(), "value")
-        self.hist_epochs = w.MultiChoice(label="Histogram epochs", options=[], value=[], width=320, max_items=4)
-        self.hist_epochs.param.watch(lambda e: self._show_histograms(), "value")
+        # an IntSlider over snapshots: a DiscreteSlider whose options grow every epoch
+        # froze Chromium for seconds on each update (measured)
+        self.epoch_slider = w.IntSlider(label="Snapshot shown (0 = first epoch; the right end follows training)",
+                                        start=0, end=1, value=0, width=420)
+        self.epoch_slider.param.watch(lambda e: None if self._quiet else self._show_embedding(), "value")
         self.denoise_index = w.IntSlider(label="Held-out digit", start=0, end=10, value=0, width=220)
         self.denoise_p = w.FloatSlider(label="Flip probability p", start=0.0, end=0.5, step=0.05, value=0.1, width=220)
         self.denoise_curve_button = w.Button(label="Compute MCC vs p", color="primary", width=170)
@@ -139,14 +150,14 @@ class TAPLab:
         fig.title.text_font_size = "11pt"
         self.fe_figure = fig
         self.fe_pane = pn.pane.Bokeh(fig, sizing_mode="stretch_width")
-        self.hist = HistogramSlices("Free-energy distribution at chosen epochs (Fig. 5, bottom)",
+        self.hist = HistogramSlices("Free-energy distributions, four epochs (Fig. 5, bottom)",
                                     x_label="TAP free energy", name="fe-hist")
-        self.embedding = EmbeddingScatter("Isomap of the TAP solutions [a_v, a_h] (Fig. 6)", color_label="F_TAP",
+        self.embedding = EmbeddingScatter("Isomap of the TAP solutions (Fig. 6)", color_label="F_TAP",
                                           name="isomap")
-        self.data_embedding = EmbeddingScatter("Data (coloured by digit) and TAP solutions (Fig. 7)",
+        self.data_embedding = EmbeddingScatter("Data by digit, and TAP solutions (Fig. 7)",
                                                color_label="digit", overlay_label="TAP solutions", name="isomap-data")
         self.fields = ImageGrid("Receptive fields, the columns of W (Fig. 4)", name="fields", height=380)
-        self.truth = LiveCurve("Ground truth (Nh ≤ 20): exact log-likelihood vs its estimates", "epoch",
+        self.truth = LiveCurve("Ground truth (Nh ≤ 20): exact vs estimates", "epoch",
                                "mean log-likelihood per digit", name="truth", height=330, legend_cols=2)
         for key, label, color, dash in (("exact", "exact", "#000000", "solid"), ("tap", "TAP (eq. 39)", "#1f77b4", "solid"),
                                         ("ais", "AIS (20 runs, 1,001 βs)", "#ff7f0e", "dashed"),
@@ -186,8 +197,7 @@ class TAPLab:
                                                       sizing_mode="stretch_width"),
                             sizing_mode="stretch_width")
         right = pn.Column(bar, badges, pn.Row(self.ll_curve.view, self.fe_pane, sizing_mode="stretch_width"),
-                          pn.Row(pn.Column(self.hist_epochs, self.hist.view, sizing_mode="stretch_width"),
-                                 self.truth.view, sizing_mode="stretch_width"),
+                          pn.Row(self.hist.view, self.truth.view, sizing_mode="stretch_width"),
                           embed, fields, denoise, sizing_mode="stretch_width")
         return pn.Column(pn.pane.Markdown(INTRO, sizing_mode="stretch_width"),
                          pn.Row(controls, right, sizing_mode="stretch_width"),
@@ -206,18 +216,27 @@ class TAPLab:
 
     @_held
     def _on_data(self) -> None:
+        self._applying = True  # one rebuild for all the default settings
+        try:
+            for name, value in DEFAULTS[self.data.value].items():
+                getattr(self, name).value = value
+        finally:
+            self._applying = False
         images = load_images(self.data.value)
         n, v, t = images.split_sizes
         shape = images.image_shape
         self.data_info.object = (f"**{images.name}**: {n:,} training, {v:,} validation and {t:,} test digits of "
                                  f"{shape[0]}×{shape[1]} binary pixels.")
         self.fields.image_shape = shape
+        self._data_map = None
         self.denoise_grid.image_shape = shape
         self.denoise_index.end = max(0, min(len(images.X_test), DENOISE_ROWS) - 1)
         self._rebuild()
 
     @_held
     def _rebuild(self) -> None:
+        if getattr(self, "_applying", False):
+            return
         try:
             factory = self._factory()
             self.runner.reset(factory)
@@ -231,16 +250,16 @@ class TAPLab:
     def _clear(self) -> None:
         self.history = History()
         self._last = {}
+        self._epoch_now = 0.0
         self.ll_curve.clear()
         self.truth.clear()
         self.mcc_curve.clear()
         self.fe_points.data = {"x": [], "y": []}
         self.fe_line.data = {"x": [], "y": []}
         self.truth.view.visible = self.n_hidden.value <= EXACT_LIMIT
-        self.epoch_slider.options = [0.0]
-        self.epoch_slider.value = 0.0
-        self.hist_epochs.options = []
-        self.hist_epochs.value = []
+        self._quiet = True
+        self.epoch_slider.param.update(end=1, value=0)
+        self._quiet = False
         self.hist.update({})
         self.embedding.update(None)
         self.data_embedding.update(None)
@@ -277,7 +296,7 @@ class TAPLab:
             self._stream(recs)
         key = (self.runner.playing, tuple(s.status for s in self.runner.states.values()))
         now = time.monotonic()
-        if key != self._status_key or now - self._status_time > 0.5:
+        if key != self._status_key or now - self._status_time > 1.0:
             self._refresh_status()
             self._status_key, self._status_time = key, now
 
@@ -307,34 +326,35 @@ class TAPLab:
                         self.truth.stream(key, [s["epoch"]], [s[name]])
             if "W" in r.arrays:
                 self._last = {**r.arrays, "epoch": s["epoch"], "n_solutions": s.get("n_solutions")}
-        self.counter.object = f"Epoch {epoch[-1]:.2f}"
+        self._epoch_now = float(epoch[-1])
         if new_epoch:
             self._update_epoch_widgets()
             self._embedding_dirty = True
-        if "W" in self._last:
+        # images and text re-layout parts of the page in the browser: at most once a second
+        if "W" in self._last and time.monotonic() - self._fields_time > 1.0:
             self._show_fields()
-        if self._embedding_dirty and (not self.runner.playing or time.monotonic() - getattr(self, "_embed_time", 0) > 3):
+        if self._embedding_dirty and (not self.runner.playing or time.monotonic() - getattr(self, "_embed_time", 0) > 5):
             self._show_embedding()
 
     def _update_epoch_widgets(self) -> None:
-        epochs = [round(s.epoch, 2) for s in self.history.snapshots]
-        follow = self.epoch_slider.value == self.epoch_slider.options[-1]
-        self.epoch_slider.options = epochs
-        if follow or self.epoch_slider.value not in epochs:
-            self.epoch_slider.value = epochs[-1]
-        options = [f"{e:g}" for e in epochs]
-        chosen = [v for v in self.hist_epochs.value if v in options]
-        self.hist_epochs.options = options
-        if len(chosen) < 2:  # default: the first and the latest
-            chosen = sorted({options[0], options[-1]}, key=float)
-        else:
-            chosen = chosen[:-1] + [options[-1]] if chosen[-1] != options[-1] and len(chosen) >= 4 else chosen
-        self.hist_epochs.value = chosen
+        self._quiet = True
+        try:
+            self._move_epoch_widgets()
+        finally:
+            self._quiet = False
         self._show_histograms()
 
+    def _move_epoch_widgets(self) -> None:
+        last = len(self.history.snapshots) - 1
+        follow = self.epoch_slider.value >= self.epoch_slider.end - 1 or self.epoch_slider.value == 0 and last <= 1
+        end = max(1, last)  # a slider needs end > start
+        self.epoch_slider.param.update(end=end, value=last if follow else min(self.epoch_slider.value, last))
+
     def _show_histograms(self) -> None:
-        chosen = {f"{round(s.epoch, 2):g}": s for s in self.history.snapshots}
-        self.hist.update({f"epoch {k}": chosen[k].free_energies for k in self.hist_epochs.value if k in chosen})
+        """Figure 5's slices: the first snapshot, two in between and the latest."""
+        snaps = self.history.snapshots
+        picks = sorted({round(f * (len(snaps) - 1)) for f in (0.0, 1 / 3, 2 / 3, 1.0)}) if snaps else []
+        self.hist.update({f"epoch {snaps[i].epoch:.2f}": snaps[i].free_energies for i in picks})
 
     def _show_embedding(self) -> None:
         self._embedding_dirty = False
@@ -342,21 +362,23 @@ class TAPLab:
         snaps = self.history.snapshots
         if not snaps:
             return
-        epochs = [round(s.epoch, 2) for s in snaps]
-        index = epochs.index(self.epoch_slider.value) if self.epoch_slider.value in epochs else len(snaps) - 1
+        index = min(self.epoch_slider.value, len(snaps) - 1)
         fitted = isomap_of_history(self.history)
         snap = snaps[index]
         self.embedding.update(fitted.coords[index], snap.free_energies,
                               labels=[f"solution {i}" for i in range(len(snap.free_energies))])
-        self.embedding.figure.title.text = (f"Isomap of the TAP solutions [a_v, a_h] at epoch {snap.epoch:.2f} "
-                                            f"(fitted on epoch {snaps[fitted.fit_epoch].epoch:.2f}, Fig. 6)")
+        self.embedding.figure.title.text = (f"Isomap of the solutions at epoch {snap.epoch:.2f} "
+                                            f"(map of epoch {snaps[fitted.fit_epoch].epoch:.2f}, Fig. 6)")
         images = load_images(self.data.value)
-        X, y = images.X_train[:1000], images.y_train[:1000]
-        both = tap_analysis.embed_data_and_solutions(X, snap.solutions_vis)
+        y = images.y_train[:1000]
+        if self._data_map is None:  # fitted once per data set (the costly part)
+            self._data_map = tap_analysis.DataMap(images.X_train[:1000])
+        both = self._data_map.embed(snap.solutions_vis)
         self.data_embedding.update(both.data_coords, y[both.data_index], labels=[f"digit {d}" for d in y[both.data_index]],
                                    overlay_xy=both.solution_coords)
 
     def _show_fields(self) -> None:
+        self._fields_time = time.monotonic()
         W = self._last.get("W")
         if W is None:
             return
@@ -402,15 +424,16 @@ class TAPLab:
         images = load_images(self.data.value)
         X = images.X_test[:DENOISE_ROWS]
         curve = tap_analysis.denoising_curve(X, images.X_train, DENOISE_PS, seed=0, tap_denoiser=self._denoiser())
-        self.mcc_curve.clear()
-        self.mcc_curve.stream("tap", curve["p"], curve["mcc_tap"])
-        self.mcc_curve.stream("ope", curve["p"], curve["mcc_ope"])
-        self.mcc_curve.stream("nn", curve["p"], curve["mcc_1nn"])
-        self.mcc_curve.figure.title.text = (f"Denoising: MCC vs p on {len(X)} held-out digits, model at epoch "
-                                            f"{self._last['epoch']:.2f} (Fig. 8)")
+        # replace (not stream): a clear and a stream in one hold reached the browser as an append
+        for key, name in (("tap", "mcc_tap"), ("ope", "mcc_ope"), ("nn", "mcc_1nn")):
+            self.mcc_curve.sources[key].data = {"x": list(curve["p"]), "y": list(curve[name])}
+        self.mcc_curve._empty.visible = False
+        self.mcc_curve.figure.title.text = f"MCC vs p, {len(X)} test digits, epoch {self._last['epoch']:.2f} (Fig. 8)"
+        self._show_denoising()
 
     # ------------------------------------------------------------------ status
     def _refresh_status(self) -> None:
+        self.counter.object = f"Epoch {self._epoch_now:.2f}"
         runner = self.runner
         playing = runner.playing
         self.play.disabled = playing or not runner.active

@@ -15,7 +15,7 @@ from engine import rbm, tap, tap_analysis
 from engine.images import ImageSet, digits, mnist
 from engine.stepping import Record
 
-DATASETS = {"Binary MNIST (3,500 digits, 28×28)": "mnist", "8×8 digits (1,259 digits)": "digits"}
+DATASETS = {"8×8 digits": "digits", "MNIST 28×28": "mnist"}
 EXACT_LIMIT = 20  # the ground-truth panel needs the smaller layer <= 20 units
 AIS_RUNS = 20  # live AIS: 20 runs on the 1,001-beta schedule
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import panel as pn
-from bokeh.models import ColorBar, ColumnDataSource, HoverTool, Label, LinearColorMapper
+from bokeh.models import BasicTickFormatter, ColorBar, ColumnDataSource, HoverTool, Label, LinearColorMapper
 from bokeh.palettes import Viridis256
 from bokeh.plotting import figure
 
@@ -31,7 +31,8 @@ class EmbeddingScatter:
                            legend_label=overlay_label)
         fig.add_tools(HoverTool(renderers=[points], tooltips=[("", "@label"), (color_label, "@value{0.000}")]))
         fig.add_tools(HoverTool(renderers=[over], tooltips=[("", "@label")]))
-        fig.add_layout(ColorBar(color_mapper=self.mapper, width=10, title=color_label), "right")
+        fig.add_layout(ColorBar(color_mapper=self.mapper, width=10, title=color_label,
+                                formatter=BasicTickFormatter(precision=2, use_scientific=False)), "right")
         fig.legend.location = "top_left"
         fig.legend.background_fill_alpha = 0.6
         fig.legend.visible = False

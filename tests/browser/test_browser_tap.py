@@ -1,0 +1,69 @@
+"""The TAP lab in a real headless Chromium: open it, train on the 8x8 digits, watch the
+solution counts, free energies, Isomap scatter and receptive fields appear."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.browser.test_browser_fvbm import points, tab_header, wait_until
+
+pytestmark = pytest.mark.browser
+
+JS_IMAGE = """(name) => {
+  let found = null;
+  for (const doc of Bokeh.documents)
+    for (const m of doc.all_models)
+      if (m.name === name && m.data && m.data.image) {
+        const img = m.data.image[0];
+        found = img ? (img.length || (img.shape ? img.shape[0] * img.shape[1] : 0)) : 0;
+      }
+  return found;
+}"""
+JS_TEXT = """(prefix) => {
+  for (const doc of Bokeh.documents)
+    for (const m of doc.all_models)
+      if (typeof m.text === 'string' && m.text.startsWith(prefix)) return m.text;
+  return null;
+}"""
+
+
+def open_tap(page: Page, url: str):
+    page.goto(url)
+    tab_header(page, "TAP").click()
+    lab = page.locator(".bk-panel-models-layout-Column").filter(has_text="TAP machines").first
+    play = page.get_by_role("button", name="▶ Play")
+    expect(play).to_have_count(1, timeout=60_000)  # only the visible lab's buttons count
+    expect(play).to_be_enabled()
+    return lab
+
+
+def test_tap_lab_trains_and_shows_solutions(page: Page, app_url, shot):
+    open_tap(page, app_url)
+    assert points(page, "tap-ll:ll")["x"] == []
+    shot("tap-before-play")
+    page.get_by_role("button", name="▶ Play").click()
+    # the per-unit TAP log-likelihood and the solution counts stream in
+    wait_until(lambda: len(points(page, "tap-ll:ll")["x"]) >= 20, timeout=90)
+    wait_until(lambda: len(points(page, "tap-ll:count")["x"]) >= 20)
+    assert all(c >= 1 for c in points(page, "tap-ll:count")["y"])
+    # every solution's free energy, and the Helmholtz estimate
+    wait_until(lambda: len(points(page, "fe-points")["x"]) >= 20)
+    # the ground-truth panel (Nh = 16 <= 20): exact and AIS beside TAP
+    wait_until(lambda: len(points(page, "truth:exact")["x"]) >= 5)
+    wait_until(lambda: len(points(page, "truth:ais")["x"]) >= 5)
+    # receptive fields and, after the first whole epoch, the Isomap views
+    wait_until(lambda: (page.evaluate(JS_IMAGE, "fields") or 0) > 100, timeout=60)
+    wait_until(lambda: len(points(page, "isomap")["x"]) >= 1, timeout=120)
+    wait_until(lambda: len(points(page, "isomap-data")["x"]) >= 100, timeout=60)
+    shot("tap-training")
+    page.get_by_role("button", name="❚❚ Pause").click()
+    expect(page.get_by_role("button", name="▶ Play")).to_be_enabled(timeout=30_000)
+    epoch_text = page.evaluate(JS_TEXT, "Epoch ")
+    assert epoch_text and float(epoch_text.split()[1]) > 0
+    # denoising: a digit through the current model, then the MCC curve
+    page.get_by_role("button", name="Compute MCC vs p").click()
+    wait_until(lambda: len(points(page, "mcc:tap")["x"]) == 7, timeout=60)
+    ope = points(page, "mcc:ope")["y"]
+    assert ope[0] == pytest.approx(1.0) and all(-1 <= v <= 1 for v in ope)
+    shot("tap-paused")
