@@ -172,7 +172,7 @@ class TAPLab:
             self.mcc_curve.add_line(key, label, color)
         self.counter = pn.pane.HTML("Epoch 0", name="epoch-counter", css_classes=["epoch-counter"],
                                     styles={"font-size": "1.4em", "font-weight": "bold"}, width=150)
-        self.run_status = StatusBadge("Ready: press ▶ Play", "idle", width=330)
+        self.run_status = StatusBadge("Ready: press ▶ Play to train", "idle", width=330)
         self.solutions_status = StatusBadge("No TAP solutions yet", "idle", width=420)
         self.data_info = pn.pane.Markdown("", styles={"font-size": "0.9em"})
         self.denoise_note = pn.pane.Markdown("", styles={"font-size": "0.9em"})
@@ -449,7 +449,7 @@ class TAPLab:
         elif self.history.snapshots or self._last:
             self.run_status.set("idle", "Paused")
         else:
-            self.run_status.set("idle", "Ready: press ▶ Play")
+            self.run_status.set("idle", "Ready: press ▶ Play to train")
         snaps = self.history.snapshots
         if snaps:
             s = snaps[-1]
