@@ -86,3 +86,230 @@ def _write_html(result: dict, path: Path) -> None:
         panels.append(p)
     save(gridplot(panels, ncols=2), filename=str(path), resources=INLINE,
          title="BSLM log-pseudo-likelihood sequences (Nguyen & Wood 2016, Figure 1)")
+
+
+# ------------------------------------------------------------------ TAP (§VII of Tramel et al.)
+
+TAP_TITLE = "Tramel et al. (2018)"
+
+
+def _tap_epochs(result: dict) -> dict[int, list[dict]]:
+    by_model: dict[int, list[dict]] = {}
+    for row in result["epochs"]:
+        by_model.setdefault(row["n_hidden"], []).append(row)
+    return dict(sorted(by_model.items()))
+
+
+def _save_bokeh(layout, path: Path, title: str) -> None:
+    from bokeh.io import save
+    from bokeh.resources import INLINE
+
+    save(layout, filename=str(path), resources=INLINE, title=title)
+
+
+def _bokeh_figure(title: str, x_label: str, y_label: str, **kw):
+    from bokeh.models import HoverTool
+    from bokeh.plotting import figure
+
+    p = figure(title=title, width=kw.pop("width", 640), height=kw.pop("height", 400), x_axis_label=x_label,
+               y_axis_label=y_label, tools="pan,wheel_zoom,box_zoom,reset,save", **kw)
+    p.add_tools(HoverTool(tooltips=[("x", "$x{0.00}"), ("y", "$y{0.0000}")]))
+    return p
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def write_tap_figure3(result: dict, stem: Path) -> tuple[Path, Path]:
+    """Fig. 3: the normalized (per-unit) TAP log-likelihood per epoch, one line per Nh."""
+    plt = _pyplot()
+    by_model = _tap_epochs(result)
+    n_eval = result["settings"]["n_eval"]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for k, (h, rows) in enumerate(by_model.items()):
+        xs = [r["epoch"] for r in rows]
+        ys = [np.nan if r["tap_log_likelihood"] is None else r["tap_log_likelihood"] for r in rows]
+        ax.plot(xs, ys, "-", marker=MARKERS[k % 7], ms=3, color=COLORS[k % 7], label=f"Nh = {h}")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("normalized TAP log-likelihood (per unit)")
+    ax.set_title(f"Binary MNIST: TAP log-likelihood of {n_eval} training digits ({TAP_TITLE}, Fig. 3)", fontsize=9)
+    ax.legend(loc="lower right")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    png = Path(f"{stem}.png")
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+    p = _bokeh_figure(f"Normalized TAP log-likelihood of {n_eval} training digits (Fig. 3)", "epoch",
+                      "TAP log-likelihood per unit")
+    for k, (h, rows) in enumerate(by_model.items()):
+        xs = [r["epoch"] for r in rows]
+        ys = [np.nan if r["tap_log_likelihood"] is None else r["tap_log_likelihood"] for r in rows]
+        p.line(xs, ys, color=COLORS[k % 7], line_width=2, legend_label=f"Nh = {h}")
+        p.scatter(xs, ys, color=COLORS[k % 7], size=4)
+    p.legend.location = "bottom_right"
+    html = Path(f"{stem}.html")
+    _save_bokeh(p, html, f"TAP log-likelihood per epoch ({TAP_TITLE}, Fig. 3)")
+    return png, html
+
+
+def write_tap_figure5(result: dict, stem: Path, n_hidden: int | None = None) -> tuple[Path, Path]:
+    """Fig. 5 (top row): the TAP free energy of every distinct solution per epoch (dots),
+    the Helmholtz estimate (their mean, line) and the number of solutions (right axis),
+    for the largest model (or ``n_hidden``)."""
+    plt = _pyplot()
+    by_model = _tap_epochs(result)
+    h = max(by_model) if n_hidden is None else n_hidden
+    rows = by_model[h]
+    F = result["free_energies"][str(h)]
+    xs = [r["epoch"] for r in rows]
+    dot_x = np.concatenate([np.full(len(f), e, dtype=float) for e, f in zip(xs, F)]) if F else np.zeros(0)
+    dot_y = np.concatenate([np.asarray(f, dtype=float) for f in F]) if F else np.zeros(0)
+    helm = [np.nan if r["helmholtz_free_energy"] is None else r["helmholtz_free_energy"] for r in rows]
+    counts = [r["n_solutions"] for r in rows]
+    n_eval = result["settings"]["n_eval"]
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.plot(xs, helm, "-", color="#d62728", lw=1.5, label="Helmholtz estimate (mean)", zorder=2)
+    ax.scatter(dot_x, dot_y, s=9, color="#1f77b4", alpha=0.4, label="TAP free energy of a solution", zorder=3)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("TAP free energy")
+    right = ax.twinx()
+    right.plot(xs, counts, "-", color="#2ca02c", lw=1.5, label="number of solutions")
+    right.set_ylabel("number of distinct TAP solutions", color="#2ca02c")
+    right.set_ylim(0, max(counts + [1]) * 1.1)
+    from matplotlib.ticker import MaxNLocator
+
+    right.yaxis.set_major_locator(MaxNLocator(integer=True))
+    lines = ax.get_legend_handles_labels()
+    more = right.get_legend_handles_labels()
+    ax.legend(lines[0] + more[0], lines[1] + more[1], loc="best", fontsize=8)
+    ax.set_title(f"Binary MNIST, Nh = {h}: TAP solutions from {n_eval} training digits ({TAP_TITLE}, Fig. 5a)",
+                 fontsize=9)
+    fig.tight_layout()
+    png = Path(f"{stem}.png")
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+    from bokeh.models import LinearAxis, Range1d
+
+    p = _bokeh_figure(f"Nh = {h}: free energies of the TAP solutions per epoch (Fig. 5a)", "epoch", "TAP free energy")
+    p.line(xs, helm, color="#d62728", line_width=2, legend_label="Helmholtz estimate")
+    p.scatter(dot_x, dot_y, size=5, color="#1f77b4", alpha=0.4, legend_label="solution")
+    p.extra_y_ranges = {"count": Range1d(0, max(counts + [1]) * 1.1)}
+    p.add_layout(LinearAxis(y_range_name="count", axis_label="number of solutions"), "right")
+    p.line(xs, counts, color="#2ca02c", line_width=2, y_range_name="count", legend_label="number of solutions")
+    p.legend.location = "top_left"
+    html = Path(f"{stem}.html")
+    _save_bokeh(p, html, f"TAP free energies per epoch ({TAP_TITLE}, Fig. 5)")
+    return png, html
+
+
+def write_tap_figure8(result: dict, stem: Path) -> tuple[Path, Path]:
+    """Fig. 8: denoising MCC against the flip probability p: TAP per Nh, OPE (dashed), 1-NN."""
+    plt = _pyplot()
+    curves = sorted(((int(k), v) for k, v in result["denoising_by_model"].items()))
+    n_test = result["settings"]["n_test"]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for k, (h, c) in enumerate(curves):
+        ax.plot(c["p"], c["mcc_tap"], "-", marker=MARKERS[k % 7], ms=4, color=COLORS[k % 7], label=f"TAP, Nh = {h}")
+    if curves:
+        c = curves[0][1]
+        ax.plot(c["p"], c["mcc_ope"], "--", color="black", label="OPE")
+        ax.plot(c["p"], c["mcc_1nn"], "-", color="black", label="1-NN")
+    ax.set_xlabel("flip probability p")
+    ax.set_ylabel("MCC")
+    ax.set_title(f"Binary symmetric channel, {n_test} held-out digits ({TAP_TITLE}, Fig. 8)", fontsize=9)
+    ax.legend(loc="lower left", fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    png = Path(f"{stem}.png")
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+    p = _bokeh_figure(f"Denoising MCC on {n_test} held-out digits (Fig. 8)", "flip probability p", "MCC")
+    for k, (h, c) in enumerate(curves):
+        p.line(c["p"], c["mcc_tap"], color=COLORS[k % 7], line_width=2, legend_label=f"TAP, Nh = {h}")
+        p.scatter(c["p"], c["mcc_tap"], color=COLORS[k % 7], size=5)
+    if curves:
+        c = curves[0][1]
+        p.line(c["p"], c["mcc_ope"], color="black", line_dash="dashed", line_width=2, legend_label="OPE")
+        p.line(c["p"], c["mcc_1nn"], color="black", line_width=2, legend_label="1-NN")
+    p.legend.location = "bottom_left"
+    html = Path(f"{stem}.html")
+    _save_bokeh(p, html, f"Denoising MCC ({TAP_TITLE}, Fig. 8)")
+    return png, html
+
+
+def write_tap_figure4(result: dict, stem: Path, n_hidden: int | None = None) -> tuple[Path, Path] | None:
+    """Fig. 4: the receptive fields (columns of W) of the largest model, ranked by spread
+    (l_0.1 quasi-norm, most localized first) and by mean activation over the training
+    digits (most active first).  Reads the model saved by the experiment; None if absent."""
+    from engine.images import tile_images
+    from engine.tap_analysis import rank_receptive_fields
+
+    saved = {int(m["n_hidden"]): m.get("npz") for m in result["models"] if m.get("npz")}
+    if not saved:
+        return None
+    h = max(saved) if n_hidden is None else n_hidden
+    with np.load(saved[h], allow_pickle=False) as z:
+        W, hidden_means = z["W"], z["hidden_means"]
+    by_spread, _ = rank_receptive_fields(W, by="spread")
+    by_activation, _ = rank_receptive_fields(W, hidden_means, by="activation")
+    grids = [("ranked by spread (l_0.1 norm), most localized first", tile_images(W[:, by_spread])),
+             ("ranked by mean activation, most active first", tile_images(W[:, by_activation]))]
+
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 5.4), layout="constrained")
+    cmap = plt.get_cmap("viridis").copy()
+    cmap.set_bad("white")
+    for ax, (title, grid) in zip(axes, grids):
+        im = ax.imshow(np.ma.masked_invalid(grid), cmap=cmap, vmin=-1, vmax=1, interpolation="nearest")
+        ax.set_title(title, fontsize=9)
+        ax.axis("off")
+    fig.colorbar(im, ax=axes, shrink=0.7, label="weight / max |weight| of its field")
+    fig.suptitle(f"Binary MNIST, Nh = {h}: receptive fields, read row by row ({TAP_TITLE}, Fig. 4)", fontsize=10)
+    png = Path(f"{stem}.png")
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+    from bokeh.layouts import row
+    from bokeh.models import LinearColorMapper
+    from bokeh.palettes import Viridis256
+    from bokeh.plotting import figure
+
+    panels = []
+    for title, grid in grids:
+        gh, gw = grid.shape
+        p = figure(title=title, width=440, height=int(440 * gh / gw) + 30, x_range=(0, gw), y_range=(gh, 0),
+                   tools="pan,wheel_zoom,reset,save", match_aspect=True)
+        mapper = LinearColorMapper(palette=Viridis256, low=-1, high=1, nan_color=(0, 0, 0, 0))
+        p.image(image=[grid], x=0, y=0, dw=gw, dh=gh, color_mapper=mapper)
+        p.axis.visible = False
+        p.grid.visible = False
+        panels.append(p)
+    html = Path(f"{stem}.html")
+    _save_bokeh(row(panels), html, f"Receptive fields, Nh = {h} ({TAP_TITLE}, Fig. 4)")
+    return png, html
+
+
+def write_tap_figures(result: dict, out_dir: Path) -> dict[str, dict[str, str]]:
+    """Figs. 3, 4, 5 and 8 as PNG and HTML in ``out_dir``: {"figure3": {"png", "html"}, ...}."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = {}
+    jobs = [("figure3", write_tap_figure3), ("figure5", write_tap_figure5), ("figure8", write_tap_figure8),
+            ("figure4", write_tap_figure4)]
+    for name, write in jobs:
+        if name == "figure8" and not result["denoising_by_model"]:
+            continue
+        paths = write(result, out_dir / f"tap_{name}")
+        if paths is not None:
+            written[name] = {"png": str(paths[0]), "html": str(paths[1])}
+    return written

@@ -113,3 +113,31 @@ def test_bench_json_reports_a_ratio():
     result = json.loads(out.stdout)
     assert result["n"] == 16000 and result["d"] == 20
     assert result["ratio"] == pytest.approx(result["numba_sweeps_per_second"] / result["numpy_sweeps_per_second"])
+
+
+def test_reproduce_tap_tiny_json_and_figures(tmp_path):
+    out = run("reproduce", "tap", "--quick", "--json", "--output", str(tmp_path), "--hidden", "6",
+              "--epochs", "2", "--n-test", "15", "--n-eval", "40", "--ais-runs", "3")
+    assert out.returncode == 0, out.stderr
+    assert "epoch   2/2" in out.stderr  # progress lines on stderr
+    result = json.loads(out.stdout)
+    for key in ("epochs", "denoising", "denoising_by_model", "ais", "claims", "settings", "figures"):
+        assert key in result
+    assert [row["epoch"] for row in result["epochs"]] == [1, 2]
+    assert result["settings"]["hidden"] == [6] and result["settings"]["n_test"] == 15
+    curve = result["denoising"]
+    assert len(curve["p"]) == len(curve["mcc_tap"]) == len(curve["mcc_ope"]) == len(curve["mcc_1nn"]) == 7
+    assert all(isinstance(c["shown"], bool) for c in result["claims"])
+    assert set(result["figures"]) == {"figure3", "figure4", "figure5", "figure8"}
+    for paths in result["figures"].values():
+        assert Path(paths["png"]).stat().st_size > 5_000
+        assert "<html" in Path(paths["html"]).read_text().lower()
+
+
+def test_reproduce_tap_text_table_and_bad_override(tmp_path):
+    out = run("reproduce", "tap", "--quick", "--output", str(tmp_path), "--hidden", "5", "--epochs", "1",
+              "--n-test", "10", "--n-eval", "20", "--ais-runs", "2")
+    assert out.returncode == 0, out.stderr
+    assert "Denoising MCC, Nh = 5" in out.stdout and "Claims of §VII" in out.stdout
+    out = run("reproduce", "tap", "--epochs", "0")
+    assert out.returncode == 2 and "--epochs" in out.stderr
