@@ -539,7 +539,11 @@ class TAPTrainer:
     * arrays W, b_vis, b_hid (and precision_* / rho_* for truncated priors),
       ``solution_free_energies``, ``solutions_vis`` (a_v) and ``solutions_hid`` (a_h).
 
-    In batch mode the evaluation roughly doubles the cost of a step.  The trainer is done
+    In batch mode a step trains ``batches_per_step`` mini-batches (default 1), then
+    evaluates: the evaluation costs about as much as one batch, so the live lab trains
+    several per step.  With ``max_damping`` set, a batch in which no chain converges is
+    redone with 1 - damping halved (up to ``max_damping``; the Record's ``damping`` and
+    :attr:`damping_changes` say when) instead of stopping.  The trainer is done
     at ``max_epochs``, when the parameters stop being finite ("diverged"), or when no chain
     of a batch converges ("stalled": raise ``damping`` or ``max_iter``).
     """
@@ -566,6 +570,8 @@ class TAPTrainer:
         step_unit: Literal["batch", "epoch"] = "batch",
         max_epochs: int = 100,
         n_eval: int | None = None,
+        batches_per_step: int = 1,
+        max_damping: float | None = None,
         seed: int = 0,
     ) -> None:
         owner = "TAPTrainer"
@@ -594,6 +600,11 @@ class TAPTrainer:
         self.max_epochs = _check_int("max_epochs", max_epochs, owner, 1)
         n_eval = min(self.n, self.n_chains) if n_eval is None else _check_int("n_eval", n_eval, owner, 1)
         self.n_eval = min(n_eval, self.n)
+        self.batches_per_step = _check_int("batches_per_step", batches_per_step, owner, 1)
+        if max_damping is not None:
+            max_damping = _check_float("max_damping", max_damping, owner, 0.0, 1.0)
+        self.max_damping = max_damping
+        self.damping_changes: list[tuple[int, float]] = []  # (iteration, new damping) raised on a stall
         self.seed = _seed(owner, seed)
         self.batches_per_epoch = -(-self.n // self.batch_size)
         self.exact = (self.prior_vis == self.prior_hid == "bernoulli"
@@ -684,6 +695,12 @@ class TAPTrainer:
             extra = _derived_rng(self.seed, 3, t).integers(0, self.n, self.n_chains - rows.size)
             init = np.vstack([X, self.V[extra]])
         result, unique = self._solve(init)
+        while unique.count == 0 and self.max_damping is not None and self.damping < self.max_damping - 1e-12:
+            # No chain converged: halve 1 - damping (towards max_damping) and redo the batch;
+            # damping changes the path of Algorithm 1, not its fixed points.
+            self.damping = min(self.max_damping, 1.0 - (1.0 - self.damping) / 2.0)
+            self.damping_changes.append((self.iteration, self.damping))
+            result, unique = self._solve(init)
         if unique.count == 0:
             self.status = "stalled"
             self.message = (f"No TAP chain converged within {self.max_iter} sweeps at iteration {t}; "
@@ -717,7 +734,10 @@ class TAPTrainer:
             raise RuntimeError(f"This trainer is done ({self.status}); reset it to train again.")
         t0 = time.perf_counter()
         total = self.max_epochs * self.batches_per_epoch
-        n_batches = 1 if self.step_unit == "batch" else self.batches_per_epoch - self.iteration % self.batches_per_epoch
+        if self.step_unit == "batch":
+            n_batches = self.batches_per_step
+        else:
+            n_batches = self.batches_per_epoch - self.iteration % self.batches_per_epoch
         batch_solutions = 0
         for _ in range(min(n_batches, total - self.iteration)):
             batch_solutions = self._train_batch()
@@ -726,7 +746,8 @@ class TAPTrainer:
         if not self.done and self.iteration >= total:
             self.status = "max_epochs"
             self.message = f"Stopped after the maximum of {self.max_epochs} epochs ({self.iteration} mini-batches)."
-        scalars: dict[str, Any] = {"iteration": self.iteration, "epoch": self.epoch, "batch_solutions": batch_solutions}
+        scalars: dict[str, Any] = {"iteration": self.iteration, "epoch": self.epoch, "batch_solutions": batch_solutions,
+                                   "damping": self.damping}
         arrays = self._param_arrays()
         if self.status != "diverged":
             s, a = self._evaluate()
@@ -830,6 +851,8 @@ class TAPTrainer:
                         precision_hid=state["precision_hid"], rho_hid=state["rho_hid"], vW=state["vW"],
                         iteration=as_scalar(state["iteration"]), elapsed=as_scalar(state["elapsed"]), status=status,
                         message=as_scalar(state["message"]))
+        if "damping" in state:  # raised on stalls when max_damping is set; resume with it
+            self.damping = _check_float("damping", float(as_scalar(state["damping"])), "the checkpoint", 0.0, 1.0)
 
 
 def warm_up_tap() -> None:

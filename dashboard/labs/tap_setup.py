@@ -15,7 +15,9 @@ from engine import rbm, tap, tap_analysis
 from engine.images import ImageSet, digits, mnist
 from engine.stepping import Record
 
-DATASETS = {"8×8 digits": "digits", "MNIST 28×28": "mnist"}
+DATASETS = {"MNIST 28×28": "mnist", "8×8 digits": "digits"}
+STEPS_PER_EPOCH = 8  # evaluations per epoch in the lab: each costs about one mini-batch (more for ground truth)
+MAX_DAMPING = 0.9  # a stalled batch is redone with more damping, up to this
 EXACT_LIMIT = 20  # the ground-truth panel needs the smaller layer <= 20 units
 AIS_RUNS = 20  # live AIS: 20 runs on the 1,001-beta schedule
 
@@ -81,16 +83,26 @@ class GroundTruthTrainer:
 
 def trainer_factory(data_key: str, *, n_hidden: int, prior_hid: str = "bernoulli", learning_rate: float = 0.005,
                     weight_decay: float = 0.001, momentum: float = 0.5, batch_size: int = 100, n_chains: int = 100,
-                    damping: float = 0.0, seed: int = 0, max_epochs: int = 100) -> Callable[[], dict]:
-    """A factory of ``{"TAP": trainer}`` for the runner; validates the settings at once."""
+                    damping: float = 0.0, seed: int = 0, max_epochs: int = 100,
+                    batches_per_step: int | None = None) -> Callable[[], dict]:
+    """A factory of ``{"TAP": trainer}`` for the runner; validates the settings at once.
+
+    Each step trains ``batches_per_step`` mini-batches (default: about STEPS_PER_EPOCH
+    steps per epoch) and then evaluates; a batch where no TAP chain converges is redone
+    with more damping (up to MAX_DAMPING) rather than stopping the run.
+    """
     images = load_images(data_key)
     X = images.X_train
+    if batches_per_step is None:
+        per_epoch = -(-len(X) // max(1, min(int(batch_size), len(X)))) if batch_size >= 1 else 1
+        batches_per_step = max(1, round(per_epoch / STEPS_PER_EPOCH))
 
     def build() -> dict:
         trainer = tap.TAPTrainer(X, n_hidden, prior_hid=prior_hid, learning_rate=learning_rate,
                                  weight_decay=weight_decay, momentum=momentum, batch_size=batch_size,
                                  n_chains=n_chains, damping=damping, seed=seed, step_unit="batch",
-                                 max_epochs=max_epochs)
+                                 max_epochs=max_epochs, batches_per_step=batches_per_step,
+                                 max_damping=max(MAX_DAMPING, damping))
         return {"TAP": GroundTruthTrainer(trainer, X) if trainer.exact else trainer}
 
     build()

@@ -57,8 +57,8 @@ class EmbeddingScatter:
         values = np.zeros(len(xy)) if values is None else np.asarray(values, dtype=float)
         finite = values[np.isfinite(values)]
         low, high = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
-        if high <= low:
-            high = low + 1e-9
+        if high - low < 1e-6 * max(1.0, abs(low)):  # one value: a readable unit range around it
+            low, high = low - 0.5, high + 0.5
         self.mapper.update(low=low, high=high)
         labels = [""] * len(xy) if labels is None else [str(s) for s in labels]
         self.source.data = {"x": xy[:, 0], "y": xy[:, 1], "value": values, "label": labels}

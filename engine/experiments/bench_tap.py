@@ -100,6 +100,7 @@ def run(hidden: tuple[int, ...] = (100, 500), K: int = 100, *, n_sweeps: int = 4
     """
     from contextlib import nullcontext
 
+    import scipy.linalg  # noqa: F401 -- load scipy's OpenBLAS (numba's np.dot calls it) before limiting
     from threadpoolctl import threadpool_limits
 
     from engine import tap

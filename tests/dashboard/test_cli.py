@@ -108,6 +108,16 @@ def test_bench_rbm_json_times_both_engines_in_one_run():
     assert np.isfinite(row["ais_log_z"]) and row["ais_spread"] >= 0
 
 
+def test_bench_tap_json_times_engine_and_numpy_in_one_run():
+    out = run("bench", "tap", "--json", "--hidden", "30", "--chains", "8", "--sweeps", "5", "--repeats", "1")
+    assert out.returncode == 0, out.stderr
+    (row,) = json.loads(out.stdout)["rows"]
+    assert (row["n_visible"], row["n_hidden"], row["K"], row["threads"]) == (784, 30, 8, 1)
+    assert row["ratio"] == pytest.approx(row["engine_sweeps_per_s"] / row["numpy_sweeps_per_s"])
+    assert row["max_abs_difference"] < 1e-9  # both implementations compute the same sweeps
+    assert 0 < row["fraction_of_matmul"] and row["converge_sweeps_median"] >= 1
+
+
 def test_bench_json_reports_a_ratio():
     out = run("bench", "fvbm", "--json", "--seconds", "0.5")
     result = json.loads(out.stdout)

@@ -589,6 +589,43 @@ def test_trainer_state_dict_round_trip_resumes_bit_exactly(digits_train):
         other.load_state_dict(straight.state_dict())
 
 
+def test_batches_per_step_trains_the_same_batches_with_fewer_evaluations(digits_train):
+    kwargs = dict(batch_size=20, n_chains=15, learning_rate=0.05, init_scale=0.05, max_epochs=1, seed=4)
+    V = digits_train[:140]  # 7 batches per epoch
+    one = T.TAPTrainer(V, 8, **kwargs)
+    by_one = one.run()
+    three = T.TAPTrainer(V, 8, batches_per_step=3, **kwargs)
+    by_three = three.run()
+    assert [r["iteration"] for r in by_three] == [3, 6, 7]  # the last step stops at the epoch limit
+    for r in by_three:
+        same = by_one[r["iteration"] - 1]
+        np.testing.assert_array_equal(r["W"], same["W"])
+        assert r["tap_log_likelihood"] == same["tap_log_likelihood"]
+    with pytest.raises(ValueError, match="batches_per_step"):
+        T.TAPTrainer(V, 8, batches_per_step=0)
+
+
+def test_a_stalled_batch_is_redone_with_more_damping_when_allowed(digits_train):
+    """Large weights make undamped TAP iterations oscillate (no chain converges in 200
+    sweeps); with max_damping the trainer raises the damping and goes on, and a resumed
+    trainer continues with the raised damping."""
+    kwargs = dict(batch_size=20, n_chains=20, learning_rate=1e-6, init_scale=2.0, max_iter=200, max_epochs=1, seed=0)
+    V = digits_train[:100]
+    plain = T.TAPTrainer(V, 10, **kwargs)
+    plain.step()
+    assert plain.status == "stalled" and "damping" in plain.message
+    rescued = T.TAPTrainer(V, 10, max_damping=0.95, **kwargs)
+    rec = rescued.step()
+    assert rescued.status == "running" and rec["n_solutions"] >= 1
+    assert 0 < rec["damping"] <= 0.95 and rescued.damping_changes[-1] == (0, rec["damping"])
+    assert [d for _, d in rescued.damping_changes] == sorted(d for _, d in rescued.damping_changes)
+    resumed = T.TAPTrainer(V, 10, max_damping=0.95, **kwargs)
+    resumed.load_state_dict(rescued.state_dict())
+    assert resumed.damping == rescued.damping
+    with pytest.raises(ValueError, match="max_damping"):
+        T.TAPTrainer(V, 10, max_damping=1.5)
+
+
 def test_tap_training_increases_the_tap_log_likelihood(digits_train):
     """Algorithm 2 on the 8x8 digits: after 6 epochs the per-unit TAP log-likelihood on the
     evaluation rows has risen well above its start (and the exact one with it: Nh = 16)."""
