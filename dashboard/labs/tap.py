@@ -47,7 +47,9 @@ evaluated at the fixed points of the TAP equations (Algorithm 1) reached from da
 training ascends the resulting **TAP log-likelihood** (eq. 39, Algorithm 2). Press
 **▶ Play** and watch, as in the paper's Figures 3–8: the number of distinct TAP
 solutions starts near 1 and grows, their free energies spread into bands, the solutions
-spread over the data in an Isomap embedding, and the receptive fields form.
+spread over the data in an Isomap embedding, and the receptive fields form. On MNIST (the
+paper's data) the solutions multiply after a few minutes; the small **8×8 digits** add a
+ground-truth panel with the exact log-likelihood beside the TAP and AIS estimates.
 """
 
 
@@ -161,7 +163,7 @@ class TAPLab:
                                           name="isomap")
         self.data_embedding = EmbeddingScatter("Data by digit, and TAP solutions (Fig. 7)",
                                                color_label="digit", overlay_label="TAP solutions", name="isomap-data")
-        self.fields = ImageGrid("Receptive fields, the columns of W (Fig. 4)", name="fields", height=380)
+        self.fields = ImageGrid("Receptive fields, the columns of W (Fig. 4)", name="fields", height=620, width=700)
         self.truth = LiveCurve("Ground truth (Nh ≤ 20): exact vs estimates", "epoch",
                                "mean log-likelihood per digit", name="truth", height=330, legend_cols=2)
         for key, label, color, dash in (("exact", "exact", "#000000", "solid"), ("tap", "TAP (eq. 39)", "#1f77b4", "solid"),
@@ -373,8 +375,8 @@ class TAPLab:
         snap = snaps[index]
         self.embedding.update(fitted.coords[index], snap.free_energies,
                               labels=[f"solution {i}" for i in range(len(snap.free_energies))])
-        self.embedding.figure.title.text = (f"Isomap of the solutions at epoch {snap.epoch:.2f} "
-                                            f"(map of epoch {snaps[fitted.fit_epoch].epoch:.2f}, Fig. 6)")
+        self.embedding.figure.title.text = (f"Solutions at epoch {snap.epoch:.2f}, Isomap fitted at "
+                                            f"{snaps[fitted.fit_epoch].epoch:.2f} (Fig. 6)")
         images = load_images(self.data.value)
         y = images.y_train[:1000]
         if self._data_map is None:  # fitted once per data set (the costly part)
@@ -465,7 +467,7 @@ class TAPLab:
             damping = self._last.get("damping")
             raised = (f"; damping raised to {damping:.2f} so the TAP iterations converge"
                       if damping is not None and damping > self.damping.value + 1e-9 else "")
-            self.solutions_status.set(level, f"{n} unique TAP solutions from {self.K.value} starts ({frac:.0%})"
+            self.solutions_status.set(level, f"{n} unique TAP solution{'s' if n != 1 else ''} from {self.K.value} starts ({frac:.0%})"
                                       + (": many distinct solutions, a spin-glass warning sign" if frac > 0.5 else "")
                                       + raised)
         else:

@@ -60,7 +60,7 @@ def test_tap_lab_trains_and_shows_solutions(page: Page, app_url, shot):
     assert epoch_text and float(epoch_text.split()[1]) > 0
 
     # the 8x8 digits: a 16-unit model, small enough for the ground-truth panel
-    page.get_by_text("8×8 digits", exact=True).click()
+    page.get_by_role("button", name="8×8 digits", exact=True).click()
     wait_until(lambda: points(page, "tap-ll:ll")["x"] == [], timeout=30)
     page.get_by_role("button", name="▶ Play").click()
     wait_until(lambda: len(points(page, "truth:exact")["x"]) >= 5, timeout=90)
