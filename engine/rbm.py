@@ -418,6 +418,9 @@ class RBMTrainer:
     method, k : "pcd" (``batch_size`` persistent chains) or "cd", with k Gibbs steps
     evaluate : "auto" (exact log-likelihood when the smaller layer has <= 20 units, else
         none), "exact", "ais" or "none".
+    init_params : optional (W, b_vis, b_hid) to start from instead of the initialisation
+        above (e.g. a model grown by Frank-Wolfe, Ping et al. 2016 §4); the persistent chains
+        still start from the base-rate model.
     """
 
     def __init__(
@@ -439,6 +442,7 @@ class RBMTrainer:
         pl_units: int = 64,
         ais_runs: int = 20,
         eval_overhead: float = 0.2,
+        init_params: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
     ) -> None:
         owner = "RBMTrainer"
         self.V = check_binary(V, "V", owner)
@@ -473,10 +477,20 @@ class RBMTrainer:
         W = rng.normal(0.0, 0.01, (self.n_visible, self.n_hidden))
         p = 1.0 / (1.0 + np.exp(-self.base_vis))
         chains = (rng.random((self.batch_size, self.n_visible)) < p).astype(np.float64)
+        b_vis, b_hid = self.base_vis.copy(), np.zeros(self.n_hidden)
+        if init_params is not None:  # start from a given RBM (e.g. one grown by Frank-Wolfe)
+            if not isinstance(init_params, (tuple, list)) or len(init_params) != 3:
+                raise ValueError(f"The 'init_params' parameter of {owner} must be a tuple (W, b_vis, b_hid) or None. "
+                                 f"Got {type(init_params).__name__}.")
+            W, b_vis, b_hid = _check_params(*init_params, owner=owner)
+            if W.shape != (self.n_visible, self.n_hidden):
+                raise ValueError(f"The 'init_params' W of {owner} must have shape {(self.n_visible, self.n_hidden)} "
+                                 f"(n_visible, n_hidden). Got {W.shape}.")
+            W, b_vis, b_hid = W.copy(), b_vis.copy(), b_hid.copy()
         self._set_state(
-            W=W, b_vis=self.base_vis.copy(), b_hid=np.zeros(self.n_hidden), vW=np.zeros_like(W),
+            W=W, b_vis=b_vis, b_hid=b_hid, vW=np.zeros_like(W),
             v_vis=np.zeros(self.n_visible), v_hid=np.zeros(self.n_hidden), chains=chains,
-            chain_hid=kernels.hidden_probabilities(chains, W, np.zeros(self.n_hidden)),
+            chain_hid=kernels.hidden_probabilities(chains, W, b_hid),
             iteration=0, elapsed=0.0, work_pl=math.inf, work_ll=math.inf, status="running", message="",
         )
 

@@ -432,3 +432,21 @@ def test_base_rate_biases_are_finite_log_odds():
     b = R.base_rate_biases(V)
     assert np.all(np.isfinite(b))
     np.testing.assert_allclose(b, np.log(np.array([1, 5, 3]) / np.array([5, 1, 3])))
+
+
+def test_trainer_starts_from_given_parameters(digits):
+    """init_params: the first record's exact log-likelihood before any update is the given
+    model's (a CD run initialised from a Frank-Wolfe model, Ping et al. 2016 §4)."""
+    V = digits[0][:300]
+    model = R.RBM.random(V.shape[1], 7, seed=3, scale=0.3)
+    trainer = R.RBMTrainer(V, 7, init_params=(model.W, model.b_vis, model.b_hid), evaluate="exact", seed=1)
+    np.testing.assert_array_equal(trainer.rbm.W, model.W)
+    np.testing.assert_array_equal(trainer.rbm.b_vis, model.b_vis)
+    np.testing.assert_array_equal(trainer.rbm.b_hid, model.b_hid)
+    assert trainer.rbm.W is not model.W  # a copy: training does not change the caller's arrays
+    trainer.step()
+    assert not np.array_equal(trainer.rbm.W, model.W)
+    with pytest.raises(ValueError, match="init_params"):
+        R.RBMTrainer(V, 8, init_params=(model.W, model.b_vis, model.b_hid))
+    with pytest.raises(ValueError, match="init_params"):
+        R.RBMTrainer(V, 7, init_params=model.W)
