@@ -23,3 +23,6 @@ def warm_up() -> None:
     from engine.tap import warm_up_tap
 
     warm_up_tap()
+    from engine.frankwolfe import warm_up_frankwolfe
+
+    warm_up_frankwolfe()

@@ -1,0 +1,97 @@
+"""`bench frankwolfe`: seconds per Frank-Wolfe insertion against seconds per CD epoch at the
+same hidden-layer size, on the bundled binarised MNIST (Nv = 784), measured in one run.
+
+Ping, Liu & Ihler (2016, §4) report that "the running time of the FW procedure is at most
+twice as CD for the same number of hidden units" (CD-10, 200 epochs on MNIST).  Per hidden
+size n this bench
+
+* trains CD-k (:class:`engine.rbm.RBMTrainer`, ``method="cd"``, mini-batches of
+  ``batch_size``) for one untimed epoch (compiles or loads the kernels), then times
+  ``repeats`` epochs (the trainer's own ``wall_time`` of its numba call, evaluations off)
+  and keeps the best;
+* continues Frank-Wolfe from that CD model (``init_rbm``, §3.2), takes one untimed
+  insertion (burn-in of the persistent chains), then times ``insertions`` insertions into
+  an RBM with n, n + 1, ... units (samples, eq. 9 by L-BFGS, eq. 10 bias steps; evaluations
+  off) and reports their mean.
+
+The ratio per row is seconds per insertion / seconds per CD epoch.  The paper's claim is
+about whole runs, so the result also estimates the time to grow an RBM to n units by FW,
+sum_{k < n} s(k) with s(k) = a + b k fitted to the measured insertion times (s(k) = s(n)
+when only one size is measured, an upper bound), against ``cd_epochs`` CD epochs at n.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+
+def run(hidden: tuple[int, ...] = (100, 300, 500), *, insertions: int = 3, repeats: int = 2, cd_k: int = 10,
+        batch_size: int = 100, learning_rate: float = 0.05, samples: int = 500, bias_steps: int = 10,
+        gibbs_steps: int = 1, reg: float = 0.3, cd_epochs: int = 200, burn_in: int = 10, seed: int = 0) -> dict:
+    """JSON-ready timings; see the module docstring.  Default run: about a minute on 2 cores."""
+    from engine.frankwolfe import FrankWolfeTrainer
+    from engine.images import mnist
+    from engine.rbm import RBMTrainer
+
+    hidden = tuple(int(h) for h in hidden)
+    if not hidden or min(hidden) < 1:
+        raise ValueError(f"The 'hidden' parameter of bench frankwolfe must be a non-empty tuple of ints >= 1. Got {hidden!r}.")
+    for name, value in (("insertions", insertions), ("repeats", repeats), ("cd_k", cd_k)):
+        if int(value) < 1:
+            raise ValueError(f"The '{name}' parameter of bench frankwolfe must be an int >= 1. Got {value!r}.")
+    V = np.asarray(mnist().X_train, dtype=np.float64)
+    rows = []
+    t_start = time.perf_counter()
+    for n_hidden in hidden:
+        cd = RBMTrainer(V, n_hidden, method="cd", k=cd_k, batch_size=batch_size, learning_rate=learning_rate,
+                        step_unit="epoch", evaluate="none", max_epochs=10**6, seed=seed)
+        cd.step()  # compile / load from cache, and a model worth continuing from
+        cd_s = min(cd.step()["wall_time"] for _ in range(repeats))
+        W, b_vis, b_hid = cd.rbm.W, cd.rbm.b_vis, cd.rbm.b_hid
+        fw = FrankWolfeTrainer(V, max_hidden=n_hidden + insertions + 1, samples=samples, reg=reg,
+                               bias_steps=bias_steps, gibbs_steps=gibbs_steps, evaluate="none", seed=seed,
+                               init_rbm=(W, b_vis, b_hid), burn_in=burn_in)
+        fw.step()  # burn-in and compile
+        records = [fw.step() for _ in range(insertions)]
+        fw_s = float(np.mean([r["wall_time"] for r in records]))
+        rows.append({
+            "n_hidden": n_hidden, "n_visible": int(V.shape[1]), "n_train": int(V.shape[0]),
+            "cd_k": cd_k, "batch_size": batch_size, "cd_seconds_per_epoch": cd_s,
+            "fw_seconds_per_insertion": fw_s, "ratio_insertion_to_epoch": fw_s / cd_s,
+            "fw_inner_iterations": float(np.mean([r["inner_iterations"] for r in records])),
+            "samples": samples, "bias_steps": bias_steps, "gibbs_steps": gibbs_steps,
+        })
+    sizes = np.array([r["n_hidden"] for r in rows], dtype=float)
+    times = np.array([r["fw_seconds_per_insertion"] for r in rows])
+    if len(set(sizes.tolist())) >= 2:
+        b, a = np.polyfit(sizes, times, 1)
+        a, b = max(float(a), 0.0), max(float(b), 0.0)
+        fit = "s(k) = a + b k fitted to the measured sizes"
+    else:
+        a, b = float(times[0]), 0.0
+        fit = "s(k) = s(n) (one size measured: an upper bound when s grows with k)"
+    for r in rows:
+        n = r["n_hidden"]
+        total_fw = n * a + b * n * (n - 1) / 2.0
+        r["fw_seconds_to_grow_estimate"] = total_fw
+        r["cd_seconds_for_epochs"] = cd_epochs * r["cd_seconds_per_epoch"]
+        r["ratio_fw_run_to_cd_run"] = total_fw / r["cd_seconds_for_epochs"]
+    return {
+        "rows": rows, "cd_epochs": cd_epochs, "fit": fit, "fit_a_seconds": a, "fit_b_seconds_per_unit": b,
+        "total_seconds": time.perf_counter() - t_start,
+        "note": ("per insertion: samples + L-BFGS on eq. 9 + bias steps, evaluations off; CD epoch: the trainer's "
+                 "numba call; both on the bundled MNIST training split, same process"),
+    }
+
+
+def format_table(result: dict) -> str:
+    """A plain-text table of :func:`run`'s rows."""
+    lines = [f"{'hidden':>6} {'CD epoch s':>11} {'FW insert s':>12} {'ratio':>7} {'FW grow s':>10} {'CD run s':>9} {'ratio':>7}"]
+    for r in result["rows"]:
+        lines.append(f"{r['n_hidden']:>6} {r['cd_seconds_per_epoch']:>11.3f} {r['fw_seconds_per_insertion']:>12.3f} "
+                     f"{r['ratio_insertion_to_epoch']:>7.3f} {r['fw_seconds_to_grow_estimate']:>10.1f} "
+                     f"{r['cd_seconds_for_epochs']:>9.1f} {r['ratio_fw_run_to_cd_run']:>7.3f}")
+    lines.append(f"(CD run = {result['cd_epochs']} epochs of CD-{result['rows'][0]['cd_k']}; {result['fit']})")
+    return "\n".join(lines)

@@ -1,0 +1,332 @@
+"""Numba kernels for the Frank-Wolfe infinite RBM (Ping, Liu & Ihler 2016).
+
+Conventions (those of :mod:`engine.kernels.rbm`, whose generator, softplus, sigmoid and
+block Gibbs sampler are reused here):
+
+* a model has ``n`` hidden units with weights ``W`` (Nv, n), hidden biases ``b_hid`` (n,)
+  (the weight of the paper's dummy always-on visible unit), visible biases ``b_vis`` (Nv,)
+  and per-unit coefficients ``coef`` (n,): the *fractional RBM* of eq. 11,
+
+      log p(v) = b_vis^T v + sum_i coef_i softplus(w_i^T v + b_hid_i) - log Z,
+
+  which is the standard RBM of eq. 3 when every coef_i = 1 (Proposition 3.1: alpha q(w)
+  = sum_i coef_i delta(w = w_i), here coef_i = alpha / n).
+* binary data are passed as compressed sparse rows of their ones (``indptr``, ``indices``)
+  where a kernel only needs fields w^T v of one unit: on MNIST about 19 % of pixels are on,
+  so a fused gather/scatter pass over the ones costs a fifth of a dense mat-vec.
+* random numbers come from the splitmix64 stream of :mod:`engine.kernels.rbm`, consumed in
+  the order each docstring states (the tests' NumPy references consume it the same way).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from engine.kernels.rbm import _uniform, gibbs_chains, new_state, sigmoid, softplus
+
+
+@njit(cache=True, nogil=True)
+def to_csr(V):
+    """(indptr, indices) of the ones of a 0/1 float matrix V (n, d), row by row (int64)."""
+    n, d = V.shape
+    indptr = np.zeros(n + 1, np.int64)
+    count = 0
+    for r in range(n):
+        for i in range(d):
+            if V[r, i] != 0.0:
+                count += 1
+        indptr[r + 1] = count
+    indices = np.empty(count, np.int64)
+    k = 0
+    for r in range(n):
+        for i in range(d):
+            if V[r, i] != 0.0:
+                indices[k] = i
+                k += 1
+    return indptr, indices
+
+
+@njit(cache=True, nogil=True)
+def inner_objective(indptr, indices, weights, theta, lam, n_vis, use_bias):
+    """Eq. 9 and its gradient at theta = (w, c), fused in one pass over the rows' ones.
+
+        f(w, c) = lam/2 (||w||^2 + c^2) + sum_k a_k softplus(w^T v_k + c)
+        grad_w  = lam w + sum_k a_k sigmoid(w^T v_k + c) v_k,   grad_c = lam c + sum_k a_k sigmoid(...)
+
+    The rows v_k stack the model samples (weights a_k = +1/S, or +p(v) for exact
+    expectations) over the training data (a_k = -1/N), so f is eq. 9 with a hidden bias c
+    for the paper's dummy always-on visible unit (regularised like every weight).
+    ``theta`` has n_vis + 1 entries; with ``use_bias`` False c is held at 0 (its gradient
+    entry is 0).  Returns (f, grad).
+    """
+    c = theta[n_vis] if use_bias else 0.0
+    grad = np.zeros(n_vis + 1)
+    f = 0.0
+    for i in range(n_vis):
+        f += theta[i] * theta[i]
+    f += c * c
+    f *= 0.5 * lam
+    for r in range(indptr.shape[0] - 1):
+        a = weights[r]
+        x = c
+        for k in range(indptr[r], indptr[r + 1]):
+            x += theta[indices[k]]
+        f += a * softplus(x)
+        s = a * sigmoid(x)
+        grad[n_vis] += s
+        for k in range(indptr[r], indptr[r + 1]):
+            grad[indices[k]] += s
+    for i in range(n_vis):
+        grad[i] += lam * theta[i]
+    if use_bias:
+        grad[n_vis] += lam * c
+    else:
+        grad[n_vis] = 0.0
+    return f, grad
+
+
+@njit(cache=True, nogil=True)
+def unit_softplus(indptr, indices, w, c):
+    """softplus(w^T v_r + c) for every row r of a CSR 0/1 matrix, (n,)."""
+    n = indptr.shape[0] - 1
+    out = np.empty(n)
+    for r in range(n):
+        x = c
+        for k in range(indptr[r], indptr[r + 1]):
+            x += w[indices[k]]
+        out[r] = softplus(x)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def fractional_free_energy(V, W, b_vis, b_hid, coef):
+    """F(v) = -b_vis^T v - sum_i coef_i softplus(w_i^T v + b_hid_i) (eq. 11), every row of V, (n,)."""
+    X = np.dot(V, W)
+    n, m = X.shape
+    out = np.empty(n)
+    for r in range(n):
+        s = 0.0
+        for i in range(V.shape[1]):
+            s += b_vis[i] * V[r, i]
+        for j in range(m):
+            s += coef[j] * softplus(X[r, j] + b_hid[j])
+        out[r] = -s
+    return out
+
+
+@njit(cache=True, nogil=True)
+def fractional_log_partition(W, b_vis, b_hid, coef):
+    """log Z of eq. 11: log sum_v exp(b_vis^T v + sum_i coef_i softplus(w_i^T v + b_hid_i)).
+
+    The 2^Nv visible states are visited in Gray-code order (one flip of v_k moves the fields
+    by +-W[k]: O(2^Nv n)), the fields recomputed from scratch every 4096 flips, with a
+    streaming log-sum-exp (as :func:`engine.kernels.rbm.log_partition_sum_over`, which is
+    the case coef = 1 summed over either layer).
+    """
+    m, n = W.shape
+    x = np.zeros(m)
+    f = b_hid.copy()
+    lin = 0.0
+    value = 0.0
+    for j in range(n):
+        value += coef[j] * softplus(f[j])
+    shift = value
+    acc = 1.0
+    for step in range(1, 2**m):
+        k = 0
+        while not (step >> k) & 1:
+            k += 1
+        s = 1.0 - 2.0 * x[k]
+        x[k] += s
+        lin += s * b_vis[k]
+        if step % 4096 == 0:
+            for j in range(n):
+                f[j] = b_hid[j]
+            for l in range(m):
+                if x[l] != 0.0:
+                    for j in range(n):
+                        f[j] += W[l, j]
+            value = lin
+            for j in range(n):
+                value += coef[j] * softplus(f[j])
+        else:
+            value = lin
+            for j in range(n):
+                f[j] += s * W[k, j]
+                value += coef[j] * softplus(f[j])
+        if value > shift:
+            acc = acc * math.exp(shift - value) + 1.0
+            shift = value
+        else:
+            acc += math.exp(value - shift)
+    return shift + math.log(acc)
+
+
+@njit(cache=True, nogil=True)
+def _mh_sweeps(V, X, W, b_hid, coef, lin_vis, k, state):
+    """k Metropolis-Hastings steps of §3.3 on every chain; V (S, Nv), X = V W + b_hid updated in place.
+
+    Target (per chain): log p*(v) = lin_vis^T v + sum_i coef_i softplus(x_i), x = W^T v + b_hid.
+    Proposal: one block Gibbs step v -> h -> v' of the standard RBM of eq. 12, whose
+    softplus terms are softplus(coef_i x_i), i.e. weights coef_i w_i, hidden biases
+    coef_i b_hid_i and visible biases lin_vis.  That step is reversible for eq. 12, so
+    A(v -> v') = [p(v') p~(v)] / [p(v) p~(v')] (§3.3), in logs
+    sum_i [coef_i softplus(x'_i) - softplus(coef_i x'_i)] - [the same at x].
+    Per step the stream gives: the (S, n) hidden uniforms row by row, then the (S, Nv)
+    visible uniforms row by row, then S acceptance uniforms.  Returns the accepted count.
+    """
+    S, n_vis = V.shape
+    n = W.shape[1]
+    WsT = np.empty((n, n_vis))  # (coef_i w_i) as rows: the proposal RBM's W^T
+    for j in range(n):
+        for i in range(n_vis):
+            WsT[j, i] = coef[j] * W[i, j]
+    H = np.empty((S, n))
+    Vp = np.empty((S, n_vis))
+    accepted = 0
+    for _ in range(k):
+        for r in range(S):
+            for j in range(n):
+                H[r, j] = 1.0 if _uniform(state) < sigmoid(coef[j] * X[r, j]) else 0.0
+        Y = np.dot(H, WsT)
+        for r in range(S):
+            for i in range(n_vis):
+                Vp[r, i] = 1.0 if _uniform(state) < sigmoid(Y[r, i] + lin_vis[i]) else 0.0
+        Xp = np.dot(Vp, W)
+        for r in range(S):
+            log_a = 0.0
+            for j in range(n):
+                xp = Xp[r, j] + b_hid[j]
+                x = X[r, j]
+                log_a += coef[j] * softplus(xp) - softplus(coef[j] * xp) - coef[j] * softplus(x) + softplus(coef[j] * x)
+            u = _uniform(state)
+            if u < math.exp(min(log_a, 0.0)):
+                accepted += 1
+                for i in range(n_vis):
+                    V[r, i] = Vp[r, i]
+                for j in range(n):
+                    X[r, j] = Xp[r, j] + b_hid[j]
+    return accepted
+
+
+@njit(cache=True, nogil=True)
+def _fields(V, W, b_hid):
+    X = np.dot(V, W)
+    for r in range(X.shape[0]):
+        for j in range(X.shape[1]):
+            X[r, j] += b_hid[j]
+    return X
+
+
+@njit(cache=True, nogil=True)
+def mh_chains(V, W, b_vis, b_hid, coef, k, seed):
+    """k Metropolis-Hastings steps (§3.3) for the fractional RBM of eq. 11 on every row of V.
+
+    V is updated in place; see :func:`_mh_sweeps` for the proposal, the acceptance ratio
+    and the order of the random stream (seeded with ``seed``).  Returns the number of
+    accepted proposals (out of k S).
+    """
+    state = new_state(seed)
+    X = _fields(V, W, b_hid)
+    return _mh_sweeps(V, X, W, b_hid, coef, b_vis, k, state)
+
+
+@njit(cache=True, nogil=True)
+def sample_model(V, W, b_vis, b_hid, coef, standard, k, seed):
+    """k sampler steps on the chains V (in place): block Gibbs (``standard``: every coef = 1,
+    :func:`engine.kernels.rbm.gibbs_chains`) or Metropolis-Hastings (:func:`mh_chains`).
+    Returns the accepted count (k S for Gibbs)."""
+    if standard:
+        gibbs_chains(V, W, np.ascontiguousarray(W.T), b_vis, b_hid, k, seed)
+        return k * V.shape[0]
+    return mh_chains(V, W, b_vis, b_hid, coef, k, seed)
+
+
+@njit(cache=True, nogil=True)
+def bias_alpha_updates(V, W, b_vis, b_hid, alpha, data_mean, alpha_data, eta, alpha_lr, alpha_min, k,
+                       standard, fit_alpha, seeds):
+    """Algorithm 1's inner "repeat" loop: per seed, k sampler steps on the chains, then eq. 10.
+
+        b_vis <- b_vis + eta (data_mean - mean over chains of v)                   (eq. 10)
+
+    and, with ``fit_alpha``, on the same samples a gradient step on alpha (appendix):
+
+        alpha <- max(alpha_min, alpha + alpha_lr (alpha_data - (1/n) sum_i mean_s softplus(x_si)))
+
+    where alpha_data = (1/n) sum_i [mean_data softplus(x_ni) - lam/2 ||(w_i, c_i)||^2] (the
+    data and penalty part of the gradient of the objective; see engine.frankwolfe).  The
+    coefficients are alpha / n (every unit alike).  Chains V (S, Nv) and b_vis are updated
+    in place; sampling is :func:`sample_model` with the seed of each step.  Returns
+    (alpha, accepted, proposed).
+    """
+    S = V.shape[0]
+    n = W.shape[1]
+    n_vis = W.shape[0]
+    coef = np.empty(n)
+    accepted = 0
+    proposed = 0
+    for t in range(seeds.shape[0]):
+        for j in range(n):
+            coef[j] = alpha / n
+        accepted += sample_model(V, W, b_vis, b_hid, coef, standard, k, seeds[t])
+        proposed += k * S
+        for i in range(n_vis):
+            s = 0.0
+            for r in range(S):
+                s += V[r, i]
+            b_vis[i] += eta * (data_mean[i] - s / S)
+        if fit_alpha:
+            X = np.dot(V, W)
+            s = 0.0
+            for r in range(S):
+                for j in range(n):
+                    s += softplus(X[r, j] + b_hid[j])
+            alpha = max(alpha_min, alpha + alpha_lr * (alpha_data - s / (S * n)))
+    return alpha, accepted, proposed
+
+
+@njit(cache=True, nogil=True)
+def fractional_ais_log_weights(W, b_vis, b_hid, coef, base_vis, betas, n_runs, seed):
+    """Log AIS weights for the fractional RBM of eq. 11 along the geometric path, (n_runs,).
+
+        log p*_beta(v) = (1 - beta) base_vis^T v + beta [b_vis^T v + sum_i coef_i softplus(x_i)],
+
+    from independent visibles with biases base_vis (beta = 0, log Z_0 = sum_i
+    softplus(base_vis_i)) to eq. 11 (beta = 1).  p_beta is itself a fractional RBM with
+    coefficients beta coef_i and visible biases (1 - beta) base_vis + beta b_vis, so each
+    transition is one Metropolis-Hastings step of §3.3 (:func:`_mh_sweeps`), which leaves
+    p_beta invariant.  Runs start from exact base samples (the stream's first n_runs Nv
+    uniforms, row by row); at each beta_k the weights gain (beta_k - beta_{k-1})
+    [(b_vis - base_vis)^T v + sum_i coef_i softplus(x_i)], then the chains move.
+    """
+    state = new_state(seed)
+    n_vis, n = W.shape
+    V = np.empty((n_runs, n_vis))
+    for r in range(n_runs):
+        for i in range(n_vis):
+            V[r, i] = 1.0 if _uniform(state) < sigmoid(base_vis[i]) else 0.0
+    X = _fields(V, W, b_hid)
+    logw = np.zeros(n_runs)
+    lin = np.empty(n_vis)
+    cb = np.empty(n)
+    for kk in range(1, betas.shape[0]):
+        d_beta = betas[kk] - betas[kk - 1]
+        beta = betas[kk]
+        for r in range(n_runs):
+            s = 0.0
+            for i in range(n_vis):
+                s += (b_vis[i] - base_vis[i]) * V[r, i]
+            for j in range(n):
+                s += coef[j] * softplus(X[r, j])
+            logw[r] += d_beta * s
+        if kk == betas.shape[0] - 1:
+            break
+        for i in range(n_vis):
+            lin[i] = (1.0 - beta) * base_vis[i] + beta * b_vis[i]
+        for j in range(n):
+            cb[j] = beta * coef[j]
+        _mh_sweeps(V, X, W, b_hid, cb, lin, 1, state)
+    return logw
