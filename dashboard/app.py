@@ -16,9 +16,6 @@ COMING_SOON = {
     "Bound": ("Quadratic bound (Jebara & Choromanska, 2012)",
               "Watch the quadratic bound hug the true log-partition function, and bound "
               "majorization race L-BFGS, conjugate gradient, steepest descent and Newton."),
-    "Frank-Wolfe": ("Frank-Wolfe for infinite RBMs (Ping, Liu & Ihler, 2016)",
-                    "See hidden units inserted one per iteration, the test log-likelihood "
-                    "against the number of hidden units, and receptive fields as they appear."),
 }
 
 ABOUT = """
@@ -33,7 +30,11 @@ step and reset, with the quantities the paper argues about drawn as they change.
 * **TAP**: TAP machines of Tramel, Gabrié, Manoel, Caltagirone & Krzakala (2018): an RBM
   trained through its TAP free energy, with its TAP solutions counted, histogrammed and
   embedded (Isomap) as it learns, receptive fields, and denoising.
-* **Bound**, **Frank-Wolfe**: coming soon.
+* **Frank-Wolfe**: the infinite RBM of Ping, Liu & Ihler (2016), grown by Frank-Wolfe one
+  hidden unit per iteration, with train / validation / test log-likelihoods (exact or AIS),
+  the §4 stopping rule, receptive fields as they appear, and CD started from the grown model
+  beside CD from a random start.
+* **Bound**: coming soon.
 
 **How it works.** A numba engine does the numerics in a worker thread, one natural unit
 of work (e.g. one sweep over all parameters) per step. About ten times a second the page
@@ -66,12 +67,14 @@ def coming_soon(name: str) -> pn.viewable.Viewable:
 
 def create_app() -> pn.template.FastListTemplate:
     """Build the app for one browser session."""
+    from dashboard.labs.frankwolfe import FrankWolfeLab
     from dashboard.labs.fvbm import FVBMLab
     from dashboard.labs.tap import TAPLab
 
     lab = FVBMLab()
     tap_lab = TAPLab()
-    tabs = pn.Tabs(lab.panel(), tap_lab.panel(), *(coming_soon(n) for n in COMING_SOON),
+    fw_lab = FrankWolfeLab()
+    tabs = pn.Tabs(lab.panel(), tap_lab.panel(), fw_lab.panel(), *(coming_soon(n) for n in COMING_SOON),
                    pn.Column(pn.pane.Markdown(ABOUT, max_width=820), name="About"),
                    sizing_mode="stretch_width", dynamic=False)
     template = pn.template.FastListTemplate(
@@ -81,9 +84,10 @@ def create_app() -> pn.template.FastListTemplate:
     if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
         lab.start()
         tap_lab.start()
+        fw_lab.start()
         pn.state.location.sync(tabs, {"active": "page"}) if pn.state.location else None
     template.lab = lab  # for tests and debugging
-    template.labs = {"FVBM": lab, "TAP": tap_lab}
+    template.labs = {"FVBM": lab, "TAP": tap_lab, "Frank-Wolfe": fw_lab}
     return template
 
 

@@ -124,8 +124,9 @@ def test_race_with_diverging_gradient_ascent(page: Page, app_url, shot):
 
 def test_pages(page: Page, app_url, shot):
     open_lab(page, app_url)
-    for tab, text in [("Bound", "coming soon"), ("TAP", "coming soon"),
-                      ("Frank-Wolfe", "coming soon"), ("About", "About Boltzmann Lab")]:
+    for tab, text in [("Bound", "coming soon"), ("TAP", "TAP machines: an RBM trained"),
+                      ("Frank-Wolfe", "an RBM that grows one hidden unit at a time"),
+                      ("About", "About Boltzmann Lab")]:
         tab_header(page, tab).click()
         expect(page.get_by_text(text).first).to_be_visible()
         shot(f"page-{tab.lower()}")

@@ -1,0 +1,39 @@
+"""The Frank-Wolfe lab in a real headless Chromium: open it, grow a few units on the 8x8
+digits, see the receptive-field grid grow and the log-likelihood curves fill, then fork CD."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.browser.test_browser_fvbm import points, tab_header, wait_until
+from tests.browser.test_browser_tap import JS_IMAGE, JS_TEXT
+
+pytestmark = pytest.mark.browser
+
+
+def test_frankwolfe_lab_grows_units_and_forks_cd(page: Page, app_url, shot):
+    page.goto(app_url)
+    tab_header(page, "Frank-Wolfe").click()
+    play = page.get_by_role("button", name="▶ Play")
+    expect(play).to_have_count(1, timeout=60_000)  # only the visible lab's buttons count
+    page.get_by_role("button", name="8×8 digits", exact=True).click()
+    wait_until(lambda: page.evaluate(JS_TEXT, "Hidden units: ") == "Hidden units: 0", timeout=30)
+    shot("fw-before-play")
+    page.get_by_role("button", name="▶ Play").click()
+    wait_until(lambda: len(points(page, "fw-ll:units")["x"]) >= 8, timeout=90)
+    wait_until(lambda: len(points(page, "fw-ll:test")["x"]) >= 8)
+    wait_until(lambda: len(points(page, "fw-inner:inner")["x"]) >= 8)
+    # the grid grows: at least 8 tiles of 8x8 pixels
+    wait_until(lambda: (page.evaluate(JS_IMAGE, "fw-fields") or 0) >= 8 * 64, timeout=60)
+    units = points(page, "fw-ll:units")["y"]
+    assert units == sorted(units) and units[-1] >= 8  # one unit per iteration, no away steps
+    shot("fw-growing")
+    page.get_by_role("button", name="❚❚ Pause").click()
+    expect(page.get_by_role("button", name="▶ Play")).to_be_enabled(timeout=30_000)
+    fork = page.get_by_role("button", name="Train CD from here")
+    expect(fork).to_be_enabled(timeout=10_000)
+    fork.click()
+    wait_until(lambda: len(points(page, "fw-cd:fw")["x"]) >= 2, timeout=120)
+    wait_until(lambda: len(points(page, "fw-cd:random")["x"]) >= 2, timeout=60)
+    shot("fw-cd")
