@@ -253,6 +253,27 @@ def cmd_bench_tap(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_frankwolfe(args: argparse.Namespace) -> int:
+    from engine.experiments import bench_frankwolfe
+
+    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731 -- progress always on stderr
+    log(f"timing CD-{args.cd_k} epochs and Frank-Wolfe insertions at Nh = {', '.join(map(str, args.hidden))} "
+        "on the bundled MNIST (Nv = 784) ...")
+    result = bench_frankwolfe.run(hidden=tuple(args.hidden), insertions=args.insertions, repeats=args.repeats,
+                                  cd_k=args.cd_k, samples=args.samples, reg=args.reg, cd_epochs=args.cd_epochs)
+    if args.json:
+        print(json.dumps(_json_safe(result)))
+        return 0
+    print(f"Seconds per Frank-Wolfe insertion (S = {args.samples} samples, eq. 9 by L-BFGS, bias steps) against "
+          f"seconds per CD-{args.cd_k} epoch (batch {result['rows'][0]['batch_size']}) at the same size, "
+          f"binarised MNIST, same run ({result['total_seconds']:.0f} s):")
+    print(bench_frankwolfe.format_table(result))
+    worst = max(r["ratio_fw_run_to_cd_run"] for r in result["rows"])
+    print(f"The paper (§4): FW costs at most about 2x CD for the same number of hidden units. "
+          f"Here growing to n units costs at most {worst:.2f}x {result['cd_epochs']} CD epochs at n.")
+    return 0
+
+
 # ------------------------------------------------------------------------- parser
 
 
@@ -378,6 +399,22 @@ def build_parser() -> argparse.ArgumentParser:
                            help="BLAS threads for both sides (default 1; 0 keeps the libraries' defaults)")
     bench_tap.add_argument("--json", action="store_true", help="print the results as one JSON object")
     bench_tap.set_defaults(func=cmd_bench_tap)
+    bench_fw = bench_sub.add_parser(
+        "frankwolfe", help="seconds per Frank-Wolfe insertion vs seconds per CD-10 epoch at Nv = 784, same run",
+        description="On the bundled binarised MNIST (Nv = 784), time CD-k epochs and Frank-Wolfe insertions "
+                    "(Ping, Liu & Ihler 2016) into an RBM of the same size, in the same run; print their ratio "
+                    "and the estimated cost of growing an RBM to n units against CD-EPOCHS CD epochs at n.")
+    bench_fw.add_argument("--hidden", type=_positive_int, nargs="+", default=[100, 300, 500],
+                          help="hidden-layer sizes (default 100 300 500)")
+    bench_fw.add_argument("--insertions", type=_positive_int, default=3, help="timed insertions per size (default 3)")
+    bench_fw.add_argument("--repeats", type=_positive_int, default=2, help="best of this many CD epochs (default 2)")
+    bench_fw.add_argument("--cd-k", type=_positive_int, default=10, help="Gibbs steps of CD (default 10, the paper's)")
+    bench_fw.add_argument("--samples", type=_positive_int, default=500, help="S, model samples per insertion (default 500)")
+    bench_fw.add_argument("--reg", type=_positive_float, default=0.3, help="lambda (default 0.3)")
+    bench_fw.add_argument("--cd-epochs", type=_positive_int, default=200,
+                          help="length of the CD run the FW growth is compared with (default 200, the paper's)")
+    bench_fw.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    bench_fw.set_defaults(func=cmd_bench_frankwolfe)
     return parser
 
 

@@ -118,6 +118,19 @@ def test_bench_tap_json_times_engine_and_numpy_in_one_run():
     assert 0 < row["fraction_of_matmul"] and row["converge_sweeps_median"] >= 1
 
 
+def test_bench_frankwolfe_json_times_insertions_and_cd_epochs_in_one_run():
+    out = run("bench", "frankwolfe", "--json", "--hidden", "8", "12", "--insertions", "1", "--repeats", "1",
+              "--samples", "50", "--cd-k", "1")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert [r["n_hidden"] for r in result["rows"]] == [8, 12]
+    for row in result["rows"]:
+        assert row["n_visible"] == 784 and row["cd_k"] == 1 and row["samples"] == 50
+        assert row["ratio_insertion_to_epoch"] == pytest.approx(
+            row["fw_seconds_per_insertion"] / row["cd_seconds_per_epoch"])
+        assert row["ratio_fw_run_to_cd_run"] > 0
+
+
 def test_bench_json_reports_a_ratio():
     out = run("bench", "fvbm", "--json", "--seconds", "0.5")
     result = json.loads(out.stdout)
