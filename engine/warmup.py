@@ -26,3 +26,6 @@ def warm_up() -> None:
     from engine.frankwolfe import warm_up_frankwolfe
 
     warm_up_frankwolfe()
+    from engine.bound import warm_up_bound
+
+    warm_up_bound()
