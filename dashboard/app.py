@@ -12,11 +12,7 @@ import engine
 
 TITLE = "Boltzmann Lab"
 
-COMING_SOON = {
-    "Bound": ("Quadratic bound (Jebara & Choromanska, 2012)",
-              "Watch the quadratic bound hug the true log-partition function, and bound "
-              "majorization race L-BFGS, conjugate gradient, steepest descent and Newton."),
-}
+COMING_SOON: dict[str, tuple[str, str]] = {}  # name -> (title, text) of a lab not built yet
 
 ABOUT = """
 ## About Boltzmann Lab
@@ -34,7 +30,9 @@ step and reset, with the quantities the paper argues about drawn as they change.
   hidden unit per iteration, with train / validation / test log-likelihoods (exact or AIS),
   the §4 stopping rule, receptive fields as they appear, and CD started from the grown model
   beside CD from a random start.
-* **Bound**: coming soon.
+* **Bound**: the quadratic upper bound on the log-partition function of Jebara &
+  Choromanska (2012), drawn against the exact log Z of small models (a log-linear model,
+  FVBMs, a chain CRF) along a line and over a 2-D slice, with the gap that must stay ≥ 0.
 
 **How it works.** A numba engine does the numerics in a worker thread, one natural unit
 of work (e.g. one sweep over all parameters) per step. About ten times a second the page
@@ -67,6 +65,7 @@ def coming_soon(name: str) -> pn.viewable.Viewable:
 
 def create_app() -> pn.template.FastListTemplate:
     """Build the app for one browser session."""
+    from dashboard.labs.bound import BoundLab
     from dashboard.labs.frankwolfe import FrankWolfeLab
     from dashboard.labs.fvbm import FVBMLab
     from dashboard.labs.tap import TAPLab
@@ -74,7 +73,9 @@ def create_app() -> pn.template.FastListTemplate:
     lab = FVBMLab()
     tap_lab = TAPLab()
     fw_lab = FrankWolfeLab()
-    tabs = pn.Tabs(lab.panel(), tap_lab.panel(), fw_lab.panel(), *(coming_soon(n) for n in COMING_SOON),
+    bound_lab = BoundLab()
+    tabs = pn.Tabs(lab.panel(), tap_lab.panel(), fw_lab.panel(), bound_lab.panel(),
+                   *(coming_soon(n) for n in COMING_SOON),
                    pn.Column(pn.pane.Markdown(ABOUT, max_width=820), name="About"),
                    sizing_mode="stretch_width", dynamic=False)
     template = pn.template.FastListTemplate(
@@ -85,9 +86,10 @@ def create_app() -> pn.template.FastListTemplate:
         lab.start()
         tap_lab.start()
         fw_lab.start()
+        bound_lab.start()
         pn.state.location.sync(tabs, {"active": "page"}) if pn.state.location else None
     template.lab = lab  # for tests and debugging
-    template.labs = {"FVBM": lab, "TAP": tap_lab, "Frank-Wolfe": fw_lab}
+    template.labs = {"FVBM": lab, "TAP": tap_lab, "Frank-Wolfe": fw_lab, "Bound": bound_lab}
     return template
 
 

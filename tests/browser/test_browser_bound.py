@@ -1,0 +1,86 @@
+"""The Bound lab in a real headless Chromium: the bound hugs log Z, moving θ̃ by a click on
+the gap map, switching models."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.browser.test_browser_fvbm import tab_header, wait_until
+
+pytestmark = pytest.mark.browser
+
+# one column of a named ColumnDataSource (the newest model of that name)
+JS_COLUMN = """([name, column]) => {
+  let found = null;
+  for (const doc of Bokeh.documents)
+    for (const m of doc.all_models)
+      if (m.name === name && m.data && m.data[column]) found = Array.from(m.data[column]);
+  return found;
+}"""
+# the plot frame of a named figure, in page coordinates
+JS_FRAME = """(name) => {
+  let out = null;
+  function walk(v) {
+    if (!v) return;
+    if (v.model && v.model.name === name && v.frame) {
+      const r = (v.canvas_view ? v.canvas_view.el : v.el).getBoundingClientRect();
+      const b = v.frame.bbox;
+      out = {left: r.x + b.left, top: r.y + b.top, width: b.width, height: b.height};
+    }
+    for (const c of (v.child_views || [])) walk(c);
+  }
+  for (const v of Bokeh.index) walk(v);
+  return out;
+}"""
+JS_STATUS = """() => {
+  for (const doc of Bokeh.documents)
+    for (const m of doc.all_models)
+      if (typeof m.text === 'string' && m.text.includes('Min of bound')) return m.text;
+  return null;
+}"""
+
+JS_HAS_TEXT = """(needle) => {
+  for (const doc of Bokeh.documents)
+    for (const m of doc.all_models)
+      if (typeof m.text === 'string' && m.text.includes(needle)) return true;
+  return false;
+}"""
+
+
+def column(page: Page, name: str, col: str) -> list:
+    return page.evaluate(JS_COLUMN, [name, col]) or []
+
+
+def test_bound_lab_tightness_and_moving_the_expansion_point(page: Page, app_url, shot):
+    page.goto(app_url)
+    tab_header(page, "Bound").click()
+    expect(page.get_by_text("The quadratic bound: log Z from above").first).to_be_visible(timeout=60_000)
+    wait_until(lambda: len(column(page, "bound-main", "gap")) == 301, timeout=30)
+    gap = column(page, "bound-main", "gap")
+    assert min(gap) >= -1e-9  # Theorem 1 on the whole line
+    assert min(abs(g) for g in gap) < 1e-9  # and it touches log Z (at s~ = 0)
+    assert min(column(page, "bound-main", "taylor_gap")) < -1e-3  # the Taylor expansion is not a bound
+    wait_until(lambda: "the bound holds" in (page.evaluate(JS_STATUS) or ""))
+    shot("bound-tightness")
+
+    # a click on the gap map moves theta~ to the clicked (s, r)
+    frame = wait_until(lambda: page.evaluate(JS_FRAME, "bound-slice-figure"))
+    page.mouse.click(frame["left"] + 0.8 * frame["width"], frame["top"] + 0.25 * frame["height"])
+    wait_until(lambda: (column(page, "bound-tilde", "s") or [0])[0] > 1.0, timeout=30)
+    s_new = column(page, "bound-tilde", "s")[0]
+    r_new = column(page, "bound-tilde", "r")[0]
+    assert r_new > 1.0  # upper right quarter of the map
+    wait_until(lambda: min(range(301), key=lambda i: abs(column(page, "bound-main", "gap")[i])) > 150)
+    s_line = column(page, "bound-main", "s")
+    gap = column(page, "bound-main", "gap")
+    touch = min(range(len(gap)), key=lambda i: abs(gap[i]))
+    assert abs(s_line[touch] - s_new) < 0.05 and min(gap) >= -1e-9
+    shot("bound-moved")
+
+    # another model: the chain CRF (Algorithm 1 over its 81 labelings)
+    page.get_by_role("combobox").filter(has_text="FVBM: 8 spins").select_option(label="chain CRF: 4 nodes × 3 states, d = 39")
+    wait_until(lambda: page.evaluate(JS_HAS_TEXT, "39 parameters."), timeout=30)
+    wait_until(lambda: "the bound holds" in (page.evaluate(JS_STATUS) or ""))
+    assert min(column(page, "bound-main", "gap")) >= -1e-9
+    shot("bound-chain")
