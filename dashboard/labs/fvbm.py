@@ -13,12 +13,16 @@ import numpy as np
 import panel as pn
 from bokeh.models import ColumnDataSource
 
-from dashboard.labs.fvbm_setup import (DEFAULT_DATA, DataSet, load_data, parse_mus,
+from dashboard.labs.fvbm_setup import (BOUND_LABEL, DEFAULT_DATA, LBFGS_LABEL, DataSet,
+                                       load_data, monotone_guaranteed, parse_mus,
                                        trainer_factory)
 from dashboard.runner import Runner, attach
 from dashboard.views import Heatmap, LiveCurve, StatusBadge
 
-COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2"]
+COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+          "#bcbd22"]
+# the race's bound MM and L-BFGS keep their colours whatever the number of μ values
+FIXED_COLORS = {BOUND_LABEL: "#17becf", LBFGS_LABEL: "#7f7f7f"}
 RADIO = dict(color="primary", variant="outline")
 SPEEDS = {"1 sweep/s": 1.0, "5 sweeps/s": 5.0, "20 sweeps/s": 20.0, "100 sweeps/s": 100.0,
           "1000 sweeps/s": 1000.0, "as fast as possible": None}
@@ -33,7 +37,11 @@ The **BSLM** algorithm (Nguyen & Wood, 2016) updates one parameter at a time by 
 a quadratic lower bound (eqs. 2.4, 2.7): the log-pseudo-likelihood can *never decrease*.
 **Gradient ascent** with step μ (eqs. 4.1, 4.2) is BSLM for μ = 1 and is only guaranteed
 to increase for μ ≤ 1. Press **▶ Play**, then try *Race* mode: large μ is faster,
-until it overshoots (the log-PL decreases) or diverges. Click a legend entry to hide a line.
+until it overshoots (the log-PL decreases) or diverges. The race also runs two methods that
+update **all** parameters at once (one step = one iteration): the **quadratic bound** of
+Jebara & Choromanska (2012) on every term of eq. 2.1, monotone too, with a curvature
+tanh(u)/u that adapts to the fields u where BSLM's bound keeps the fixed maximum 1; and
+**L-BFGS**, fast but without a monotonicity guarantee. Click a legend entry to hide a line.
 """
 
 
@@ -97,7 +105,7 @@ class FVBMLab:
             value="bslm", **RADIO)
         self.mu = w.FloatInput(label="Step μ (gradient ascent)", value=1.5, start=0.01,
                                end=10.0, step=0.1, visible=False)
-        self.race_mus = w.TextInput(label="Race: BSLM against gradient ascent with μ =",
+        self.race_mus = w.TextInput(label="Race BSLM, bound, L-BFGS and GA with μ =",
                                     value="0.5, 2.5, 8, 20", visible=False)
         self.tol = w.Select(label="Stop when the increase is below τ =",
                             options={"1e-2": 1e-2, "1e-3": 1e-3, "1e-4": 1e-4, "1e-5": 1e-5,
@@ -130,9 +138,11 @@ class FVBMLab:
 
     # ------------------------------------------------------------------ views
     def _build_views(self) -> None:
+        # 3 legend columns: a race's long names ("Bound (Jebara–Choromanska)") fit the
+        # half-width plots (4 pushed the last column past the right edge)
         self.logpl = LiveCurve("Log-pseudo-likelihood per sweep", "sweep",
                                "log-pseudo-likelihood Pₙ(θ) (solid)", y2_label="log₁₀ increase per sweep (dashed)",
-                               name="logpl", height=400, plain_ticks=True)
+                               name="logpl", height=400, plain_ticks=True, legend_cols=3)
         self.logpl.add_target("MPLE (target)")
         self.tol_span = self.logpl.add_hline(None, color="#999", dash="dotted", axis="right",
                                               text="τ: stop below this increase")
@@ -144,7 +154,8 @@ class FVBMLab:
         self.decrease_item = self.logpl.legend_item("first decrease")
         self.decrease_item.visible = False
         self.loglik = LiveCurve("Exact log-likelihood per sweep (d ≤ 20)", "sweep",
-                                "log-likelihood", name="loglik", height=400, plain_ticks=True)
+                                "log-likelihood", name="loglik", height=400, plain_ticks=True,
+                                legend_cols=3)
         self.loglik.add_target("at the MPLE")
         self.mse = LiveCurve("Mean squared error of (b, M) against the true parameters",
                              "sweep", "MSE", name="mse", height=300, legend_cols=8)
@@ -204,8 +215,9 @@ class FVBMLab:
     def _add_lines(self, names: list[str]) -> None:
         for curve in (self.logpl, self.loglik, self.mse):
             curve.remove_lines()
-        for i, name in enumerate(names):
-            color = COLORS[i % len(COLORS)]
+        others = iter(COLORS * (1 + len(names) // len(COLORS)))
+        for name in names:
+            color = FIXED_COLORS.get(name) or next(others)
             self.logpl.add_line(f"{name}/log_pl", name, color)
             self.logpl.add_line(f"{name}/inc", f"{name}: log₁₀ increase", color, axis="right",
                                 dash="dashed", width=1.2, legend=name)  # hidden together
@@ -450,10 +462,17 @@ class FVBMLab:
             self.run_status.set("idle", "Paused")
         else:
             self.run_status.set("idle", "Ready: press ▶ Play")
-        if self._first_decrease:
-            text = "; ".join(f"{n} decreased at sweep {k}"
-                             for n, k in self._first_decrease.items())
+        # a decrease is a failure only for a run that guarantees monotonicity (BSLM, GA
+        # with μ ≤ 1, the bound); GA with μ > 1 and L-BFGS are allowed to decrease
+        broken = {n: k for n, k in self._first_decrease.items()
+                  if n in runner.trainers and monotone_guaranteed(runner.trainers[n])}
+        allowed = {n: k for n, k in self._first_decrease.items() if n not in broken}
+        if broken:
+            text = "; ".join(f"{n} decreased at sweep {k}" for n, k in broken.items())
             self.monotone.set("error", f"✗ Not monotone: {text}")
+        elif allowed:
+            text = "; ".join(f"{n} at sweep {k}" for n, k in allowed.items())
+            self.monotone.set("warn", f"✓ Guaranteed runs monotone. Decreased (no guarantee): {text}")
         elif any(self._sweeps.values()):
             self.monotone.set("ok", "✓ Monotone so far: log-PL never decreased")
         else:

@@ -9,7 +9,7 @@ from typing import Any, Callable
 import numpy as np
 
 from engine import data as fvbm_data
-from engine import fvbm
+from engine import fvbm, fvbm_bound
 
 EXACT_LIMIT = 20
 DEFAULT_DATA = {"d": 10, "n": 16000, "seed": 1}
@@ -123,23 +123,54 @@ def parse_mus(text: str) -> list[float]:
     return mus
 
 
+#: The race's quadratic-bound MM and its fast reference (engine.fvbm_bound).
+BOUND_LABEL = fvbm_bound.BOUND_LABEL
+LBFGS_LABEL = fvbm_bound.LBFGS_LABEL
+
+
+def monotone_guaranteed(trainer: Any) -> bool:
+    """Whether the log-PL of ``trainer`` provably never decreases.
+
+    BSLM (Theorem 1), gradient ascent with μ ≤ 1 (§4) and the bound MM (majorization)
+    are monotone; gradient ascent with μ > 1 and L-BFGS are not: their decreases are
+    shown, but they are allowed, not failures.
+    """
+    flag = getattr(trainer, "monotone_guaranteed", None)
+    if flag is not None:
+        return bool(flag)
+    return getattr(trainer, "algorithm", "") == "bslm" or getattr(trainer, "mu", 2.0) <= 1.0
+
+
 def trainer_factory(dataset: DataSet, *, algorithm: str = "bslm", mu: float = 1.0,
                     tol: float = 1e-5, init: str = "zeros", seed: int = 0,
                     race_mus: list[float] | None = None) -> Callable[[], dict]:
-    """A factory of ``{label: FVBMTrainer}`` for the runner (one trainer, or a race)."""
+    """A factory of ``{label: trainer}`` for the runner (one trainer, or a race).
+
+    The race is BSLM, gradient ascent with each μ of ``race_mus``, the quadratic-bound MM
+    (:class:`engine.fvbm_bound.BoundMPLETrainer`) and L-BFGS
+    (:class:`engine.fvbm_bound.LBFGSMPLETrainer`), all from the same start and with the
+    same stopping rule.
+    """
     data = dataset.data
     common = dict(tol=tol, init=init, seed=seed, truth=data.truth,
                   exact_every=dataset.exact_every)
     if race_mus is not None:
         specs = [("BSLM", "bslm", 1.0)] + [(f"GA μ={m:g}", "ga", m) for m in race_mus]
+        specs += [(BOUND_LABEL, "bound", None), (LBFGS_LABEL, "lbfgs", None)]
     elif algorithm == "ga":
         specs = [(f"GA μ={mu:g}", "ga", mu)]
     else:
         specs = [("BSLM", "bslm", 1.0)]
 
+    def make(alg: str, m: float | None):
+        if alg == "bound":
+            return fvbm_bound.BoundMPLETrainer(data.X, **common)
+        if alg == "lbfgs":
+            return fvbm_bound.LBFGSMPLETrainer(data.X, **common)
+        return fvbm.FVBMTrainer(data.X, algorithm=alg, mu=m, **common)
+
     def build() -> dict:
-        return {label: fvbm.FVBMTrainer(data.X, algorithm=alg, mu=m, **common)
-                for label, alg, m in specs}
+        return {label: make(alg, m) for label, alg, m in specs}
 
     build()  # validate now so a bad setting is reported where it was made
     return build

@@ -10,6 +10,8 @@ from playwright.sync_api import Page, expect
 pytestmark = pytest.mark.browser
 
 LOGPL = "logpl:BSLM/log_pl"
+BOUND = "Bound (Jebara–Choromanska)"
+LBFGS = "L-BFGS"
 
 # read Bokeh model state (Panel renders into shadow DOM; models are the ground truth)
 JS_SOURCE = """(name) => {
@@ -106,7 +108,7 @@ def test_race_with_diverging_gradient_ascent(page: Page, app_url, shot):
     open_lab(page, app_url)
     page.get_by_role("button", name="Senate votes").click()
     page.get_by_role("button", name="Race").click()
-    box = page.get_by_label("Race: BSLM against gradient ascent with μ =")
+    box = page.get_by_label("Race BSLM, bound, L-BFGS and GA with μ =")
     box.fill("0.5, 50")
     box.press("Enter")
     wait_until(lambda: points(page, "logpl:GA μ=50/log_pl") is not None)
@@ -118,6 +120,11 @@ def test_race_with_diverging_gradient_ascent(page: Page, app_url, shot):
     wait_until(lambda: len(points(page, "logpl:GA μ=0.5/log_pl")["x"]) > slow)
     # the estimate heatmap follows the data switch (8 senate parties: 8 x 8 cells)
     wait_until(lambda: heat_cells(page) == 64)
+    # the quadratic-bound MM and L-BFGS race too, and the bound never decreases
+    for name in (BOUND, LBFGS):
+        wait_until(lambda: len(points(page, f"logpl:{name}/log_pl")["x"]) >= 3)
+    ys = points(page, f"logpl:{BOUND}/log_pl")["y"]
+    assert all(b >= a - 1e-9 * abs(a) for a, b in zip(ys, ys[1:]))
     shot("fvbm-race")
     page.get_by_role("button", name="❚❚ Pause").click()
 
