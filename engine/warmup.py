@@ -17,6 +17,9 @@ def warm_up() -> None:
     exact_log_likelihood(X, model.b, model.M)
     kernels.gibbs_sample(model.b, model.M, 2, 1, 1, 0)
     np.asarray(model.probabilities())
+    from engine.fvbm_bound import warm_up_fvbm_bound
+
+    warm_up_fvbm_bound()
     from engine.rbm import warm_up_rbm
 
     warm_up_rbm()
@@ -29,3 +32,6 @@ def warm_up() -> None:
     from engine.bound import warm_up_bound
 
     warm_up_bound()
+    from engine.majorize import warm_up_majorize
+
+    warm_up_majorize()
