@@ -313,3 +313,176 @@ def write_tap_figures(result: dict, out_dir: Path) -> dict[str, dict[str, str]]:
         if paths is not None:
             written[name] = {"png": str(paths[0]), "html": str(paths[1])}
     return written
+
+
+# ------------------------------------------------------- Frank-Wolfe (Ping, Liu & Ihler 2016, §4)
+
+FW_TITLE = "Ping, Liu & Ihler (2016)"
+FW_COLORS = {"fw": "#1f77b4", "rand": "#d62728", "init": "#2ca02c", "selected": "#2ca02c", "pixels": "#555555"}
+
+
+def _floats(values) -> np.ndarray:
+    """A list that may hold None (JSON null) as a float array with NaN."""
+    return np.array([np.nan if v is None else float(v) for v in values], dtype=float)
+
+
+def _fw_subtitle(result: dict) -> str:
+    s, fw, cd, d = result["settings"], result["frankwolfe"], result["cd"], result.get("data", {})
+    return (f"{d.get('n_train', '?')} training digits; FW lambda = {fw['reg']:g}; CD-{cd['k']} {cd['epochs']} epochs, "
+            f"best of {cd['seeds'] * len(cd['learning_rates'])} random inits by validation\n"
+            f"AIS {s['ais_runs']} runs x {s.get('ais_betas', '?')} betas (bars: 3 s.e. of the AIS runs)")
+
+
+def write_frankwolfe_figure1(result: dict, stem: Path) -> tuple[Path, Path]:
+    """Fig. 1: average test log-likelihood against the number of hidden units: the FW path,
+    CD from random initialisations (best by validation; every seed as a faint dot) and CD
+    initialised by FW, with the size selected by the §4 rule; below, the train-validation
+    gap per FW iteration that the rule watches."""
+    fw, cd = result["frankwolfe"], result["cd"]
+    xs_fw, ys_fw, sp_fw = np.asarray(fw["hidden_units"], float), _floats(fw["test_log_likelihood"]), _floats(fw["log_z_spread"])
+    xs_cd = np.asarray(cd["hidden_units"], float)
+    y_rand, sp_rand = _floats(cd["random_init_test_log_likelihood"]), _floats(cd["random_init_log_z_spread"])
+    y_init, sp_init = _floats(cd["fw_init_test_log_likelihood"]), _floats(cd["fw_init_log_z_spread"])
+    seed_x = np.concatenate([np.full(len(v), x) for x, v in zip(xs_cd, cd["random_init_seed_test_log_likelihood"])]) \
+        if len(xs_cd) else np.zeros(0)
+    seed_y = np.concatenate([_floats(v) for v in cd["random_init_seed_test_log_likelihood"]]) if len(xs_cd) else np.zeros(0)
+    sel = fw.get("selected_hidden")
+    gap_x, gap_y = np.asarray(fw.get("gap_hidden_units", []), float), _floats(fw.get("train_valid_gap", []))
+    title = f"Binary MNIST: average test log-likelihood vs hidden units ({FW_TITLE}, Fig. 1a)"
+    no_sel = (f"§4 stopping rule (gap +{fw['stop_increase']:g} nats over {fw['stop_window']} iterations) "
+              f"did not fire by {fw['final_hidden']} units")
+
+    plt = _pyplot()
+    fig, (ax, gax) = plt.subplots(2, 1, figsize=(8, 7), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
+    ax.errorbar(xs_fw, ys_fw, yerr=sp_fw, fmt="-o", ms=3, lw=1.5, capsize=2, color=FW_COLORS["fw"], label="FW")
+    ax.scatter(seed_x, seed_y, s=18, facecolors="none", edgecolors=FW_COLORS["rand"], alpha=0.6, zorder=3,
+               label="CD (rand. init.), each seed")
+    ax.errorbar(xs_cd, y_rand, yerr=sp_rand, fmt="-s", ms=6, lw=1.5, capsize=3, color=FW_COLORS["rand"],
+                label="CD (rand. init.), best by validation")
+    ax.errorbar(xs_cd, y_init, yerr=sp_init, fmt="-^", ms=7, lw=1.5, capsize=3, color=FW_COLORS["init"],
+                label="CD (FW init.)")
+    if sel is not None:
+        for a in (ax, gax):
+            a.axvline(sel, color=FW_COLORS["selected"], ls="--", lw=1.2)
+        ax.plot([], [], "--", color=FW_COLORS["selected"], label=f"selected by the §4 rule: {sel} units")
+    else:
+        ax.text(0.98, 0.03, no_sel, transform=ax.transAxes, ha="right", va="bottom", fontsize=8, color="#444444")
+    ax.set_ylabel("avg. test log-likelihood (nats per digit)")
+    ax.set_title(title + "\n" + _fw_subtitle(result), fontsize=9)
+    handles, labels = ax.get_legend_handles_labels()
+    order = sorted(range(len(labels)), key=lambda i: (not labels[i].startswith("FW"), "each seed" in labels[i]))
+    ax.legend([handles[i] for i in order], [labels[i] for i in order], loc="best", fontsize=8)
+    ax.grid(alpha=0.3)
+    gax.plot(gap_x, gap_y, "-", color=FW_COLORS["fw"], lw=1.2)
+    gax.set_ylabel("FW train - valid\nLL gap (nats)", fontsize=8)
+    gax.set_xlabel("number of hidden units")
+    gax.grid(alpha=0.3)
+    fig.tight_layout()
+    png = Path(f"{stem}.png")
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+    from bokeh.layouts import column
+    from bokeh.models import Span, Whisker, ColumnDataSource
+
+    p = _bokeh_figure(title, "number of hidden units", "avg. test log-likelihood (nats per digit)", width=760, height=460)
+    for xs, ys, sp, color, label, marker in ((xs_fw, ys_fw, sp_fw, FW_COLORS["fw"], "FW", "circle"),
+                                             (xs_cd, y_rand, sp_rand, FW_COLORS["rand"], "CD (rand. init.), best", "square"),
+                                             (xs_cd, y_init, sp_init, FW_COLORS["init"], "CD (FW init.)", "triangle")):
+        src = ColumnDataSource({"x": xs, "y": ys, "lo": ys - sp, "hi": ys + sp})
+        p.line("x", "y", source=src, color=color, line_width=2, legend_label=label)
+        p.scatter("x", "y", source=src, color=color, size=7 if marker != "circle" else 4, marker=marker,
+                  legend_label=label)
+        p.add_layout(Whisker(source=src, base="x", lower="lo", upper="hi", line_color=color))
+    p.scatter(seed_x, seed_y, size=6, line_color=FW_COLORS["rand"], fill_color=None, legend_label="CD (rand. init.), each seed")
+    if sel is not None:
+        p.add_layout(Span(location=sel, dimension="height", line_color=FW_COLORS["selected"], line_dash="dashed",
+                          line_width=2))
+        p.title.text = title + f" -- selected by the §4 rule: {sel} units"
+    else:
+        p.title.text = title + " -- " + no_sel
+    p.legend.location = "bottom_right"
+    g = _bokeh_figure("FW: train - validation gap of mean log-likelihoods (the §4 stopping rule's quantity)",
+                      "number of hidden units", "gap (nats)", width=760, height=220, x_range=p.x_range)
+    g.line(gap_x, gap_y, color=FW_COLORS["fw"], line_width=2)
+    if sel is not None:
+        g.add_layout(Span(location=sel, dimension="height", line_color=FW_COLORS["selected"], line_dash="dashed"))
+    html = Path(f"{stem}.html")
+    _save_bokeh(column(p, g), html, f"Test log-likelihood vs hidden units ({FW_TITLE}, Fig. 1)")
+    return png, html
+
+
+def write_frankwolfe_figure2(result: dict, stem: Path) -> tuple[Path, Path]:
+    """Fig. 2: test error of logistic regression on E[h|v] against the number of hidden units
+    for FW, CD (random init.) and CD (FW init.); raw pixels as a horizontal line.  Bars: one
+    binomial standard error."""
+    cls = result["classification"]
+    xs = np.asarray(cls["hidden_units"], float)
+    n_test = max(int(cls.get("n_test") or 1), 1)
+    series = [("FW", _floats(cls["frankwolfe"]) * 100, FW_COLORS["fw"], "o"),
+              ("CD (rand. init.)", _floats(cls["cd_random_init"]) * 100, FW_COLORS["rand"], "s"),
+              ("CD (FW init.)", _floats(cls["cd_fw_init"]) * 100, FW_COLORS["init"], "^")]
+    pixels = 100 * (np.nan if cls.get("pixels") is None else float(cls["pixels"]))
+    title = f"Binary MNIST: classification error with the hidden representations ({FW_TITLE}, Fig. 2a)"
+    sub = (f"logistic regression on E[h|v]: {cls.get('n_train', '?')} training, {n_test} test digits "
+           f"(bars: 1 binomial s.e.)")
+
+    def se(y):
+        p = np.clip(y / 100.0, 0.0, 1.0)
+        return 100 * np.sqrt(p * (1 - p) / n_test)
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    for k, (label, ys, color, marker) in enumerate(series):
+        ax.errorbar(xs + (k - 1) * 0.008 * (xs.max() - xs.min() if len(xs) > 1 else 1), ys, yerr=se(ys), fmt="-" + marker,
+                    ms=6, capsize=3, color=color, label=label)
+    if np.isfinite(pixels):
+        ax.axhline(pixels, color=FW_COLORS["pixels"], ls="--", lw=1.2, label=f"raw pixels ({pixels:.1f}%)")
+    sel = cls.get("frankwolfe_selected")
+    if sel and sel.get("error") is not None:
+        ax.scatter([sel["hidden_units"]], [100 * sel["error"]], marker="*", s=120, color=FW_COLORS["fw"], zorder=4,
+                   label=f"FW at the selected size ({sel['hidden_units']})")
+    ax.set_xlabel("number of hidden units")
+    ax.set_ylabel("test error (%)")
+    ax.set_title(title + "\n" + sub, fontsize=9)
+    handles, labels = ax.get_legend_handles_labels()
+    rank = lambda label: (0 if label == "FW" else 1 if label.startswith("CD (rand") else 2 if label.startswith("CD (FW")
+                          else 3 if label.startswith("FW at") else 4)  # noqa: E731
+    order = sorted(range(len(labels)), key=lambda i: rank(labels[i]))
+    ax.legend([handles[i] for i in order], [labels[i] for i in order], loc="upper right", fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    png = Path(f"{stem}.png")
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+
+    from bokeh.models import ColumnDataSource, Span, Whisker
+
+    p = _bokeh_figure(title, "number of hidden units", "test error (%)", width=720, height=440)
+    for label, ys, color, marker in series:
+        e = se(ys)
+        src = ColumnDataSource({"x": xs, "y": ys, "lo": ys - e, "hi": ys + e})
+        p.line("x", "y", source=src, color=color, line_width=2, legend_label=label)
+        p.scatter("x", "y", source=src, color=color, size=7, marker={"o": "circle", "s": "square", "^": "triangle"}[marker],
+                  legend_label=label)
+        p.add_layout(Whisker(source=src, base="x", lower="lo", upper="hi", line_color=color))
+    if np.isfinite(pixels):
+        p.add_layout(Span(location=pixels, dimension="width", line_color=FW_COLORS["pixels"], line_dash="dashed",
+                          line_width=2))
+        p.line([], [], color=FW_COLORS["pixels"], line_dash="dashed", legend_label=f"raw pixels ({pixels:.1f}%)")
+    p.legend.location = "top_right"
+    html = Path(f"{stem}.html")
+    _save_bokeh(p, html, f"Classification error vs hidden units ({FW_TITLE}, Fig. 2)")
+    return png, html
+
+
+def write_frankwolfe_figures(result: dict, out_dir: Path) -> dict[str, dict[str, str]]:
+    """Figs. 1 and 2 of Ping, Liu & Ihler (2016) as PNG and HTML in ``out_dir``:
+    {"figure1": {"png", "html"}, "figure2": {"png", "html"}}."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = {}
+    for name, write in (("figure1", write_frankwolfe_figure1), ("figure2", write_frankwolfe_figure2)):
+        png, html = write(result, out_dir / f"frankwolfe_{name}")
+        written[name] = {"png": str(png), "html": str(html)}
+    return written

@@ -164,3 +164,23 @@ def test_reproduce_tap_text_table_and_bad_override(tmp_path):
     assert "Denoising MCC, Nh = 5" in out.stdout and "Claims of §VII" in out.stdout
     out = run("reproduce", "tap", "--epochs", "0")
     assert out.returncode == 2 and "--epochs" in out.stderr
+
+
+def test_reproduce_frankwolfe_tiny_json_and_figures(tmp_path):
+    out = run("reproduce", "frankwolfe", "--tiny", "--json", "--output", str(tmp_path), "--max-hidden", "6",
+              "--cd-hidden", "3", "6", "--cd-epochs", "1", "--cd-seeds", "2", "--ais-runs", "3",
+              "--n-train", "200", "--n-test", "100")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    fw, cd = result["frankwolfe"], result["cd"]
+    assert len(fw["hidden_units"]) == len(fw["test_log_likelihood"]) >= 2
+    assert cd["hidden_units"] == [3, 6]
+    assert len(cd["fw_init_test_log_likelihood"]) == len(cd["random_init_test_log_likelihood"]) == 2
+    assert {c["claim"] for c in result["claims"]} and all("shown" in c for c in result["claims"])
+    for paths in result["figures"].values():
+        assert (tmp_path / paths["png"].split("/")[-1]).exists()
+
+
+def test_reproduce_frankwolfe_rejects_a_bad_override():
+    out = run("reproduce", "frankwolfe", "--max-hidden", "0")
+    assert out.returncode == 2 and "--max-hidden" in out.stderr
