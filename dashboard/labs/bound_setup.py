@@ -166,3 +166,21 @@ def parse_points(text: str, radius: float) -> list[float]:
         raise ValueError(f"Every extra expansion point must lie in [-{radius:g}, {radius:g}] (the plotted range). "
                          f"Got {bad}.")
     return values
+
+
+# ---------------------------------------------------------------------------- the race
+RACE_PROBLEMS = {
+    "wine: 3 classes, 13 features": "wine",
+    "breast cancer: 2 classes, 30 features": "breast_cancer",
+    "digits: 10 classes, 64 pixels": "digits",
+    "chain CRF (synthetic)": "chain",
+    "FVBM, exact likelihood (d = 10)": "fvbm",
+}
+RACE_DESCRIPTIONS = {
+    "wine": "Multinomial logistic regression on scikit-learn's wine data (standardised): Algorithm 1 per example over its 3 classes.",
+    "breast_cancer": "Logistic regression on scikit-learn's breast-cancer data (standardised): Algorithm 1 per example.",
+    "digits": "Multinomial logistic regression on scikit-learn's 8×8 digits: Algorithm 1 per example over 10 classes.",
+    "chain": "A linear-chain CRF on sequences sampled from a random chain model: the bound per sequence by the junction tree (Algorithm 3).",
+    "fvbm": "Exact maximum likelihood of a fully visible Boltzmann machine: Algorithm 1 over all 2^10 spin states.",
+}
+RACE_MAX_ITER = 1000

@@ -84,3 +84,20 @@ def test_bound_lab_tightness_and_moving_the_expansion_point(page: Page, app_url,
     wait_until(lambda: "the bound holds" in (page.evaluate(JS_STATUS) or ""))
     assert min(column(page, "bound-main", "gap")) >= -1e-9
     shot("bound-chain")
+
+
+def test_bound_lab_race_streams_live(page: Page, app_url, shot):
+    page.goto(app_url)
+    tab_header(page, "Bound").click()
+    expect(page.get_by_text("Race: bound majorization").first).to_be_visible(timeout=60_000)
+    play = page.get_by_role("button", name="▶ Play")
+    expect(play).to_have_count(1, timeout=30_000)  # only the visible lab's buttons count
+    play.click()
+    wait_until(lambda: len(column(page, "race-by-iteration:Bound majorization", "y")) >= 20, timeout=60)
+    wait_until(lambda: len(column(page, "race-by-iteration:Newton", "y")) >= 3)
+    wait_until(lambda: page.evaluate(JS_HAS_TEXT, "monotone so far"))
+    gaps = column(page, "race-by-iteration:Bound majorization", "y")
+    assert all(b <= a * (1 + 1e-9) for a, b in zip(gaps, gaps[1:]))  # J - J* never increases
+    wait_until(lambda: page.evaluate(JS_HAS_TEXT, "Every method has stopped"), timeout=90)
+    page.get_by_text("Race: bound majorization").first.scroll_into_view_if_needed()
+    shot("bound-race")

@@ -70,3 +70,36 @@ def test_make_model_rejects_unknown_models_and_bad_scales():
         setup.make_model("nope")
     with pytest.raises(ValueError, match="scale"):
         setup.make_model("fvbm8", -1.0)
+
+
+def test_the_race_streams_every_method_and_the_bound_stays_monotone():
+    import time
+
+    lab = BoundLab()
+    lab.panel()
+    race = lab.race
+    try:
+        race.speed.value = "as fast as possible"
+        race._play()
+        t0 = time.monotonic()
+        while race.runner.active and time.monotonic() - t0 < 60:
+            time.sleep(0.1)
+            race.on_records(race.runner.drain())
+        race.on_records(race.runner.drain())
+        J_star = race._reference.value
+        for name, srcs in race.sources.items():
+            ys = np.asarray(srcs["by-iteration"].data["y"])
+            assert len(ys) >= 3, name
+            assert len(srcs["by-time"].data["x"]) == len(ys)
+            assert ys[-1] < 1e-4  # every method reaches Table 1's epsilon on wine
+        bound_gaps = np.asarray(race.sources["Bound majorization"]["by-iteration"].data["y"])
+        assert np.all(np.diff(bound_gaps) <= 1e-9 * max(1.0, abs(J_star)))  # never increases
+        assert race.monotone.level == "ok" and "monotone so far" in race.monotone.text
+        assert "| Newton |" in race.table.object and "converged" in race.table.object
+        # another problem resets the race and its lambda
+        race.problem.value = "breast_cancer"
+        assert race._reference is None and len(race.sources["Newton"]["by-iteration"].data["y"]) == 0
+        race.reg.value = -1.0
+        assert race.status.level == "error" and "reg" in race.status.text.lower()
+    finally:
+        race.runner.close()
