@@ -306,6 +306,19 @@ def cmd_bench_frankwolfe(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_bound(args: argparse.Namespace) -> int:
+    from engine.experiments import bench_bound
+
+    result = bench_bound.run(n_bits=args.bits, repeats=args.repeats)
+    if args.json:
+        print(json.dumps(_json_safe(result)))
+        return 0
+    print("ComputeBound (Algorithm 1 of Jebara & Choromanska 2012) on a fully visible Boltzmann machine's "
+          "Omega, numba engine vs plain NumPy, same run:")
+    print(bench_bound.format_table(result))
+    return 0
+
+
 # ------------------------------------------------------------------------- parser
 
 
@@ -470,6 +483,15 @@ def build_parser() -> argparse.ArgumentParser:
                           help="length of the CD run the FW growth is compared with (default 200, the paper's)")
     bench_fw.add_argument("--json", action="store_true", help="print the results as one JSON object")
     bench_fw.set_defaults(func=cmd_bench_frankwolfe)
+    bench_bd = bench_sub.add_parser(
+        "bound", help="ComputeBound on |Omega| = 2^16, d = 136 (a d = 16 FVBM): numba vs plain NumPy, same run",
+        description="Time Algorithm 1 (ComputeBound) over Omega = {-1,1}^BITS with the FVBM's BITS + BITS(BITS-1)/2 "
+                    "features: the numba engine, a vectorised NumPy version and the row-by-row algorithm as "
+                    "printed, in the same run, with their ratios and the largest difference of Sigma.")
+    bench_bd.add_argument("--bits", type=_positive_int, default=16, help="spins of the FVBM (default 16: |Omega| = 65,536)")
+    bench_bd.add_argument("--repeats", type=_positive_int, default=3, help="best of this many timings (default 3)")
+    bench_bd.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    bench_bd.set_defaults(func=cmd_bench_bound)
     return parser
 
 

@@ -184,3 +184,12 @@ def test_reproduce_frankwolfe_tiny_json_and_figures(tmp_path):
 def test_reproduce_frankwolfe_rejects_a_bad_override():
     out = run("reproduce", "frankwolfe", "--max-hidden", "0")
     assert out.returncode == 2 and "--max-hidden" in out.stderr
+
+
+def test_bench_bound_json_times_numba_and_numpy_in_one_run():
+    out = run("bench", "bound", "--json", "--bits", "8", "--repeats", "1")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["omega"] == 256 and result["d"] == 8 + 28
+    assert result["ratio_vectorised"] == pytest.approx(result["numpy_vectorised_seconds"] / result["numba_seconds"])
+    assert result["max_abs_diff_sigma_vectorised"] < 1e-8
