@@ -193,3 +193,20 @@ def test_bench_bound_json_times_numba_and_numpy_in_one_run():
     assert result["omega"] == 256 and result["d"] == 8 + 28
     assert result["ratio_vectorised"] == pytest.approx(result["numpy_vectorised_seconds"] / result["numba_seconds"])
     assert result["max_abs_diff_sigma_vectorised"] < 1e-8
+
+
+def test_reproduce_bound_quick_json_has_table1_and_claims():
+    out = run("reproduce", "bound", "--json", "--problems", "wine", "--max-seconds", "5")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    methods = {row["method"] for row in result["table1"]}
+    assert len(methods) == 5 and all(row["problem"] == "wine" for row in result["table1"])
+    bound = [r for r in result["table1"] if r["method"].lower().startswith("bound")][0]
+    assert bound["monotone"] and bound["iterations"] is not None
+    (claim,) = result["claims"]
+    assert claim["problem"] == "wine" and claim["shown"] in (True, False) and claim["evidence"]
+
+
+def test_reproduce_bound_rejects_an_unknown_problem():
+    out = run("reproduce", "bound", "--problems", "iris")
+    assert out.returncode == 2 and "iris" in out.stderr
