@@ -196,7 +196,7 @@ def test_bench_bound_json_times_numba_and_numpy_in_one_run():
 
 
 def test_reproduce_bound_quick_json_has_table1_and_claims():
-    out = run("reproduce", "bound", "--json", "--problems", "wine", "--max-seconds", "5")
+    out = run("reproduce", "bound", "--quick", "--json", "--problems", "wine")
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     methods = {row["method"] for row in result["table1"]}
@@ -205,6 +205,7 @@ def test_reproduce_bound_quick_json_has_table1_and_claims():
     assert bound["monotone"] and bound["iterations"] is not None
     (claim,) = result["claims"]
     assert claim["problem"] == "wine" and claim["shown"] in (True, False) and claim["evidence"]
+    assert result["table2"] and all("claim" in c and "shown" in c for c in result["table2_claims"])
 
 
 def test_reproduce_bound_rejects_an_unknown_problem():
