@@ -13,7 +13,7 @@ import numpy as np
 import panel as pn
 from bokeh.models import ColumnDataSource
 
-from dashboard.labs.fvbm_setup import (BOUND_LABEL, DEFAULT_DATA, LBFGS_LABEL, DataSet,
+from dashboard.labs.fvbm_setup import (BOUND_LABEL, DEFAULT_DATA, LBFGS_LABEL, SQUAREM_LABEL, DataSet,
                                        load_data, monotone_guaranteed, parse_mus,
                                        trainer_factory)
 from dashboard.runner import Runner, attach
@@ -22,7 +22,7 @@ from dashboard.views import Heatmap, LiveCurve, StatusBadge
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
           "#bcbd22"]
 # the race's bound MM and L-BFGS keep their colours whatever the number of μ values
-FIXED_COLORS = {BOUND_LABEL: "#17becf", LBFGS_LABEL: "#7f7f7f"}
+FIXED_COLORS = {BOUND_LABEL: "#17becf", SQUAREM_LABEL: "#0b6e7a", LBFGS_LABEL: "#7f7f7f"}
 RADIO = dict(color="primary", variant="outline")
 SPEEDS = {"1 sweep/s": 1.0, "5 sweeps/s": 5.0, "20 sweeps/s": 20.0, "100 sweeps/s": 100.0,
           "1000 sweeps/s": 1000.0, "as fast as possible": None}
@@ -40,8 +40,9 @@ to increase for μ ≤ 1. Press **▶ Play**, then try *Race* mode: large μ is 
 until it overshoots (the log-PL decreases) or diverges. The race also runs two methods that
 update **all** parameters at once (one step = one iteration): the **quadratic bound** of
 Jebara & Choromanska (2012) on every term of eq. 2.1, monotone too, with a curvature
-tanh(u)/u that adapts to the fields u where BSLM's bound keeps the fixed maximum 1; and
-**L-BFGS**, fast but without a monotonicity guarantee. Click a legend entry to hide a line.
+tanh(u)/u that adapts to the fields u where BSLM's bound keeps the fixed maximum 1 (also with
+SQUAREM extrapolation, kept only when it improves, so still monotone); and **L-BFGS**, fast
+but without a monotonicity guarantee. Click a legend entry to hide a line.
 """
 
 

@@ -126,6 +126,8 @@ def parse_mus(text: str) -> list[float]:
 #: The race's quadratic-bound MM and its fast reference (engine.fvbm_bound).
 BOUND_LABEL = fvbm_bound.BOUND_LABEL
 LBFGS_LABEL = fvbm_bound.LBFGS_LABEL
+#: the bound MM with SQUAREM extrapolation (kept only when it improves: still monotone)
+SQUAREM_LABEL = "Bound + SQUAREM"
 
 
 def monotone_guaranteed(trainer: Any) -> bool:
@@ -156,7 +158,7 @@ def trainer_factory(dataset: DataSet, *, algorithm: str = "bslm", mu: float = 1.
                   exact_every=dataset.exact_every)
     if race_mus is not None:
         specs = [("BSLM", "bslm", 1.0)] + [(f"GA μ={m:g}", "ga", m) for m in race_mus]
-        specs += [(BOUND_LABEL, "bound", None), (LBFGS_LABEL, "lbfgs", None)]
+        specs += [(BOUND_LABEL, "bound", None), (SQUAREM_LABEL, "squarem", None), (LBFGS_LABEL, "lbfgs", None)]
     elif algorithm == "ga":
         specs = [(f"GA μ={mu:g}", "ga", mu)]
     else:
@@ -165,6 +167,8 @@ def trainer_factory(dataset: DataSet, *, algorithm: str = "bslm", mu: float = 1.
     def make(alg: str, m: float | None):
         if alg == "bound":
             return fvbm_bound.BoundMPLETrainer(data.X, **common)
+        if alg == "squarem":
+            return fvbm_bound.BoundMPLETrainer(data.X, accelerate=True, **common)
         if alg == "lbfgs":
             return fvbm_bound.LBFGSMPLETrainer(data.X, **common)
         return fvbm.FVBMTrainer(data.X, algorithm=alg, mu=m, **common)

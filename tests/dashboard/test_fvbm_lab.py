@@ -9,7 +9,7 @@ import pytest
 
 import engine
 from dashboard.labs.fvbm import FVBMLab
-from dashboard.labs.fvbm_setup import (BOUND_LABEL, LBFGS_LABEL, load_data,
+from dashboard.labs.fvbm_setup import (BOUND_LABEL, LBFGS_LABEL, SQUAREM_LABEL, load_data,
                                        monotone_guaranteed, parse_mus, trainer_factory)
 
 
@@ -120,7 +120,8 @@ def test_race_divergence_stops_one_trainer_only(lab):
     lab.source.value = "senate"
     lab.race_mus.value = "0.5, 50"
     lab.mode.value = "Race"
-    assert list(lab.runner.trainers) == ["BSLM", "GA μ=0.5", "GA μ=50", BOUND_LABEL, LBFGS_LABEL]
+    assert list(lab.runner.trainers) == ["BSLM", "GA μ=0.5", "GA μ=50", BOUND_LABEL, SQUAREM_LABEL,
+                                         LBFGS_LABEL]
     lab.speed.value = "as fast as possible"
     lab._play()
     pump(lab, until=lambda: lab.runner.states["GA μ=50"].status == "diverged"
@@ -212,7 +213,7 @@ def test_legends_sit_outside_the_plot_area_and_hide_lines_on_click(lab):
         assert curve.legend.click_policy == "hide"
         assert len(curve.figure.legend) == 1  # every entry in that one legend
     labels = [item.label.value for item in lab.logpl.legend.items]
-    assert {"BSLM", "GA μ=0.5", "GA μ=20", BOUND_LABEL, LBFGS_LABEL, "MPLE (target)",
+    assert {"BSLM", "GA μ=0.5", "GA μ=20", BOUND_LABEL, SQUAREM_LABEL, LBFGS_LABEL, "MPLE (target)",
             "first decrease"} <= set(labels)
     # one entry hides a run's log-PL (solid) and its log-increase (dashed) together
     bslm = lab.logpl.legend_item("BSLM")
@@ -263,7 +264,7 @@ def test_race_runs_the_bound_and_lbfgs_beside_bslm(lab):
     lab.source.value = "senate"
     lab.race_mus.value = "2.5"
     lab.mode.value = "Race"
-    assert list(lab.runner.trainers) == ["BSLM", "GA μ=2.5", BOUND_LABEL, LBFGS_LABEL]
+    assert list(lab.runner.trainers) == ["BSLM", "GA μ=2.5", BOUND_LABEL, SQUAREM_LABEL, LBFGS_LABEL]
     # fixed colours for the two new racers, distinct from every other line
     names = set(lab.runner.trainers)
     glyphs = {r.name: r.glyph.line_color for r in lab.logpl.figure.renderers
@@ -273,28 +274,29 @@ def test_race_runs_the_bound_and_lbfgs_beside_bslm(lab):
     assert len(set(glyphs.values())) == len(glyphs)
     lab.speed.value = "as fast as possible"
     lab._play()
-    pump(lab, until=lambda: lab.runner.states[BOUND_LABEL].status == "converged"
-         and lab.runner.states[LBFGS_LABEL].status == "converged")
+    pump(lab, until=lambda: all(lab.runner.states[n].status == "converged"
+                                for n in (BOUND_LABEL, SQUAREM_LABEL, LBFGS_LABEL)))
     lab._pause()
     lab.runner.wait_idle()
     pump(lab)
-    for name in (BOUND_LABEL, LBFGS_LABEL):
+    for name in (BOUND_LABEL, SQUAREM_LABEL, LBFGS_LABEL):
         assert lab.runner.states[name].status == "converged"
         ys = np.asarray(lab.logpl.sources[f"{name}/log_pl"].data["y"], dtype=float)
         assert len(ys) >= 2
         # both end at the MPLE: the gap is at most the stopping tolerance's order
         assert abs(lab.data.mple_logpl - lab._last_logpl[name]) < 1e-3
         assert f"| {name} |" in lab.summary.object
-    bound = np.asarray(lab.logpl.sources[f"{BOUND_LABEL}/log_pl"].data["y"], dtype=float)
-    assert np.all(np.diff(bound) >= -1e-9 * np.abs(bound[1:]))  # majorization: monotone
-    assert BOUND_LABEL not in lab._first_decrease
+    for name in (BOUND_LABEL, SQUAREM_LABEL):  # majorization (SQUAREM keeps only improvements): monotone
+        bound = np.asarray(lab.logpl.sources[f"{name}/log_pl"].data["y"], dtype=float)
+        assert np.all(np.diff(bound) >= -1e-9 * np.abs(bound[1:]))
+        assert name not in lab._first_decrease
 
 
 def test_monotone_badge_allows_decreases_only_without_a_guarantee(lab):
     lab.race_mus.value = "0.5, 8"
     lab.mode.value = "Race"
     trainers = lab.runner.trainers
-    assert [monotone_guaranteed(trainers[n]) for n in trainers] == [True, True, False, True, False]
+    assert [monotone_guaranteed(trainers[n]) for n in trainers] == [True, True, False, True, True, False]
     lab._sweeps = {n: 5 for n in trainers}
     lab._first_decrease = {LBFGS_LABEL: 4, "GA μ=8": 2}
     lab._refresh_status()
@@ -313,7 +315,7 @@ def test_trainer_factory_builds_the_race():
     data = load_data("simulated", d=4, n=500, seed=2)
     build = trainer_factory(data, race_mus=[0.5], tol=1e-4, init="random", seed=3)
     trainers = build()
-    assert list(trainers) == ["BSLM", "GA μ=0.5", BOUND_LABEL, LBFGS_LABEL]
+    assert list(trainers) == ["BSLM", "GA μ=0.5", BOUND_LABEL, SQUAREM_LABEL, LBFGS_LABEL]
     starts = {n: t.log_pl for n, t in trainers.items()}
     assert max(starts.values()) - min(starts.values()) < 1e-8 * abs(starts["BSLM"])  # same start
     for trainer in trainers.values():
