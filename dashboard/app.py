@@ -32,7 +32,8 @@ step and reset, with the quantities the paper argues about drawn as they change.
   beside CD from a random start.
 * **Bound**: the quadratic upper bound on the log-partition function of Jebara &
   Choromanska (2012), drawn against the exact log Z of small models (a log-linear model,
-  FVBMs, a chain CRF) along a line and over a 2-D slice, with the gap that must stay ≥ 0.
+  FVBMs, a chain CRF) along a line and over a 2-D slice, with the gap that must stay ≥ 0, and
+  bound majorization racing L-BFGS, conjugate gradient, steepest descent and Newton.
 
 **How it works.** A numba engine does the numerics in a worker thread, one natural unit
 of work (e.g. one sweep over all parameters) per step. About ten times a second the page
