@@ -46,12 +46,53 @@ _positive_int = _number(int, 1, inclusive=True)
 # ------------------------------------------------------------------------ commands
 
 
+def check_basic_auth_file(path: str) -> str:
+    """Validate a ``--basic-auth`` file: a JSON object of user -> password (non-empty strings).
+
+    Checked here because Panel treats any string that is not a file as the master password:
+    a mistyped path would silently become the password.
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise ValueError(f"--basic-auth: {path} is not a file (it must be a JSON file of user -> password).")
+    try:
+        users = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"--basic-auth: {path} is not valid JSON ({exc}).") from None
+    if not isinstance(users, dict) or not users:
+        raise ValueError(f"--basic-auth: {path} must hold a non-empty JSON object of user -> password.")
+    bad = [u for u, pw in users.items() if not (isinstance(u, str) and u and isinstance(pw, str) and pw)]
+    if bad:
+        raise ValueError(f"--basic-auth: every user and password in {path} must be a non-empty string; "
+                         f"check the entries {bad[:3]}.")
+    return str(file.resolve())
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from dashboard.app import serve
 
+    auth = {}
+    if args.basic_auth is not None:
+        try:
+            auth["basic_auth"] = check_basic_auth_file(args.basic_auth)
+        except ValueError as exc:
+            return _error(str(exc))
+        secret = args.cookie_secret
+        if secret is None:
+            if args.num_procs != 1:
+                return _error("--basic-auth with --num-procs > 1 needs --cookie-secret (every process must "
+                              "sign the login cookie with the same secret).")
+            import secrets
+
+            secret = secrets.token_urlsafe(32)
+            print("boltzlab serve: no --cookie-secret given; using a random one, so logins last until the "
+                  "server restarts.", file=sys.stderr)
+        auth["cookie_secret"] = secret
+    elif args.cookie_secret is not None:
+        auth["cookie_secret"] = args.cookie_secret
     serve(
         port=args.port, address=args.address, num_procs=args.num_procs,
-        allow_websocket_origin=args.allow_websocket_origin or None, show=args.show,
+        allow_websocket_origin=args.allow_websocket_origin or None, show=args.show, **auth,
     )
     return 0
 
@@ -357,6 +398,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="a host allowed to open the websocket, e.g. lab.example.org (repeatable); "
                             "needed when the app is reached under another name than localhost")
     serve.add_argument("--show", action="store_true", help="open the app in a browser")
+    serve.add_argument("--basic-auth", metavar="FILE", default=None,
+                       help="require a login: FILE is a JSON object of user -> password; unauthenticated "
+                            "requests are sent to /login and get no app and no data")
+    serve.add_argument("--cookie-secret", default=None,
+                       help="secret that signs the login cookie (default with --basic-auth: a random one per start)")
     serve.set_defaults(func=cmd_serve)
 
     fit = sub.add_parser("fit", help="fit a model to a data file")
