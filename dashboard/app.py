@@ -79,6 +79,7 @@ def create_app() -> pn.template.FastListTemplate:
                    *(coming_soon(n) for n in COMING_SOON),
                    pn.Column(pn.pane.Markdown(ABOUT, max_width=820), name="About"),
                    sizing_mode="stretch_width", dynamic=False)
+    pn.config.notifications = True  # "server busy" and other transient messages
     template = pn.template.FastListTemplate(
         title=TITLE, main=[tabs], header_background="#1f3a5f", accent_base_color="#1f77b4",
         main_layout=None, theme_toggle=False, busy_indicator=None, font_url="",
@@ -95,8 +96,16 @@ def create_app() -> pn.template.FastListTemplate:
 
 
 def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
-          allow_websocket_origin: list[str] | None = None, show: bool = False, **kwargs):
-    """Serve the app at ``/`` with a ``/liveness`` endpoint (blocks until stopped)."""
+          allow_websocket_origin: list[str] | None = None, show: bool = False,
+          max_training: int | None = None, **kwargs):
+    """Serve the app at ``/`` with a ``/liveness`` endpoint (blocks until stopped).
+
+    ``max_training`` caps the runs that train at once in this process (each further ▶ Play
+    gets a "server busy" message); ``None``: no cap.
+    """
+    from dashboard.runner import SLOTS
+
+    SLOTS.set_limit(max_training)
     if hasattr(engine, "warm_up"):
         engine.warm_up()
     from dashboard.labs.fvbm_setup import warm_default_data

@@ -92,7 +92,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         auth["cookie_secret"] = args.cookie_secret
     serve(
         port=args.port, address=args.address, num_procs=args.num_procs,
-        allow_websocket_origin=args.allow_websocket_origin or None, show=args.show, **auth,
+        allow_websocket_origin=args.allow_websocket_origin or None, show=args.show,
+        max_training=args.max_training, **auth,
     )
     return 0
 
@@ -401,6 +402,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--basic-auth", metavar="FILE", default=None,
                        help="require a login: FILE is a JSON object of user -> password; unauthenticated "
                             "requests are sent to /login and get no app and no data")
+    serve.add_argument("--max-training", type=_positive_int, default=None, metavar="N",
+                       help="at most N runs train at once per server process; a further Play gets a "
+                            "'server busy' message (default: no cap)")
     serve.add_argument("--cookie-secret", default=None,
                        help="secret that signs the login cookie (default with --basic-auth: a random one per start)")
     serve.set_defaults(func=cmd_serve)

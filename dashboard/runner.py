@@ -23,6 +23,50 @@ from engine.stepping import Record, Trainer
 TrainerFactory = Callable[[], Mapping[str, Trainer]]
 
 
+class ServerBusy(RuntimeError):
+    """Raised by :meth:`Runner.play` when the server's cap on training runs is reached."""
+
+
+class TrainingSlots:
+    """A server-wide cap on the runners that train at once (``boltzlab serve --max-training``).
+
+    A runner holds a slot while it plays; pausing, finishing, resetting or closing (the
+    session ending) frees it.  ``limit = None`` means no cap.  Single steps are not counted.
+    """
+
+    def __init__(self, limit: int | None = None) -> None:
+        self._lock = threading.Lock()
+        self._holders: set[int] = set()
+        self.limit = limit
+
+    def set_limit(self, limit: int | None) -> None:
+        if limit is not None and (not isinstance(limit, int) or limit < 1):
+            raise ValueError(f"The training-session cap must be an int >= 1 or None. Got {limit!r}.")
+        self.limit = limit
+
+    def acquire(self, key: int) -> bool:
+        with self._lock:
+            if key in self._holders:
+                return True
+            if self.limit is not None and len(self._holders) >= self.limit:
+                return False
+            self._holders.add(key)
+            return True
+
+    def release(self, key: int) -> None:
+        with self._lock:
+            self._holders.discard(key)
+
+    @property
+    def in_use(self) -> int:
+        with self._lock:
+            return len(self._holders)
+
+
+#: The process-wide slots every Runner uses.
+SLOTS = TrainingSlots()
+
+
 @dataclass
 class TrainerState:
     """What the UI needs to know about one trainer besides its Records."""
@@ -93,15 +137,26 @@ class Runner:
         return any(s.active for s in self.states.values())
 
     def play(self) -> None:
+        """Train until paused or done; raises :class:`ServerBusy` when the server's cap on
+        training runs (:data:`SLOTS`) is reached."""
         with self._cond:
             if self._closed or not self.active:
                 return
+            if not SLOTS.acquire(id(self)):
+                raise ServerBusy(
+                    f"The server is busy: {SLOTS.limit} training run(s) at once is its limit. Try again in a "
+                    "little while, or use Step.")
             self._playing = True
             self._cond.notify_all()
 
+    def _stop_playing(self) -> None:
+        """Not playing any more (the caller holds the lock): free the server-wide slot."""
+        self._playing = False
+        SLOTS.release(id(self))
+
     def pause(self) -> None:
         with self._cond:
-            self._playing = False
+            self._stop_playing()
             self._pending = 0
             self._cond.notify_all()
 
@@ -110,7 +165,7 @@ class Runner:
         with self._cond:
             if self._closed:
                 return
-            self._playing = False
+            self._stop_playing()
             self._pending += 1
             self._cond.notify_all()
 
@@ -142,7 +197,7 @@ class Runner:
         """Stop the worker thread (idempotent)."""
         with self._cond:
             self._closed = True
-            self._playing = False
+            self._stop_playing()
             self._cond.notify_all()
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout)
@@ -173,7 +228,7 @@ class Runner:
     def _install(self, trainers: Mapping[str, Trainer]) -> None:
         self._generation += 1
         self._buffer.clear()
-        self._playing = False
+        self._stop_playing()
         self._pending = 0
         self.trainers = dict(trainers)
         self._batch = {}
@@ -212,7 +267,7 @@ class Runner:
                 with self._cond:
                     self._busy = False
                     if not self.active:
-                        self._playing = False
+                        self._stop_playing()
                     self._cond.notify_all()
             if self._speed is not None:
                 next_round = time.monotonic() + 1.0 / self._speed
@@ -307,3 +362,17 @@ def attach(runner: Runner, on_records: Callable[[list[tuple[str, Record]]], None
     if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
         pn.state.on_session_destroyed(destroyed)
     return callback
+
+
+def play_or_tell(runner: Runner) -> str | None:
+    """``runner.play()``; when the server is busy, say so in a notification (if the page has
+    them) and return the message instead of raising."""
+    try:
+        runner.play()
+        return None
+    except ServerBusy as exc:
+        import panel as pn
+
+        if pn.state.notifications is not None:
+            pn.state.notifications.warning(str(exc), duration=8000)
+        return str(exc)

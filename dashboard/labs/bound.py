@@ -18,7 +18,7 @@ from matplotlib import colormaps
 from matplotlib.colors import to_hex
 
 from dashboard.labs import bound_setup as setup
-from dashboard.runner import Runner, attach
+from dashboard.runner import Runner, attach, play_or_tell
 from dashboard.views import StatusBadge
 
 VIRIDIS = [to_hex(c) for c in colormaps["viridis"](np.linspace(0, 1, 256))]
@@ -355,8 +355,10 @@ class RaceView:
     @_held
     def _play(self) -> None:
         self._ensure_reference()
-        self.runner.play()
+        busy = play_or_tell(self.runner)
         self._refresh_status()
+        if busy:
+            self.status.set("warn", busy)
 
     @_held
     def _pause(self) -> None:

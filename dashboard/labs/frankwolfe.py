@@ -16,7 +16,7 @@ from dashboard.labs.frankwolfe_setup import (
     CD_EPOCHS, CD_K, DATASETS, DEFAULTS, EVALUATIONS, cd_factory, fw_curves, fw_factory, log_likelihood_of, splits,
 )
 from dashboard.labs.tap_setup import load_images
-from dashboard.runner import Runner, attach
+from dashboard.runner import Runner, attach, play_or_tell
 from dashboard.views import LiveCurve, StatusBadge
 from dashboard.views.image_grid import ImageGrid
 
@@ -213,8 +213,10 @@ class FrankWolfeLab:
     # ------------------------------------------------------------------ buttons
     @_held
     def _play(self) -> None:
-        self.runner.play()
+        busy = play_or_tell(self.runner)
         self._refresh_status()
+        if busy:
+            self.run_status.set("warn", busy)
 
     @_held
     def _pause(self) -> None:
@@ -257,9 +259,12 @@ class FrankWolfeLab:
         self._fork = {"n_hidden": n_hidden, "iteration": self._last.get("iteration")}
         if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
             self._callbacks.append(attach(self.cd_runner, self.on_cd_records, 300))
-        self.cd_runner.play()
-        self.cd_status.set("info", f"CD-{CD_K} with {n_hidden} hidden units: from the Frank-Wolfe model "
-                                   f"(iteration {self._fork['iteration']}) and from a random start…")
+        busy = play_or_tell(self.cd_runner)
+        if busy:
+            self.cd_status.set("warn", busy)
+        else:
+            self.cd_status.set("info", f"CD-{CD_K} with {n_hidden} hidden units: from the Frank-Wolfe model "
+                                       f"(iteration {self._fork['iteration']}) and from a random start…")
         self._refresh_status()
 
     def _stop_cd(self) -> None:

@@ -16,7 +16,7 @@ from bokeh.models import ColumnDataSource
 from dashboard.labs.fvbm_setup import (BOUND_LABEL, DEFAULT_DATA, LBFGS_LABEL, SQUAREM_LABEL, DataSet,
                                        load_data, monotone_guaranteed, parse_mus,
                                        trainer_factory)
-from dashboard.runner import Runner, attach
+from dashboard.runner import Runner, attach, play_or_tell
 from dashboard.views import Heatmap, LiveCurve, StatusBadge
 
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
@@ -343,8 +343,10 @@ class FVBMLab:
     # ------------------------------------------------------------------ buttons
     @_held
     def _play(self) -> None:
-        self.runner.play()
+        busy = play_or_tell(self.runner)
         self._refresh_status()
+        if busy:
+            self.run_status.set("warn", busy)
 
     @_held
     def _pause(self) -> None:

@@ -15,7 +15,7 @@ from bokeh.models import ColumnDataSource, LinearAxis, Range1d
 from bokeh.plotting import figure
 
 from dashboard.labs.tap_setup import DATASETS, EXACT_LIMIT, History, isomap_of_history, load_images, trainer_factory
-from dashboard.runner import Runner, attach
+from dashboard.runner import Runner, attach, play_or_tell
 from dashboard.views import LiveCurve, StatusBadge
 from dashboard.views.histogram import HistogramSlices
 from dashboard.views.image_grid import ImageGrid
@@ -278,8 +278,10 @@ class TAPLab:
     # ------------------------------------------------------------------ buttons
     @_held
     def _play(self) -> None:
-        self.runner.play()
+        busy = play_or_tell(self.runner)
         self._refresh_status()
+        if busy:
+            self.run_status.set("warn", busy)
 
     @_held
     def _pause(self) -> None:

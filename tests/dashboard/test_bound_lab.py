@@ -103,3 +103,24 @@ def test_the_race_streams_every_method_and_the_bound_stays_monotone():
         assert race.status.level == "error" and "reg" in race.status.text.lower()
     finally:
         race.runner.close()
+
+
+def test_play_says_server_busy_when_the_cap_is_reached():
+    from dashboard.runner import SLOTS, Runner
+
+    lab = BoundLab()
+    lab.panel()
+    holder = Runner(lambda: lab.race.runner._factory())
+    SLOTS.set_limit(1)
+    try:
+        holder.play()
+        lab.race._play()
+        assert not lab.race.runner.playing
+        assert lab.race.status.level == "warn" and "server is busy" in lab.race.status.text
+        holder.pause()
+        lab.race._play()
+        assert lab.race.runner.playing
+    finally:
+        SLOTS.set_limit(None)
+        holder.close()
+        lab.race.runner.close()

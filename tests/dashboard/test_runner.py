@@ -250,3 +250,50 @@ def test_speed_limit_disables_batching(make_runner):
     runner.pause()
     runner.wait_idle()
     assert trainer.batches == []
+
+
+def test_the_server_wide_cap_refuses_a_further_play_and_frees_slots_on_pause_finish_and_close():
+    from dashboard.runner import SLOTS, ServerBusy, play_or_tell
+
+    SLOTS.set_limit(2)
+    runners = [Runner(lambda: {"t": FakeTrainer(delay=0.001)}) for _ in range(3)]
+    try:
+        runners[0].play()
+        runners[1].play()
+        runners[1].play()  # playing again does not take a second slot
+        assert SLOTS.in_use == 2
+        with pytest.raises(ServerBusy, match="server is busy"):
+            runners[2].play()
+        assert not runners[2].playing
+        assert "server is busy" in play_or_tell(runners[2])
+        runners[2].step_once()  # single steps are not capped
+        assert runners[2].wait_idle()
+        runners[0].pause()
+        assert SLOTS.in_use == 1
+        assert play_or_tell(runners[2]) is None and runners[2].playing
+        runners[1].close()
+        runners[2].reset()
+        assert SLOTS.in_use == 0
+    finally:
+        for r in runners:
+            r.close()
+        SLOTS.set_limit(None)
+    with pytest.raises(ValueError, match="cap"):
+        SLOTS.set_limit(0)
+
+
+def test_a_finished_run_frees_its_slot():
+    from dashboard.runner import SLOTS
+
+    SLOTS.set_limit(1)
+    runner = Runner(lambda: {"t": FakeTrainer(max_sweeps=3)})
+    other = Runner(lambda: {"t": FakeTrainer(max_sweeps=3)})
+    try:
+        runner.play()
+        assert runner.wait_idle()  # runs to its limit, then stops playing
+        assert SLOTS.in_use == 0
+        other.play()
+    finally:
+        runner.close()
+        other.close()
+        SLOTS.set_limit(None)
