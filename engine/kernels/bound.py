@@ -207,6 +207,67 @@ def junction_tree_chain(Fc, log_alpha_c):
 
 
 @njit(cache=True, nogil=True)
+def absorb_rank_one(r, rn2, V, s, D, g, Va, M):
+    """Add r r^T to V^T diag(s) V + diag(D), keeping rank k (Algorithm 4's inner step).
+
+    r is the scaled residual row (rn2 = |r|^2); the projection on span(V), the exact
+    (k+1)-dimensional eigendecomposition with the cross terms kept, and the smallest
+    eigenpair (lam, u) absorbed into D by lam u u^T <= lam |u|_1 diag(|u|).  g, Va, M are
+    work arrays.  Returns the new V (s and D are updated in place).
+    """
+    k, d = V.shape
+    p = np.dot(V, r)
+    g[:] = r - np.dot(V.T, p)
+    p2 = np.dot(V, g)
+    p += p2
+    g -= np.dot(V.T, p2)
+    gn = math.sqrt(np.dot(g, g))
+    pn = math.sqrt(np.dot(p, p))
+    if gn <= RESIDUAL_RTOL * math.sqrt(rn2):
+        if gn > 0.0:
+            e = gn / pn if pn > 0.0 else 1.0
+            g1 = 0.0
+            for j in range(d):
+                g1 += abs(g[j])
+            scale = (1.0 + 1.0 / e) * g1
+            for j in range(d):
+                D[j] += scale * abs(g[j])
+            p *= math.sqrt(1.0 + e)
+        Mk = np.outer(p, p)
+        for a in range(k):
+            Mk[a, a] += s[a]
+        lam, Q = np.linalg.eigh(Mk)
+        V = np.ascontiguousarray(np.dot(Q.T, V))
+        for a in range(k):
+            s[a] = max(lam[a], 0.0)
+        return V
+    M[:, :] = 0.0
+    for a in range(k):
+        M[a, a] = s[a]
+        for b in range(k):
+            M[a, b] += p[a] * p[b]
+        M[a, k] = gn * p[a]
+        M[k, a] = gn * p[a]
+    M[k, k] = gn * gn
+    Va[:k] = V
+    for j in range(d):
+        Va[k, j] = g[j] / gn
+    lam, Q = np.linalg.eigh(M)  # ascending
+    rot = np.dot(Q.T, Va)
+    smallest = max(lam[0], 0.0)
+    if smallest > 0.0:
+        u1 = 0.0
+        for j in range(d):
+            u1 += abs(rot[0, j])
+        for j in range(d):
+            D[j] += smallest * u1 * abs(rot[0, j])
+    V = np.ascontiguousarray(rot[1:])
+    for a in range(k):
+        s[a] = max(lam[a + 1], 0.0)
+    return V
+
+
+@njit(cache=True, nogil=True)
 def low_rank_bound(F, log_alpha, rank):
     """Algorithm 4 (LowRankBound) for one partition function, t = 1 and lambda = 0.
 
@@ -260,53 +321,5 @@ def low_rank_bound(F, log_alpha, rank):
         log_z = logaddexp(log_z, la)
         if rn2 == 0.0:
             continue
-        # project on span(V) twice (classical Gram-Schmidt, "twice is enough")
-        p = np.dot(V, r)
-        g[:] = r - np.dot(V.T, p)
-        p2 = np.dot(V, g)
-        p += p2
-        g -= np.dot(V.T, p2)
-        gn = math.sqrt(np.dot(g, g))
-        pn = math.sqrt(np.dot(p, p))
-        if gn <= RESIDUAL_RTOL * math.sqrt(rn2):
-            if gn > 0.0:
-                e = gn / pn if pn > 0.0 else 1.0
-                g1 = 0.0
-                for j in range(d):
-                    g1 += abs(g[j])
-                scale = (1.0 + 1.0 / e) * g1
-                for j in range(d):
-                    D[j] += scale * abs(g[j])
-                p *= math.sqrt(1.0 + e)
-            Mk = np.outer(p, p)
-            for a in range(k):
-                Mk[a, a] += s[a]
-            lam, Q = np.linalg.eigh(Mk)
-            V = np.ascontiguousarray(np.dot(Q.T, V))
-            for a in range(k):
-                s[a] = max(lam[a], 0.0)
-            continue
-        M[:, :] = 0.0
-        for a in range(k):
-            M[a, a] = s[a]
-            for b in range(k):
-                M[a, b] += p[a] * p[b]
-            M[a, k] = gn * p[a]
-            M[k, a] = gn * p[a]
-        M[k, k] = gn * gn
-        Va[:k] = V
-        for j in range(d):
-            Va[k, j] = g[j] / gn
-        lam, Q = np.linalg.eigh(M)  # ascending
-        rot = np.dot(Q.T, Va)  # rows: eigenvectors in R^d
-        smallest = max(lam[0], 0.0)
-        if smallest > 0.0:
-            u1 = 0.0
-            for j in range(d):
-                u1 += abs(rot[0, j])
-            for j in range(d):
-                D[j] += smallest * u1 * abs(rot[0, j])
-        V = np.ascontiguousarray(rot[1:])
-        for a in range(k):
-            s[a] = max(lam[a + 1], 0.0)
+        V = absorb_rank_one(r, rn2, V, s, D, g, Va, M)
     return log_z, mu, V, s, D

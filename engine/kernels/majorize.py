@@ -39,6 +39,7 @@ from numba import njit
 
 from engine.kernels.bound import (
     RESIDUAL_RTOL,
+    absorb_rank_one,
     bound_coefficient,
     junction_tree_chain,
     logaddexp,
@@ -328,66 +329,6 @@ def chain_moments(Fc, log_alpha_c, offsets):
 
 
 @njit(cache=True, nogil=True)
-def _absorb_rank_one(r, rn2, V, s, D, g, Va, M):
-    """Add r r^T to V^T diag(s) V + diag(D), keeping rank k (Algorithm 4's inner step).
-
-    The same projection / eigendecomposition / absorption as
-    :func:`engine.kernels.bound.low_rank_bound` (cross terms kept; the smallest eigenpair
-    (lam, u) goes into D by lam u u^T <= lam |u|_1 diag(|u|)).  Returns the new V.
-    """
-    k, d = V.shape
-    p = np.dot(V, r)
-    g[:] = r - np.dot(V.T, p)
-    p2 = np.dot(V, g)
-    p += p2
-    g -= np.dot(V.T, p2)
-    gn = math.sqrt(np.dot(g, g))
-    pn = math.sqrt(np.dot(p, p))
-    if gn <= RESIDUAL_RTOL * math.sqrt(rn2):
-        if gn > 0.0:
-            e = gn / pn if pn > 0.0 else 1.0
-            g1 = 0.0
-            for j in range(d):
-                g1 += abs(g[j])
-            scale = (1.0 + 1.0 / e) * g1
-            for j in range(d):
-                D[j] += scale * abs(g[j])
-            p *= math.sqrt(1.0 + e)
-        Mk = np.outer(p, p)
-        for a in range(k):
-            Mk[a, a] += s[a]
-        lam, Q = np.linalg.eigh(Mk)
-        V = np.ascontiguousarray(np.dot(Q.T, V))
-        for a in range(k):
-            s[a] = max(lam[a], 0.0)
-        return V
-    M[:, :] = 0.0
-    for a in range(k):
-        M[a, a] = s[a]
-        for b in range(k):
-            M[a, b] += p[a] * p[b]
-        M[a, k] = gn * p[a]
-        M[k, a] = gn * p[a]
-    M[k, k] = gn * gn
-    Va[:k] = V
-    for j in range(d):
-        Va[k, j] = g[j] / gn
-    lam, Q = np.linalg.eigh(M)  # ascending
-    rot = np.dot(Q.T, Va)
-    smallest = max(lam[0], 0.0)
-    if smallest > 0.0:
-        u1 = 0.0
-        for j in range(d):
-            u1 += abs(rot[0, j])
-        for j in range(d):
-            D[j] += smallest * u1 * abs(rot[0, j])
-    V = np.ascontiguousarray(rot[1:])
-    for a in range(k):
-        s[a] = max(lam[a + 1], 0.0)
-    return V
-
-
-@njit(cache=True, nogil=True)
 def sum_low_rank_bounds(F, log_alpha, offsets, rank):
     """Algorithm 4 over all examples: one V^T diag(s) V + diag(D) >= sum_j Sigma_j.
 
@@ -433,7 +374,7 @@ def sum_low_rank_bounds(F, log_alpha, offsets, rank):
                 mu[j] += w * lj
             log_z = logaddexp(log_z, la)
             if rn2 > 0.0:
-                V = _absorb_rank_one(r, rn2, V, s, D, g, Va, M)
+                V = absorb_rank_one(r, rn2, V, s, D, g, Va, M)
         log_zs[e] = log_z
         mu_sum += mu
     return log_zs.sum(), mu_sum, V, s, D, log_zs
@@ -492,7 +433,7 @@ def low_rank_class_bounds(X, log_alpha, rank):
                 m[a] += w * u[a]
             log_z = logaddexp(log_z, la)
             if rn2 > 0.0:
-                V = _absorb_rank_one(r, rn2, V, s, D, g, Va, M)
+                V = absorb_rank_one(r, rn2, V, s, D, g, Va, M)
         log_zs[e] = log_z
         for a in range(K):
             for q in range(p):
