@@ -198,47 +198,10 @@ def cmd_reproduce_fvbm(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_reproduce_tap(args: argparse.Namespace) -> int:
-    from engine.experiments import tap_mnist as experiment
-
-    overrides = {"hidden": args.hidden, "epochs": args.epochs, "n_test": args.n_test, "n_eval": args.n_eval,
-                 "learning_rate": args.learning_rate, "ais_runs": args.ais_runs}
-    try:
-        settings = experiment.make_settings(args.quick, args.seed, **overrides)
-    except ValueError as exc:
-        return _error(str(exc))
-    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731 -- progress always on stderr
-    out = Path(args.output)
-    result = experiment.run(args.quick, out, args.seed, progress=log,
-                            **{k: v for k, v in overrides.items() if v is not None})
-    from dashboard.reports import write_tap_figures
-
-    log("writing figures ...")
-    result["figures"] = write_tap_figures(result, out)
-    if args.json:
-        print(json.dumps(_json_safe(result)))
-        return 0
-    s = result["settings"]
-    print(f"Tramel et al. (2018) §VII on binary MNIST: Nh in {s['hidden']}, {s['epochs']} epochs x "
-          f"{s['updates_per_epoch']} updates, gamma = {s['learning_rate']:g}, M = K = {s['batch_size']}, "
-          f"{s['n_eval']} evaluation digits, {s['n_test']} test digits" + (" (quick)" if s["quick"] else "")
-          + f"; {result['seconds']:.0f} s")
-    print(experiment.format_table(result))
-    print()
-    for name, paths in result["figures"].items():
-        print(f"{name}: {paths['png']} and {paths['html']}")
-    return 0
-
-
-def cmd_reproduce_frankwolfe(args: argparse.Namespace) -> int:
-    from engine.experiments import frankwolfe_mnist as experiment
-
-    overrides = {"fw_max_hidden": args.max_hidden, "cd_hidden": args.cd_hidden, "cd_epochs": args.cd_epochs,
-                 "cd_seeds": args.cd_seeds, "ais_runs": args.ais_runs, "n_train": args.n_train,
-                 "n_test": args.n_test}
-    if args.tiny:  # a smoke test of the whole pipeline in seconds (the CLI test uses it)
-        overrides.update(fw_eval_every=3, reg_grid=(0.3,), reg_select_hidden=3, fw_samples=50, bias_steps=3,
-                         cd_batch_size=50, ais_schedule="live", n_valid=50, stop_window=2)
+def _reproduce_with_figures(experiment, args: argparse.Namespace, overrides: dict, write_figures,
+                            headline) -> int:
+    """The shared body of `reproduce tap` and `reproduce frankwolfe`: validate the overrides,
+    run with progress on stderr, write the figures, print JSON or the headline and tables."""
     try:
         experiment.make_settings(args.quick, args.seed, **overrides)
     except ValueError as exc:
@@ -247,19 +210,50 @@ def cmd_reproduce_frankwolfe(args: argparse.Namespace) -> int:
     out = Path(args.output)
     result = experiment.run(args.quick, out, args.seed, progress=log,
                             **{k: v for k, v in overrides.items() if v is not None})
-    from dashboard.reports import write_frankwolfe_figures
-
     log("writing figures ...")
-    result["figures"] = write_frankwolfe_figures(result, out)
+    result["figures"] = write_figures(result, out)
     if args.json:
         print(json.dumps(_json_safe(result)))
         return 0
-    print(f"Ping, Liu & Ihler (2016) §4 on binary MNIST{' (quick)' if args.quick else ''}; {result['seconds']:.0f} s")
+    print(headline(result))
     print(experiment.format_table(result))
     print()
     for name, paths in result["figures"].items():
         print(f"{name}: {paths['png']} and {paths['html']}")
     return 0
+
+
+def cmd_reproduce_tap(args: argparse.Namespace) -> int:
+    from dashboard.reports import write_tap_figures
+    from engine.experiments import tap_mnist as experiment
+
+    overrides = {"hidden": args.hidden, "epochs": args.epochs, "n_test": args.n_test, "n_eval": args.n_eval,
+                 "learning_rate": args.learning_rate, "ais_runs": args.ais_runs}
+
+    def headline(result: dict) -> str:
+        s = result["settings"]
+        return (f"Tramel et al. (2018) §VII on binary MNIST: Nh in {s['hidden']}, {s['epochs']} epochs x "
+                f"{s['updates_per_epoch']} updates, gamma = {s['learning_rate']:g}, M = K = {s['batch_size']}, "
+                f"{s['n_eval']} evaluation digits, {s['n_test']} test digits" + (" (quick)" if s["quick"] else "")
+                + f"; {result['seconds']:.0f} s")
+
+    return _reproduce_with_figures(experiment, args, overrides, write_tap_figures, headline)
+
+
+def cmd_reproduce_frankwolfe(args: argparse.Namespace) -> int:
+    from dashboard.reports import write_frankwolfe_figures
+    from engine.experiments import frankwolfe_mnist as experiment
+
+    overrides = {"fw_max_hidden": args.max_hidden, "cd_hidden": args.cd_hidden, "cd_epochs": args.cd_epochs,
+                 "cd_seeds": args.cd_seeds, "ais_runs": args.ais_runs, "n_train": args.n_train,
+                 "n_test": args.n_test}
+    if args.tiny:  # a smoke test of the whole pipeline in seconds (the CLI test uses it)
+        overrides.update(fw_eval_every=3, reg_grid=(0.3,), reg_select_hidden=3, fw_samples=50, bias_steps=3,
+                         cd_batch_size=50, ais_schedule="live", n_valid=50, stop_window=2)
+    return _reproduce_with_figures(
+        experiment, args, overrides, write_frankwolfe_figures,
+        lambda result: f"Ping, Liu & Ihler (2016) §4 on binary MNIST{' (quick)' if args.quick else ''}; "
+                       f"{result['seconds']:.0f} s")
 
 
 def cmd_reproduce_bound(args: argparse.Namespace) -> int:
