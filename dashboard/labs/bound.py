@@ -12,7 +12,7 @@ import math
 import numpy as np
 import panel as pn
 from bokeh.events import Tap
-from bokeh.models import ColorBar, ColumnDataSource, HoverTool, LegendItem, LogColorMapper, Range1d, Span
+from bokeh.models import ColorBar, ColumnDataSource, HoverTool, Label, LegendItem, LogColorMapper, Range1d, Span
 from bokeh.plotting import figure
 from matplotlib import colormaps
 from matplotlib.colors import to_hex
@@ -302,6 +302,10 @@ class RaceView:
         fig.legend.background_fill_alpha = 0.7
         fig.legend.click_policy = "hide"
         fig.add_tools(HoverTool(tooltips=[("x", "@x{0.000}"), ("J − J*", "@y{0.000e}")]))
+        hint = Label(x=10, y=10, x_units="screen", y_units="screen", text="Press ▶ Play to start the race",
+                     text_color="#777", text_font_size="11pt")
+        fig.add_layout(hint)
+        self._hints = getattr(self, "_hints", []) + [hint]
         return fig
 
     # ------------------------------------------------------------------ settings
@@ -342,6 +346,8 @@ class RaceView:
             for src in srcs.values():
                 src.data = {"x": [], "y": []}
         self.table.object = ""
+        for hint in self._hints:
+            hint.visible = True
         self.monotone.set("idle", "Bound majorization: no step yet")
         self._refresh_status()
 
@@ -392,6 +398,8 @@ class RaceView:
             gaps = [max(r.scalars["objective"] - J_star, RACE_FLOOR) for r in recs]
             self.sources[name]["by-iteration"].stream({"x": its, "y": gaps})
             self.sources[name]["by-time"].stream({"x": secs, "y": gaps})
+            for hint in self._hints:
+                hint.visible = False
             for r, g in zip(recs, gaps):
                 if stats["hit"] is None and r.scalars["objective"] - J_star <= RACE_EPSILON:
                     stats["hit"] = (int(r.scalars["iteration"]), float(r.scalars["elapsed"]))

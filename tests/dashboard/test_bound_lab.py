@@ -124,3 +124,19 @@ def test_play_says_server_busy_when_the_cap_is_reached():
         SLOTS.set_limit(None)
         holder.close()
         lab.race.runner.close()
+
+
+def test_the_empty_race_plots_say_how_to_start():
+    lab = BoundLab()
+    lab.panel()
+    race = lab.race
+    try:
+        assert len(race._hints) == 2 and all(h.visible for h in race._hints)
+        race._step()
+        assert race.runner.wait_idle()
+        race.on_records(race.runner.drain())
+        assert not any(h.visible for h in race._hints)
+        race._rebuild()  # reset: empty again, hint back
+        assert all(h.visible for h in race._hints)
+    finally:
+        race.runner.close()
