@@ -80,9 +80,11 @@ def create_app() -> pn.template.FastListTemplate:
                    pn.Column(pn.pane.Markdown(ABOUT, max_width=820), name="About"),
                    sizing_mode="stretch_width", dynamic=False)
     pn.config.notifications = True  # "server busy" and other transient messages
+    labs = {"FVBM": lab, "TAP": tap_lab, "Frank-Wolfe": fw_lab, "Bound": bound_lab}
+    present = presentation_toggle(labs)
     template = pn.template.FastListTemplate(
         title=TITLE, main=[tabs], header_background="#1f3a5f", accent_base_color="#1f77b4",
-        main_layout=None, theme_toggle=False, busy_indicator=None, font_url="",
+        main_layout=None, theme_toggle=False, busy_indicator=None, font_url="", header=[present],
         font="system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif")
     if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
         lab.start()
@@ -90,9 +92,55 @@ def create_app() -> pn.template.FastListTemplate:
         fw_lab.start()
         bound_lab.start()
         pn.state.location.sync(tabs, {"active": "page"}) if pn.state.location else None
+        args = pn.state.session_args or {}
+        for each in labs.values():  # a shared link's settings (see dashboard.labtools)
+            if hasattr(each, "tools"):
+                each.tools.apply_query(args)
+        if _arg(args, "present") in ("1", "true"):
+            present.value = True
     template.lab = lab  # for tests and debugging
-    template.labs = {"FVBM": lab, "TAP": tap_lab, "Frank-Wolfe": fw_lab, "Bound": bound_lab}
+    template.labs = labs
+    template.present = present
     return template
+
+
+PRESENT_ZOOM = 1.3  # presentation mode: everything larger, for a projector
+
+PRESENT_JS = f"document.body.style.zoom = cb_obj.active ? '{PRESENT_ZOOM}' : '';"
+
+
+def _arg(args: dict, key: str) -> str | None:
+    value = args.get(key)
+    if isinstance(value, list):
+        value = value[-1] if value else None
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def presentation_toggle(labs: dict) -> pn.widgets.Toggle:
+    """The header's presentation-mode switch: the page zooms to projector size (CSS zoom,
+    so text, controls and plots all grow and the layout reflows), every lab shows a large
+    *Next step* button that says what the step changed, and ``?present=1`` keeps it on in
+    a shared link."""
+    toggle = pn.widgets.Toggle(label="🎓 Presentation mode", value=False, width=200,
+                               button_type="light", margin=(12, 10))
+    toggle.jscallback(value=PRESENT_JS)
+
+    def changed(event) -> None:
+        with pn.io.hold():
+            for each in labs.values():
+                if hasattr(each, "tools"):
+                    each.tools.set_presenting(event.new)
+            if pn.state.location is not None:
+                pn.state.location.update_query(present=int(event.new))
+
+    toggle.param.watch(changed, "value")
+    if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
+        from bokeh.models import CustomJS  # apply a ?present=1 link's zoom once the page is up
+
+        pn.state.curdoc.js_on_event("document_ready", CustomJS(
+            code=f"if (new URLSearchParams(window.location.search).get('present') === '1') "
+                 f"{{ document.body.style.zoom = '{PRESENT_ZOOM}'; }}"))
+    return toggle
 
 
 def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,

@@ -66,6 +66,53 @@ class TrainingSlots:
 #: The process-wide slots every Runner uses.
 SLOTS = TrainingSlots()
 
+#: Where trainers run.  ``None``: in the runner's own thread (the default).  Otherwise a
+#: callable that takes the factory's ``{name: trainer}`` and returns stand-ins with the same
+#: interface (``boltzlab serve --dask-scheduler``: proxies to Dask actors on a cluster).
+BACKEND: Callable[[Mapping[str, Trainer]], Mapping[str, Trainer]] | None = None
+
+
+class History:
+    """Every scalar each trainer reported since the last reset, in bounded memory.
+
+    Rows are kept in full up to ``limit`` per trainer; beyond it every second one of the
+    older half is dropped, so an hour-long run keeps its whole shape at a coarser
+    resolution (what the CSV export and a checkpoint's plots need) and memory stays bounded.
+    The newest Record's arrays are kept too, so a loaded checkpoint can redraw its images.
+    """
+
+    def __init__(self, limit: int = 5_000) -> None:
+        self.limit = limit
+        self.rows: dict[str, list[dict[str, Any]]] = {}
+        self.arrays: dict[str, dict[str, Any]] = {}
+        self.counts: dict[str, int] = {}  # steps seen per trainer (rows may be decimated)
+
+    def add(self, name: str, record: Record) -> None:
+        self.counts[name] = self.counts.get(name, 0) + 1
+        rows = self.rows.setdefault(name, [])
+        rows.append(dict(record.scalars))
+        if record.arrays:
+            self.arrays[name] = dict(record.arrays)
+        if len(rows) > self.limit:
+            half = len(rows) // 2
+            rows[:half] = rows[:half:2]
+
+    def copy(self) -> "History":
+        other = History(self.limit)
+        other.rows = {n: [dict(r) for r in rows] for n, rows in self.rows.items()}
+        other.arrays = {n: dict(a) for n, a in self.arrays.items()}
+        other.counts = dict(self.counts)
+        return other
+
+    def records(self) -> list[tuple[str, Record]]:
+        """The history as Records, trainer by trainer, the newest arrays on each last one."""
+        out = []
+        for name, rows in self.rows.items():
+            for i, row in enumerate(rows):
+                arrays = self.arrays.get(name, {}) if i == len(rows) - 1 else {}
+                out.append((name, Record(dict(row), dict(arrays))))
+        return out
+
 
 @dataclass
 class TrainerState:
@@ -118,6 +165,7 @@ class Runner:
         self._batch: dict[str, int] = {}
         self.trainers: dict[str, Trainer] = {}
         self.states: dict[str, TrainerState] = {}
+        self.history = History()
         self._install(factory())
         self._thread = threading.Thread(target=self._work, name="boltzlab-runner", daemon=True)
         self._thread.start()
@@ -193,6 +241,43 @@ class Runner:
             self._install(trainers)
             self._cond.notify_all()
 
+    def snapshot(self) -> tuple[dict[str, dict[str, Any]], History, dict[str, TrainerState]]:
+        """Pause, wait for the step in flight, and copy every trainer's ``state_dict()``,
+        the history and the states: what a checkpoint holds."""
+        self.pause()
+        self.wait_idle(30.0)
+        with self._cond:
+            states = {n: {k: (v.copy() if hasattr(v, "copy") else v)
+                          for k, v in t.state_dict().items()} for n, t in self.trainers.items()}
+            return states, self.history.copy(), {n: TrainerState(s.status, s.message, s.steps)
+                                                for n, s in self.states.items()}
+
+    def restore(self, states: Mapping[str, Mapping[str, Any]], history: History | None = None) -> None:
+        """Load each trainer's state (names must match the current trainers) and the history.
+
+        The trainers continue exactly where the saved ones stopped.  Raises ``ValueError``
+        on a mismatch; a trainer whose ``load_state_dict`` fails raises its own error and
+        the caller decides what to restore (see ``dashboard.labtools``).
+        """
+        self.pause()
+        self.wait_idle(30.0)
+        with self._cond:
+            if set(states) != set(self.trainers):
+                raise ValueError(f"The checkpoint holds the runs {sorted(states)}; these settings "
+                                 f"make the runs {sorted(self.trainers)}.")
+            for name, trainer in self.trainers.items():
+                trainer.load_state_dict(states[name])
+            self._generation += 1
+            self._buffer.clear()
+            self._batch = {}
+            self.history = history.copy() if history is not None else History()
+            self.states = {}
+            for name, trainer in self.trainers.items():
+                self.states[name] = TrainerState(steps=self.history.counts.get(name, 0))
+                if getattr(trainer, "done", False):
+                    self._finish(name, trainer)
+            self._cond.notify_all()
+
     def close(self, timeout: float = 2.0) -> None:
         """Stop the worker thread (idempotent)."""
         with self._cond:
@@ -230,7 +315,10 @@ class Runner:
         self._buffer.clear()
         self._stop_playing()
         self._pending = 0
+        if BACKEND is not None:
+            trainers = BACKEND(trainers)
         self.trainers = dict(trainers)
+        self.history = History(self.history.limit)
         self._batch = {}
         self.states = {name: TrainerState() for name in self.trainers}
         for name, trainer in self.trainers.items():
@@ -313,6 +401,7 @@ class Runner:
             if len(self._buffer) == self._buffer.maxlen:
                 self.dropped += 1
             self._buffer.append((name, record))
+            self.history.add(name, record)
             state.steps += 1
             state.status = "running"
             if self._diverged(record):

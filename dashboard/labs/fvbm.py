@@ -16,6 +16,7 @@ from bokeh.models import ColumnDataSource
 from dashboard.labs.fvbm_setup import (BOUND_LABEL, DEFAULT_DATA, LBFGS_LABEL, SQUAREM_LABEL, DataSet,
                                        load_data, monotone_guaranteed, parse_mus,
                                        trainer_factory)
+from dashboard.labtools import LabTools, Preset, intro_card
 from dashboard.runner import Runner, attach, play_or_tell
 from dashboard.views import Heatmap, LiveCurve, StatusBadge
 
@@ -28,22 +29,59 @@ SPEEDS = {"1 sweep/s": 1.0, "5 sweeps/s": 5.0, "20 sweeps/s": 20.0, "100 sweeps/
           "1000 sweeps/s": 1000.0, "as fast as possible": None}
 
 INTRO = """
-### Fully visible Boltzmann machine: maximum pseudo-likelihood, live
-
 A **fully visible Boltzmann machine** (FVBM) is a distribution over ±1 vectors with
 biases **b** and symmetric couplings **M**. Its likelihood needs a sum over all 2<sup>d</sup>
-states, so it is fitted by maximising the **log-pseudo-likelihood** (eq. 2.1) instead.
-The **BSLM** algorithm (Nguyen & Wood, 2016) updates one parameter at a time by maximising
-a quadratic lower bound (eqs. 2.4, 2.7): the log-pseudo-likelihood can *never decrease*.
-**Gradient ascent** with step μ (eqs. 4.1, 4.2) is BSLM for μ = 1 and is only guaranteed
-to increase for μ ≤ 1. Press **▶ Play**, then try *Race* mode: large μ is faster,
-until it overshoots (the log-PL decreases) or diverges. The race also runs two methods that
-update **all** parameters at once (one step = one iteration): the **quadratic bound** of
-Jebara & Choromanska (2012) on every term of eq. 2.1, monotone too, with a curvature
-tanh(u)/u that adapts to the fields u where BSLM's bound keeps the fixed maximum 1 (also with
-SQUAREM extrapolation, kept only when it improves, so still monotone); and **L-BFGS**, fast
-but without a monotonicity guarantee. Click a legend entry to hide a line.
+states, so it is fitted by maximising the **log-pseudo-likelihood** P<sub>n</sub>(θ) (eq. 2.1)
+instead. The **BSLM** algorithm (Nguyen & Wood, 2016) updates one parameter at a time by
+maximising a quadratic lower bound (eqs. 2.3, 2.6), which gives the closed-form updates
+(2.4) and (2.7): P<sub>n</sub> can *never decrease*. **Gradient ascent** with step μ
+(eqs. 4.1, 4.2) is BSLM for μ = 1 and is only guaranteed to increase for μ ≤ 1. The race
+also runs two methods that update **all** parameters at once (one step = one iteration):
+the **quadratic bound** of Jebara & Choromanska (2012) on every term of eq. 2.1, monotone
+too, with a curvature tanh(u)/u that adapts to the fields u where BSLM's bound keeps the
+fixed maximum 1 (also with SQUAREM extrapolation, kept only when it improves, so still
+monotone); and **L-BFGS**, fast but without a monotonicity guarantee.
 """
+
+EQUATIONS = r"""
+$$P_n(\theta) = \sum_{i=1}^{n} \sum_{j=1}^{d} \Big[ x_{ij} (m_j^\top x_i + b_j) - \log\cosh(m_j^\top x_i + b_j) - \log 2 \Big] \qquad (2.1)$$
+
+$$b_j \leftarrow b_j + \frac{\mu}{n} \frac{\partial P_n}{\partial b_j}, \qquad m_{jk} \leftarrow m_{jk} + \frac{\mu}{2n} \frac{\partial P_n}{\partial m_{jk}} \qquad \text{(2.4, 2.7: BSLM is } \mu = 1\text{; 4.1, 4.2: gradient ascent)}$$
+"""
+
+WATCH = """
+Press **▶ Play** and watch the log-PL curve rise without a single dip (the badge checks
+every sweep). Then choose the preset *μ > 1 overshoots, μ = 20 diverges*: large μ is faster
+until it overshoots (a red ✗ marks its first decrease) or diverges. In presentation mode,
+**Next step** outlines the coupling that moved most in the estimate M̂.
+"""
+
+PRESETS = [
+    Preset("BSLM on the paper's simulation (d = 10, n = 16,000)",
+           {"source": "simulated", "d": 10, "n": 16000, "data_seed": 1, "mode": "Single run",
+            "algorithm": "bslm", "tol": 1e-5, "init": "zeros", "speed": "20 sweeps/s"},
+           "The §5 design: watch the log-PL rise monotonically to the MPLE (dashed)."),
+    Preset("μ > 1 overshoots, μ = 20 diverges",
+           {"source": "simulated", "d": 10, "n": 16000, "data_seed": 1, "mode": "Race",
+            "race_mus": "0.5, 2.5, 8, 20", "tol": 1e-5, "init": "zeros",
+            "speed": "5 sweeps/s"},
+           "Gradient ascent with μ = 2.5 is faster than BSLM; μ = 8 overshoots (✗) and "
+           "μ = 20 diverges, while BSLM and the bound never decrease."),
+    Preset("Gradient ascent with μ = 1 is BSLM",
+           {"source": "simulated", "d": 10, "n": 16000, "data_seed": 1, "mode": "Race",
+            "race_mus": "1", "tol": 1e-5, "init": "zeros", "speed": "5 sweeps/s"},
+           "Eqs. 4.1, 4.2 with μ = 1 are eqs. 2.4, 2.7: the BSLM and GA μ=1 curves coincide."),
+    Preset("Senate votes: a real data set",
+           {"source": "senate", "mode": "Race", "race_mus": "0.5, 2.5", "tol": 1e-5,
+            "init": "zeros", "speed": "20 sweeps/s"},
+           "147 divisions × 9 parties: the MPLE of real data, no true parameters to compare."),
+    Preset("Random start, larger model (d = 20)",
+           {"source": "simulated", "d": 20, "n": 16000, "data_seed": 2, "mode": "Single run",
+            "algorithm": "bslm", "tol": 1e-5, "init": "random", "init_seed": 3,
+            "speed": "as fast as possible"},
+           "d = 20 is still small enough for the exact log-likelihood (right plot)."),
+]
+
 
 
 def _held(method):
@@ -69,8 +107,11 @@ class FVBMLab:
     """Controls + live views around one :class:`Runner` (one per browser session)."""
 
     title = "FVBM"
+    key = "fvbm"
+    presets = PRESETS
 
     def __init__(self) -> None:
+        self._applying = False  # apply_settings sets many widgets, then rebuilds once
         self._build_widgets()
         self.data: DataSet = load_data("simulated", d=self.d.value, n=self.n.value,
                                        seed=self.data_seed.value)
@@ -79,6 +120,71 @@ class FVBMLab:
         self._build_views()
         self._callback = None
         self._on_new_data()
+        self.tools = LabTools(self)
+
+    # ------------------------------------------------------------------ LabTools contract
+    def settings(self) -> dict:
+        """The widgets whose values define a run (URL, presets, checkpoints)."""
+        return {"source": self.source, "d": self.d, "n": self.n, "data_seed": self.data_seed,
+                "mode": self.mode, "algorithm": self.algorithm, "mu": self.mu,
+                "race_mus": self.race_mus, "tol": self.tol, "init": self.init,
+                "init_seed": self.init_seed, "speed": self.speed}
+
+    @_held
+    def apply_settings(self, values: dict) -> None:
+        """Set many widgets, then rebuild the data and the run once; ``ValueError`` if the
+        values make no valid run (the widgets keep the new values, the run the old ones)."""
+        widgets = self.settings()
+        if values.get("source") == "upload" and not self.data.data.name.startswith("upload"):
+            raise ValueError("These settings use an uploaded CSV, which a link or checkpoint "
+                             "does not contain: upload the file first, then load again.")
+        self._applying = True
+        try:
+            for name, value in values.items():
+                widgets[name].value = value
+        finally:
+            self._applying = False
+        self._update_visibility()
+        if self.source.value != "upload":
+            data = load_data(self.source.value, d=self.d.value, n=self.n.value,
+                             seed=self.data_seed.value)
+            self.runner.pause()
+            self.data = data
+            self.data_msg.pane.visible = False
+        self._on_new_data(strict=True)
+
+    @_held
+    def redraw(self, records) -> None:
+        """Clear the views and replay ``records`` (a loaded checkpoint's history)."""
+        self._setup_lines()
+        self.on_records(records)
+        self._status_time = 0.0
+        self.on_records([])
+
+    def step_once(self) -> None:
+        self._step()
+
+    def refresh_status(self) -> None:
+        self._refresh_status()
+
+    def describe_change(self, name, before, after, before_arrays, after_arrays) -> str | None:
+        """Presentation mode: one sweep's gain, and the coupling that moved most (outlined)."""
+        if "log_pl" not in after:
+            return None
+        gain = after["log_pl"] - before["log_pl"] if "log_pl" in before else None
+        text = f"<b>{name}</b>, sweep {int(after['sweep'])}: log-PL {after['log_pl']:,.4f}"
+        if gain is not None:
+            text += f" ({'▲' if gain >= 0 else '▼'} {abs(gain):.3g})"
+        M0, M1 = before_arrays.get("M"), after_arrays.get("M")
+        if M0 is not None and M1 is not None and np.shape(M0) == np.shape(M1):
+            delta = np.abs(np.asarray(M1) - np.asarray(M0))
+            if np.all(np.isfinite(delta)) and delta.max() > 0:
+                i, j = np.unravel_index(int(np.argmax(delta)), delta.shape)
+                text += (f"; the coupling that moved most: m<sub>{i + 1},{j + 1}</sub> "
+                         f"{M0[i, j]:+.4f} → {M1[i, j]:+.4f} (outlined in M̂)")
+                if name == self.heat_pick.value:
+                    self.heat_est.mark([(i, j), (j, i)])
+        return text
 
     # ------------------------------------------------------------------ widgets
     def _build_widgets(self) -> None:
@@ -136,6 +242,8 @@ class FVBMLab:
         self.step.on_click(lambda e: self._step())
         self.reset.on_click(lambda e: self._reset())
         self.speed.param.watch(lambda e: self.runner.set_speed(SPEEDS[e.new]), "value")
+        for widget in (self.play, self.pause, self.reset):
+            widget.on_click(lambda e: self.heat_est.mark([]))
 
     # ------------------------------------------------------------------ views
     def _build_views(self) -> None:
@@ -245,11 +353,15 @@ class FVBMLab:
         heat = pn.Column(self.heat_pick, pn.Row(self.heat_est.view, self.heat_true.view,
                                                 self.heat_diff.view, sizing_mode="stretch_width"),
                          sizing_mode="stretch_width")
-        right = pn.Column(bar, badges, self.summary, curves, self.mse.view, heat,
-                          sizing_mode="stretch_width")
-        return pn.Column(pn.pane.Markdown(INTRO, sizing_mode="stretch_width"),
-                         pn.Row(controls, right, sizing_mode="stretch_width"),
-                         sizing_mode="stretch_width", name=self.title)
+        right = pn.Column(bar, self.tools.presenter(), badges, self.summary, curves,
+                          self.mse.view, heat, sizing_mode="stretch_width")
+        page = pn.Column(
+            intro_card("Fully visible Boltzmann machine: maximum pseudo-likelihood, live",
+                       INTRO, EQUATIONS, WATCH),
+            self.tools.panel(), pn.Row(controls, right, sizing_mode="stretch_width"),
+            sizing_mode="stretch_width", name=self.title)
+        self.tools.root = page
+        return page
 
     def start(self) -> None:
         """Attach the runner to the current session (periodic drain + cleanup)."""
@@ -267,12 +379,21 @@ class FVBMLab:
     # ------------------------------------------------------------------ data
     @_held
     def _on_source(self, event) -> None:
-        simulated = event.new == "simulated"
-        for widget in (self.d, self.n, self.data_seed):
-            widget.visible = simulated
-        self.upload.visible = self.upload_help.visible = event.new == "upload"
+        if self._applying:
+            return
+        self._update_visibility()
         if event.new != "upload":
             self._change_data()
+
+    def _update_visibility(self) -> None:
+        source = self.source.value
+        for widget in (self.d, self.n, self.data_seed):
+            widget.visible = source == "simulated"
+        self.upload.visible = self.upload_help.visible = source == "upload"
+        race = self.mode.value == "Race"
+        self.algorithm.visible = not race
+        self.mu.visible = not race and self.algorithm.value == "ga"
+        self.race_mus.visible = race
 
     @_held
     def _on_upload(self, event) -> None:
@@ -281,6 +402,8 @@ class FVBMLab:
 
     @_held
     def _change_data(self, content: bytes | None = None, filename: str = "") -> None:
+        if self._applying:
+            return
         try:
             data = load_data(self.source.value, d=self.d.value, n=self.n.value,
                              seed=self.data_seed.value, content=content, filename=filename)
@@ -297,7 +420,7 @@ class FVBMLab:
         self._on_new_data()
 
     @_held
-    def _on_new_data(self) -> None:
+    def _on_new_data(self, strict: bool = False) -> None:
         data = self.data
         labels = data.columns
         for heat in (self.heat_est, self.heat_true, self.heat_diff):
@@ -312,15 +435,14 @@ class FVBMLab:
             self.data_msg.pane.visible = True
         self.logpl.set_target(data.mple_logpl)
         self.loglik.set_target(data.mple_loglik)
-        self._rebuild()
+        self._rebuild(strict)
 
     # ------------------------------------------------------------------ algorithm
     @_held
     def _on_algorithm(self, event) -> None:
-        race = self.mode.value == "Race"
-        self.algorithm.visible = not race
-        self.mu.visible = not race and self.algorithm.value == "ga"
-        self.race_mus.visible = race
+        if self._applying:
+            return
+        self._update_visibility()
         self._rebuild()
 
     def _factory(self):
@@ -329,13 +451,15 @@ class FVBMLab:
                                tol=self.tol.value, init=self.init.value,
                                seed=self.init_seed.value, race_mus=mus)
 
-    def _rebuild(self) -> None:
+    def _rebuild(self, strict: bool = False) -> None:
         try:
             factory = self._factory()
             self.runner.reset(factory)
         except ValueError as exc:
             self.algo_msg.set("error", f"**Invalid setting:** {exc}")
             self.algo_msg.pane.visible = True
+            if strict:
+                raise
             return
         self.algo_msg.pane.visible = False
         self._setup_lines()

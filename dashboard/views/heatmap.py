@@ -34,6 +34,11 @@ class Heatmap:
                      y_axis_label="row i", x_range=FactorRange(), y_range=FactorRange())
         fig.rect("col", "row", 1, 1, source=self.source, line_color=None,
                  fill_color={"field": "value", "transform": self.mapper})
+        # presentation mode outlines the cells that just changed most (see mark())
+        self.marks = ColumnDataSource(data={"row": [], "col": []}, name=f"{name}-marks")
+        fig.rect("col", "row", 1, 1, source=self.marks, fill_color=None, line_color="#111111",
+                 line_width=3)
+        fig.select_one(HoverTool).renderers = [fig.renderers[0]]
         fig.select_one(HoverTool).tooltips = [("row i", "@row"), ("column j", "@col"),
                                               (value_label, "@value{0.000}")]
         fig.add_layout(ColorBar(color_mapper=self.mapper, width=10, title=value_label), "right")
@@ -58,6 +63,12 @@ class Heatmap:
         self.figure.x_range.factors = list(self.labels)
         self.figure.y_range.factors = list(reversed(self.labels))
         self.source.data = {"row": [], "col": [], "value": []}
+        self.marks.data = {"row": [], "col": []}
+
+    def mark(self, cells: Sequence[tuple[int, int]]) -> None:
+        """Outline the cells ``(i, j)`` (an empty list clears the outline)."""
+        self.marks.data = {"row": [self.labels[i] for i, _ in cells],
+                           "col": [self.labels[j] for _, j in cells]}
 
     def update(self, matrix: np.ndarray | None, vmax: float | None = None) -> None:
         """Show ``matrix`` (``None`` blanks the plot)."""

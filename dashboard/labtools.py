@@ -1,0 +1,523 @@
+"""What every lab offers besides training: share, preset, save, load, export, present.
+
+A lab hands :class:`LabTools` its settings widgets and presets; the tools then provide
+
+* **a shareable URL**: the lab's settings (seeds included) live in the query string
+  (``?page=0&fvbm.d=12&fvbm.init_seed=3``), kept current as the user changes them, so a
+  link reproduces the same run; "Copy link" puts it on the clipboard;
+* **presets**: named settings that load at once ("μ > 1 diverges", ...);
+* **checkpoints**: every trainer's ``state_dict()`` plus the settings and the metrics
+  history as one ``.npz`` (no pickles; loaded with ``allow_pickle=False``, validated, and
+  rolled back on any error), so a loaded run continues exactly where it was saved;
+* **exports**: the metrics history as CSV, the plots as a standalone HTML page (each plot's
+  toolbar also saves it as PNG);
+* **presentation mode**: a large "Next step" button that steps once and says what changed.
+
+The lab side of the contract (duck-typed): ``key``, ``title``, ``runner``,
+``settings() -> {name: widget}``, ``presets`` (a list of :class:`Preset`),
+``apply_settings(values)`` (set the widgets and rebuild the run once; raise ``ValueError``
+if the values make no valid run), ``redraw(records)`` (clear the views and replay
+records), and optionally ``describe_change(name, before, after) -> str`` and
+``highlight(name, record)`` for presentation mode.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+import panel as pn
+
+from dashboard.runner import History
+from dashboard.views import StatusBadge
+from engine.stepping import MAX_CHECKPOINT_BYTES
+
+CHECKPOINT_VERSION = 1
+MAX_TEXT = 200  # characters in a text setting read from a URL or a checkpoint
+PRESET_PLACEHOLDER = "Choose a preset…"
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Named settings of a lab, with a line on what to watch for."""
+
+    title: str
+    settings: Mapping[str, Any]
+    note: str = ""
+
+
+def intro_card(title: str, text: str, equations: str, watch: str) -> pn.Card:
+    """A lab's opening explanation, foldable: what the algorithm does, its key equations
+    (LaTeX between ``$$``, rendered by KaTeX), and what to watch for."""
+    body = pn.Column(
+        pn.pane.Markdown(text, sizing_mode="stretch_width", margin=(0, 10)),
+        pn.pane.Markdown(equations, sizing_mode="stretch_width", margin=(0, 10),
+                         styles={"font-size": "1.05em", "overflow-x": "auto"}),
+        pn.pane.Markdown(f"**What to watch for.** {watch.strip()}", sizing_mode="stretch_width",
+                         margin=(0, 10)),
+        sizing_mode="stretch_width")
+    return pn.Card(body, title=title, collapsible=True, collapsed=False,
+                   sizing_mode="stretch_width", margin=(5, 5),
+                   header_background="#eef3f9", css_classes=["lab-intro"])
+
+
+# ---------------------------------------------------------------------- settings <-> text
+def _option_values(widget) -> list:
+    options = widget.options
+    return list(options.values()) if isinstance(options, dict) else list(options)
+
+
+def encode_value(widget, value: Any) -> str:
+    """A widget value as URL text: numbers in short form, booleans as 0/1."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float):
+        return format(value, ".12g")
+    return str(value)
+
+
+def decode_value(name: str, widget, text: str) -> Any:
+    """Parse URL / checkpoint text for ``widget``; a clear ``ValueError`` if not allowed."""
+    if not isinstance(text, str):
+        raise ValueError(f"The '{name}' setting must be text. Got {text!r}.")
+    if hasattr(widget, "options"):
+        values = _option_values(widget)
+        labels = list(widget.options) if isinstance(widget.options, dict) else []
+        for value in values:
+            if encode_value(widget, value) == text:
+                return value
+        if text in labels:
+            return widget.options[text]
+        allowed = [encode_value(widget, v) for v in values]
+        raise ValueError(f"The '{name}' setting must be one of {allowed}. Got {text!r}.")
+    value = widget.value
+    if isinstance(value, bool) or isinstance(widget, (pn.widgets.Checkbox, pn.widgets.Toggle)):
+        if text.lower() in ("1", "true", "yes", "on"):
+            return True
+        if text.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"The '{name}' setting must be 0 or 1. Got {text!r}.")
+    if isinstance(widget, (pn.widgets.IntInput, pn.widgets.IntSlider)):
+        try:
+            number: Any = int(text)
+        except ValueError:
+            raise ValueError(f"The '{name}' setting must be an int. Got {text!r}.") from None
+    elif isinstance(widget, (pn.widgets.FloatInput, pn.widgets.FloatSlider)):
+        try:
+            number = float(text)
+        except ValueError:
+            raise ValueError(f"The '{name}' setting must be a number. Got {text!r}.") from None
+        if not math.isfinite(number):
+            raise ValueError(f"The '{name}' setting must be a finite number. Got {text!r}.")
+    else:
+        if len(text) > MAX_TEXT:
+            raise ValueError(f"The '{name}' setting must be at most {MAX_TEXT} characters. "
+                             f"Got {len(text)}.")
+        return text
+    start, end = getattr(widget, "start", None), getattr(widget, "end", None)
+    if (start is not None and number < start) or (end is not None and number > end):
+        raise ValueError(f"The '{name}' setting must be in [{start}, {end}]. Got {text!r}.")
+    return number
+
+
+# ---------------------------------------------------------------------- checkpoint files
+@dataclass
+class Checkpoint:
+    """What a lab checkpoint holds (see :func:`write_checkpoint`)."""
+
+    lab: str
+    settings: dict[str, str]
+    states: dict[str, dict[str, Any]]
+    history: History = field(default_factory=History)
+
+
+def write_checkpoint(ckpt: Checkpoint) -> bytes:
+    """``.npz`` bytes: ``lab``, ``settings`` (JSON text), ``runs``, then per run ``i``
+    ``state/i/<key>``, ``history/i/<column>`` (+ ``.present`` masks: a Record need not
+    carry every column), ``count/i`` and the newest arrays ``arrays/i/<key>``."""
+    runs = list(ckpt.states)
+    out: dict[str, np.ndarray] = {
+        "boltzlab_checkpoint": np.asarray(CHECKPOINT_VERSION),
+        "lab": np.asarray(ckpt.lab),
+        "settings": np.asarray(json.dumps(ckpt.settings)),
+        "runs": np.asarray(runs, dtype=str),
+    }
+    for i, name in enumerate(runs):
+        for key, value in ckpt.states[name].items():
+            array = np.asarray(value)
+            if array.dtype == object:
+                raise ValueError(f"The state of run {name!r} holds a non-array entry {key!r}.")
+            out[f"state/{i}/{key}"] = array
+        rows = ckpt.history.rows.get(name, [])
+        columns = sorted({k for row in rows for k in row})
+        for column in columns:
+            present = np.array([column in row for row in rows])
+            out[f"history/{i}/{column}"] = np.array(
+                [float(row.get(column, np.nan)) for row in rows], dtype=float)
+            out[f"history/{i}/{column}.present"] = present
+        out[f"count/{i}"] = np.asarray(ckpt.history.counts.get(name, len(rows)))
+        for key, value in ckpt.history.arrays.get(name, {}).items():
+            array = np.asarray(value)
+            if array.dtype != object:
+                out[f"arrays/{i}/{key}"] = array
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **out)
+    return buffer.getvalue()
+
+
+def read_checkpoint(content: bytes, *, lab: str, limit: int = MAX_CHECKPOINT_BYTES) -> Checkpoint:
+    """Parse and validate checkpoint bytes for ``lab`` (``allow_pickle=False``).
+
+    Raises ``ValueError`` with a sentence a user can act on: too large, not an ``.npz``,
+    not a Boltzmann Lab checkpoint, a checkpoint of another lab, or malformed contents.
+    """
+    if len(content) > limit:
+        raise ValueError(f"The file is {len(content) / 2**20:.1f} MB; checkpoints of at most "
+                         f"{limit / 2**20:.0f} MB are allowed.")
+    not_npz = ValueError("The file is not a .npz checkpoint saved by Boltzmann Lab "
+                         "(it could not be read as an .npz archive).")
+    if not content.startswith(b"PK"):  # np.load would take other bytes for a pickle
+        raise not_npz
+    try:
+        with np.load(io.BytesIO(content), allow_pickle=False) as archive:
+            files = {key: archive[key] for key in archive.files}
+    except ValueError as exc:  # object arrays need pickle: refused
+        raise ValueError(f"The file holds pickled objects, which are never loaded: {exc}") from None
+    except Exception:  # BadZipFile, OSError, EOFError ...
+        raise not_npz from None
+    if "boltzlab_checkpoint" not in files or "lab" not in files:
+        raise ValueError("The file is an .npz archive but not a Boltzmann Lab checkpoint.")
+    version = files["boltzlab_checkpoint"].item()
+    if version != CHECKPOINT_VERSION:
+        raise ValueError(f"The checkpoint has format version {version}; this app reads "
+                         f"version {CHECKPOINT_VERSION}.")
+    saved_lab = str(files["lab"].item())
+    if saved_lab != lab:
+        raise ValueError(f"The checkpoint was saved in the {saved_lab!r} lab; this is the "
+                         f"{lab!r} lab. Open that lab's page to load it.")
+    try:
+        settings = json.loads(str(files["settings"].item()))
+        runs = [str(r) for r in files["runs"].tolist()]
+    except (KeyError, ValueError) as exc:
+        raise ValueError(f"The checkpoint's settings are unreadable: {exc}") from None
+    if not isinstance(settings, dict) or not all(isinstance(v, str) for v in settings.values()):
+        raise ValueError("The checkpoint's settings must map names to text.")
+    states: dict[str, dict[str, Any]] = {name: {} for name in runs}
+    history = History()
+    columns: dict[int, dict[str, np.ndarray]] = {}
+    for key, value in files.items():
+        kind, _, rest = key.partition("/")
+        if kind not in ("state", "history", "count", "arrays"):
+            continue
+        index_text, _, item = rest.partition("/")
+        try:
+            index = int(index_text)
+            name = runs[index]
+        except (ValueError, IndexError):
+            raise ValueError(f"The checkpoint entry {key!r} names no run.") from None
+        if kind == "state":
+            states[name][item] = value
+        elif kind == "history":
+            columns.setdefault(index, {})[item] = value
+        elif kind == "count":
+            history.counts[name] = int(value)
+        else:
+            history.arrays.setdefault(name, {})[item] = value
+    for index, cols in columns.items():
+        name = runs[index]
+        names = [c for c in cols if not c.endswith(".present")]
+        lengths = {len(cols[c]) for c in cols}
+        if len(lengths) > 1:
+            raise ValueError(f"The history of run {name!r} has columns of different lengths.")
+        n = lengths.pop() if lengths else 0
+        rows = []
+        for j in range(n):
+            row = {}
+            for c in names:
+                mask = cols.get(f"{c}.present")
+                if mask is None or bool(mask[j]):
+                    row[c] = float(cols[c][j])
+            rows.append(row)
+        history.rows[name] = rows
+    for name in runs:
+        if not states[name]:
+            raise ValueError(f"The checkpoint holds no state for run {name!r}.")
+    return Checkpoint(saved_lab, settings, states, history)
+
+
+def history_csv(history: History) -> str:
+    """The metrics history as CSV: one row per Record, ``run`` first, then every scalar."""
+    columns = sorted({k for rows in history.rows.values() for row in rows for k in row})
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["run", *columns])
+    for name, rows in history.rows.items():
+        for row in rows:
+            writer.writerow([name, *(row.get(c, "") for c in columns)])
+    return out.getvalue()
+
+
+# ---------------------------------------------------------------------- the tools
+COPY_LINK_JS = """
+const url = window.location.href;
+const done = () => { button.label = "✓ Link copied"; setTimeout(() => { button.label = label; }, 2000); };
+if (navigator.clipboard && window.isSecureContext) {
+  navigator.clipboard.writeText(url).then(done, () => window.prompt("Copy this link:", url));
+} else {
+  window.prompt("Copy this link:", url);
+}
+"""
+
+
+class LabTools:
+    """The share / preset / checkpoint / export / present controls of one lab."""
+
+    def __init__(self, lab: Any) -> None:
+        self.lab = lab
+        w = pn.widgets
+        titles = [p.title for p in lab.presets]
+        self.preset = w.Select(label="Preset", options=[PRESET_PLACEHOLDER, *titles],
+                               value=PRESET_PLACEHOLDER, width=300)
+        self.copy_link = w.Button(label="🔗 Copy link", width=130)
+        self.copy_link.js_on_click(args={"button": self.copy_link, "label": "🔗 Copy link"},
+                                   code=COPY_LINK_JS)
+        self.save = w.FileDownload(callback=self._checkpoint_file, filename=f"boltzlab-{lab.key}.npz",
+                                   label="💾 Save checkpoint", color="primary", width=180,
+                                   embed=False)
+        self.load = w.FileInput(accept=".npz", multiple=False, width=230)
+        self.export_csv = w.FileDownload(callback=self._csv_file, label="⬇ Metrics (CSV)",
+                                         filename=f"boltzlab-{lab.key}-metrics.csv", width=160,
+                                         embed=False)
+        self.export_html = w.FileDownload(callback=self._html_file, label="⬇ Plots (HTML)",
+                                          filename=f"boltzlab-{lab.key}-plots.html", width=160,
+                                          embed=False)
+        self.message = StatusBadge("", "info", visible=False, name=f"{lab.key}-tools-message")
+        self.next_step = w.Button(label="Next step ▶", color="success", width=190,
+                                  height=56, visible=False, stylesheets=[
+                                      ":host .bk-btn { font-size: 1.5em; font-weight: bold; }"])
+        self.changed = pn.pane.HTML("", visible=False, sizing_mode="stretch_width",
+                                    name=f"{lab.key}-what-changed",
+                                    styles={"font-size": "1.45em", "line-height": "1.4"})
+        self.root: pn.viewable.Viewable | None = None  # the lab's page, for the HTML export
+        self._syncing_url = False
+
+        self.preset.param.watch(self._on_preset, "value")
+        self.load.param.watch(self._on_load, "value")
+        self.next_step.on_click(lambda e: self.step_and_explain())
+        for widget in lab.settings().values():
+            widget.param.watch(lambda e: self.push_url(), "value")
+
+    # -------------------------------------------------------------- layout
+    def panel(self) -> pn.viewable.Viewable:
+        help_text = pn.pane.Markdown(
+            "**Link**: the URL holds this lab's settings and seeds; a copied link reproduces "
+            "the run. **Checkpoint**: the trained model, settings and curves as `.npz`; load "
+            "it later (or elsewhere) and press ▶ Play to continue exactly. **Export**: the "
+            "curves' numbers as CSV, the plots as an HTML page (each plot's toolbar also "
+            "saves a PNG).", styles={"font-size": "0.85em", "color": "#555"},
+            sizing_mode="stretch_width", margin=(0, 10))
+        row = pn.Row(self.preset, self.copy_link, self.save,
+                     pn.Column(pn.pane.Markdown("**Load checkpoint (.npz)**", margin=(0, 10, -12, 10)),
+                               self.load),
+                     self.export_csv, self.export_html, sizing_mode="stretch_width",
+                     styles={"flex-wrap": "wrap"})
+        return pn.Card(row, help_text, self.message.pane, title="Share, save and export",
+                       collapsed=False, sizing_mode="stretch_width", margin=(5, 5))
+
+    def presenter(self) -> pn.viewable.Viewable:
+        """The presentation-mode strip: a big Next-step button and what it changed."""
+        return pn.Row(self.next_step, self.changed, sizing_mode="stretch_width")
+
+    def set_presenting(self, on: bool) -> None:
+        self.next_step.visible = on
+        self.changed.visible = on and bool(self.changed.object)
+
+    # -------------------------------------------------------------- settings, URL
+    def settings_text(self) -> dict[str, str]:
+        return {name: encode_value(w, w.value) for name, w in self.lab.settings().items()}
+
+    def decode(self, texts: Mapping[str, str], *, strict: bool) -> tuple[dict[str, Any], list[str]]:
+        """Decode setting texts; unknown names and bad values are errors (all reported)."""
+        widgets = self.lab.settings()
+        values, errors = {}, []
+        for name, text in texts.items():
+            if name not in widgets:
+                errors.append(f"The lab has no setting {name!r}.")
+                continue
+            try:
+                values[name] = decode_value(name, widgets[name], text)
+            except ValueError as exc:
+                errors.append(str(exc))
+        if strict and errors:
+            raise ValueError(" ".join(errors))
+        return values, errors
+
+    def query(self) -> dict[str, str]:
+        return {f"{self.lab.key}.{k}": v for k, v in self.settings_text().items()}
+
+    def push_url(self) -> None:
+        """Keep the address bar's query string equal to the lab's settings."""
+        location = pn.state.location
+        if location is None or self._syncing_url:
+            return
+        location.update_query(**self.query())
+
+    def apply_query(self, args: Mapping[str, Any]) -> None:
+        """Apply this lab's settings from URL arguments (``pn.state.session_args``).
+
+        Bad values are ignored with a message naming them; the rest apply.
+        """
+        prefix = f"{self.lab.key}."
+        texts = {}
+        for key, raw in args.items():
+            if key.startswith(prefix):
+                value = raw[-1] if isinstance(raw, list) else raw
+                texts[key[len(prefix):]] = value.decode() if isinstance(value, bytes) else str(value)
+        if not texts:
+            return
+        values, errors = self.decode(texts, strict=False)
+        try:
+            self._syncing_url = True
+            self.lab.apply_settings(values)
+        except ValueError as exc:
+            errors.append(str(exc))
+        finally:
+            self._syncing_url = False
+        if errors:
+            self.show("warn", "**Some settings in the link were ignored:** " + " ".join(errors))
+        else:
+            self.show("info", "Settings loaded from the link.")
+
+    # -------------------------------------------------------------- presets
+    def _on_preset(self, event) -> None:
+        if event.new == PRESET_PLACEHOLDER:
+            return
+        preset = next(p for p in self.lab.presets if p.title == event.new)
+        self.apply_preset(preset)
+
+    def apply_preset(self, preset: Preset) -> None:
+        with pn.io.hold(freeze=True):
+            try:
+                values, _ = self.decode({k: encode_value(None, v) for k, v in preset.settings.items()},
+                                        strict=True)
+                self.lab.apply_settings(values)
+            except ValueError as exc:
+                self.show("error", f"**The preset could not be applied:** {exc}")
+                return
+            self.show("info", f"**{preset.title}.** {preset.note}")
+
+    # -------------------------------------------------------------- checkpoints
+    def checkpoint(self) -> Checkpoint:
+        states, history, _ = self.lab.runner.snapshot()
+        return Checkpoint(self.lab.key, self.settings_text(), states, history)
+
+    def _checkpoint_file(self) -> io.BytesIO:
+        try:
+            content = write_checkpoint(self.checkpoint())
+        except ValueError as exc:
+            self.show("error", f"**Could not save:** {exc}")
+            return io.BytesIO()
+        steps = sum(s.steps for s in self.lab.runner.states.values())
+        self.show("ok", f"Saved a checkpoint after {steps} step(s) ({len(content) / 1024:.0f} kB). "
+                        "Training is paused; press ▶ Play to go on.")
+        self.lab.refresh_status()
+        return io.BytesIO(content)
+
+    def _on_load(self, event) -> None:
+        if not event.new:
+            return
+        with pn.io.hold(freeze=True):
+            self.load_bytes(event.new, filename=self.load.filename or "checkpoint.npz")
+
+    def load_bytes(self, content: bytes, filename: str = "checkpoint.npz") -> bool:
+        """Load a checkpoint; on any error keep (or restore) the current run and say why."""
+        try:
+            ckpt = read_checkpoint(content, lab=self.lab.key)
+            values, _ = self.decode(ckpt.settings, strict=True)
+        except ValueError as exc:
+            self.show("error", f"**Could not load {filename}:** {exc}  \nThe current run is unchanged.")
+            return False
+        backup = self.checkpoint()
+        try:
+            self._syncing_url = True
+            self.lab.apply_settings(values)
+            self.lab.runner.restore(ckpt.states, ckpt.history)
+        except Exception as exc:  # a state that does not fit these trainers, ...
+            try:
+                self.lab.apply_settings(self.decode(backup.settings, strict=True)[0])
+                self.lab.runner.restore(backup.states, backup.history)
+            finally:
+                self._syncing_url = False
+            self.lab.redraw(self.lab.runner.history.records())
+            self.show("error", f"**Could not load {filename}:** {type(exc).__name__}: {exc}  \n"
+                               "The current run is unchanged.")
+            return False
+        self._syncing_url = False
+        self.push_url()
+        self.lab.redraw(self.lab.runner.history.records())
+        steps = sum(s.steps for s in self.lab.runner.states.values())
+        self.show("ok", f"Loaded {filename}: {steps} step(s) restored. Press ▶ Play to continue.")
+        return True
+
+    # -------------------------------------------------------------- exports
+    def _csv_file(self) -> io.BytesIO:
+        return io.BytesIO(history_csv(self.lab.runner.history.copy()).encode())
+
+    def _html_file(self) -> io.BytesIO:
+        from bokeh.embed import file_html
+        from bokeh.layouts import column
+        from bokeh.resources import INLINE
+
+        figures = []
+        if self.root is not None:
+            figures = [p.object for p in self.root.select(pn.pane.Bokeh)
+                       if p.object is not None and p.visible]
+        if not figures:
+            return io.BytesIO(b"<p>No plots to export.</p>")
+        html = file_html(column(*figures), INLINE, title=f"Boltzmann Lab: {self.lab.title}")
+        return io.BytesIO(html.encode())
+
+    # -------------------------------------------------------------- presentation
+    def step_and_explain(self, timeout: float = 30.0) -> str:
+        """Step once, wait for it, and say (large) what changed; the lab highlights it."""
+        runner = self.lab.runner
+        before = {n: dict(rows[-1]) if rows else {} for n, rows in runner.history.rows.items()}
+        before_arrays = {n: dict(a) for n, a in runner.history.arrays.items()}
+        self.lab.step_once()
+        if not runner.wait_idle(timeout):
+            text = "Still computing this step…"
+        else:
+            parts = []
+            history = runner.history.copy()
+            for name, rows in history.rows.items():
+                if not rows or rows[-1] == before.get(name):
+                    continue
+                describe = getattr(self.lab, "describe_change", None)
+                line = describe(name, before.get(name, {}), rows[-1], before_arrays.get(name, {}),
+                                history.arrays.get(name, {})) if describe else None
+                parts.append(line or _generic_change(name, before.get(name, {}), rows[-1]))
+            text = "<br>".join(parts) or "Nothing changed: the run has finished (↺ Reset to start again)."
+        self.changed.object = text
+        self.changed.visible = True
+        return text
+
+    def show(self, level: str, text: str) -> None:
+        self.message.set(level, text)
+        self.message.pane.visible = True
+
+
+def _generic_change(name: str, before: Mapping[str, Any], after: Mapping[str, Any]) -> str:
+    changes = []
+    for key, value in after.items():
+        old = before.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or "time" in key or "elapsed" in key:
+            continue
+        if old is None or not isinstance(old, (int, float)) or old == value:
+            continue
+        changes.append(f"{key} {old:.5g} → <b>{value:.5g}</b>")
+    return f"<b>{name}</b>: " + ("; ".join(changes[:4]) or "stepped")

@@ -1,0 +1,243 @@
+"""Share / preset / checkpoint / export / present (dashboard.labtools), on the FVBM lab."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import panel as pn
+import pytest
+
+import engine
+from dashboard.labs.fvbm import FVBMLab
+from dashboard.labtools import (Checkpoint, decode_value, encode_value, history_csv,
+                                read_checkpoint, write_checkpoint)
+from dashboard.runner import History
+from engine.stepping import Record
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _warm():
+    engine.warm_up()
+
+
+@pytest.fixture
+def make_lab():
+    labs = []
+
+    def make():
+        lab = FVBMLab()
+        labs.append(lab)
+        return lab
+
+    yield make
+    for lab in labs:
+        lab.runner.close()
+
+
+def steps(lab, k):
+    for _ in range(k):
+        lab.runner.step_once()
+    assert lab.runner.wait_idle(30)
+    lab.on_records(lab.runner.drain())
+
+
+def comparable(rows):
+    """History rows without wall-clock entries (they differ between runs by nature)."""
+    return [{k: v for k, v in row.items() if not any(w in k for w in ("time", "second", "elapsed"))} for row in rows]
+
+
+# ---------------------------------------------------------------- text <-> widget values
+@pytest.mark.parametrize("widget, value", [
+    (pn.widgets.IntInput(value=3, start=0, end=10), 7),
+    (pn.widgets.FloatInput(value=1.5, start=0.01, end=10.0), 0.25),
+    (pn.widgets.Select(options={"1e-2": 1e-2, "1e-5": 1e-5}, value=1e-2), 1e-5),
+    (pn.widgets.RadioButtonGroup(options={"Zeros": "zeros", "Random": "random"}, value="zeros"), "random"),
+    (pn.widgets.TextInput(value="0.5, 2"), "1, 2, 3"),
+    (pn.widgets.Checkbox(value=False), True),
+])
+def test_encode_decode_round_trip(widget, value):
+    assert decode_value("x", widget, encode_value(widget, value)) == value
+
+
+@pytest.mark.parametrize("widget, text, message", [
+    (pn.widgets.IntInput(value=3, start=0, end=10), "11", r"in \[0, 10\]"),
+    (pn.widgets.IntInput(value=3, start=0, end=10), "three", "must be an int"),
+    (pn.widgets.FloatInput(value=1.0), "nan", "finite"),
+    (pn.widgets.Select(options=["a", "b"], value="a"), "c", r"one of \['a', 'b'\]"),
+    (pn.widgets.TextInput(value=""), "x" * 201, "at most 200"),
+    (pn.widgets.Checkbox(value=False), "maybe", "0 or 1"),
+])
+def test_decode_refuses_bad_text_with_a_clear_message(widget, text, message):
+    with pytest.raises(ValueError, match=message):
+        decode_value("x", widget, text)
+
+
+# ---------------------------------------------------------------- checkpoint files
+def _history():
+    history = History()
+    history.add("a", Record({"sweep": 1, "loss": 0.5}, {"W": np.eye(2)}))
+    history.add("a", Record({"sweep": 2, "loss": 0.25, "extra": 3.0}))
+    history.add("b c/d", Record({"sweep": 1, "loss": np.nan}))
+    return history
+
+
+def test_checkpoint_round_trip_keeps_states_history_and_missing_columns():
+    ckpt = Checkpoint("fvbm", {"d": "10"}, {"a": {"w": np.arange(3.0), "k": 4},
+                                           "b c/d": {"status": np.asarray("running")}}, _history())
+    back = read_checkpoint(write_checkpoint(ckpt), lab="fvbm")
+    assert back.settings == {"d": "10"}
+    np.testing.assert_array_equal(back.states["a"]["w"], np.arange(3.0))
+    assert back.states["a"]["k"] == 4 and str(back.states["b c/d"]["status"]) == "running"
+    assert back.history.rows["a"] == [{"sweep": 1.0, "loss": 0.5}, {"sweep": 2.0, "loss": 0.25, "extra": 3.0}]
+    assert np.isnan(back.history.rows["b c/d"][0]["loss"])
+    assert back.history.counts == {"a": 2, "b c/d": 1}
+    np.testing.assert_array_equal(back.history.arrays["a"]["W"], np.eye(2))
+
+
+def _npz(**arrays):
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"not a zip file at all", "not a .npz checkpoint"),
+    (_npz(x=np.zeros(3)), "not a Boltzmann Lab checkpoint"),
+    (_npz(boltzlab_checkpoint=np.asarray(1), lab=np.asarray("tap"), settings=np.asarray("{}"),
+          runs=np.asarray(["a"])), "saved in the 'tap' lab"),
+    (_npz(boltzlab_checkpoint=np.asarray(99), lab=np.asarray("fvbm")), "format version 99"),
+    (_npz(boltzlab_checkpoint=np.asarray(1), lab=np.asarray("fvbm"), settings=np.asarray("{}"),
+          runs=np.asarray(["a"]), x=np.array([{"evil": 1}], dtype=object)), "pickled"),
+    (_npz(boltzlab_checkpoint=np.asarray(1), lab=np.asarray("fvbm"), settings=np.asarray("{"),
+          runs=np.asarray(["a"])), "settings are unreadable"),
+    (_npz(boltzlab_checkpoint=np.asarray(1), lab=np.asarray("fvbm"), settings=np.asarray("{}"),
+          runs=np.asarray(["a"])), "no state for run 'a'"),
+])
+def test_read_checkpoint_refuses_bad_files(content, message):
+    with pytest.raises(ValueError, match=message):
+        read_checkpoint(content, lab="fvbm")
+
+
+def test_read_checkpoint_refuses_files_over_the_size_limit():
+    content = write_checkpoint(Checkpoint("fvbm", {}, {"a": {"w": np.zeros(1000)}}, History()))
+    with pytest.raises(ValueError, match="checkpoints of at most"):
+        read_checkpoint(content, lab="fvbm", limit=len(content) - 1)
+
+
+def test_history_csv_has_one_row_per_record_and_every_column():
+    lines = history_csv(_history()).strip().splitlines()
+    assert lines[0] == "run,extra,loss,sweep"
+    assert lines[1] == "a,,0.5,1" and lines[2] == "a,3.0,0.25,2"
+    assert lines[3] == "b c/d,,nan,1"
+
+
+def test_history_is_bounded_and_keeps_the_newest_rows():
+    history = History(limit=100)
+    for i in range(1000):
+        history.add("a", Record({"sweep": i}))
+    rows = history.rows["a"]
+    assert len(rows) <= 100 and rows[-1]["sweep"] == 999 and rows[0]["sweep"] == 0
+    assert history.counts["a"] == 1000
+    sweeps = [r["sweep"] for r in rows]
+    assert sweeps == sorted(sweeps)
+
+
+# ---------------------------------------------------------------- the FVBM lab end to end
+def test_loaded_checkpoint_continues_exactly_like_an_uninterrupted_run(make_lab):
+    lab = make_lab()
+    lab.tools.apply_preset(lab.presets[1])  # a race: several trainers of several kinds
+    names = list(lab.runner.trainers)
+    assert len(names) >= 4
+    steps(lab, 5)
+    content = write_checkpoint(lab.tools.checkpoint())
+    steps(lab, 4)
+    uninterrupted = {n: comparable(lab.runner.history.rows[n]) for n in names}
+
+    other = make_lab()
+    assert other.tools.load_bytes(content)
+    assert other.tools.message.level == "ok"
+    assert other.mode.value == "Race" and list(other.runner.trainers) == names
+    assert other.logpl.n_points(f"{names[0]}/log_pl") == 5  # curves redrawn from the history
+    steps(other, 4)
+    for n in names:
+        assert comparable(other.runner.history.rows[n]) == uninterrupted[n], n
+
+
+def test_bad_checkpoint_keeps_the_current_run(make_lab):
+    lab = make_lab()
+    steps(lab, 3)
+    before = comparable(lab.runner.history.rows["BSLM"])
+    assert not lab.tools.load_bytes(b"garbage", filename="junk.npz")
+    assert lab.tools.message.level == "error" and "junk.npz" in lab.tools.message.text
+    assert "unchanged" in lab.tools.message.text
+    assert comparable(lab.runner.history.rows["BSLM"]) == before
+    assert lab.logpl.n_points("BSLM/log_pl") == 3
+
+
+def test_checkpoint_that_does_not_fit_the_trainers_is_rolled_back(make_lab):
+    lab = make_lab()
+    steps(lab, 2)
+    ckpt = lab.tools.checkpoint()
+    ckpt.states["BSLM"] = {k: (np.zeros(3) if np.ndim(v) == 2 else v) for k, v in ckpt.states["BSLM"].items()}
+    other = make_lab()
+    other.tools.apply_preset(other.presets[1])
+    steps(other, 3)
+    race = list(other.runner.trainers)
+    assert not other.tools.load_bytes(write_checkpoint(ckpt))
+    assert other.tools.message.level == "error"
+    assert other.mode.value == "Race" and list(other.runner.trainers) == race
+    assert other.runner.states[race[0]].steps == 3
+    assert other.logpl.n_points(f"{race[0]}/log_pl") == 3
+
+
+def test_every_preset_applies_and_says_what_to_watch(make_lab):
+    lab = make_lab()
+    for preset in lab.presets:
+        lab.tools.preset.value = preset.title
+        assert lab.tools.message.level == "info", lab.tools.message.text
+        assert preset.title in lab.tools.message.text
+        for name, value in preset.settings.items():
+            assert lab.settings()[name].value == value, (preset.title, name)
+        assert lab.runner.trainers and not lab.algo_msg.pane.visible
+
+
+def test_url_settings_apply_and_bad_ones_are_named(make_lab):
+    lab = make_lab()
+    lab.tools.apply_query({"fvbm.d": [b"6"], "fvbm.init_seed": [b"4"], "fvbm.init": [b"random"],
+                           "fvbm.tol": [b"nonsense"], "tap.x": [b"1"]})
+    assert lab.d.value == 6 and lab.init_seed.value == 4 and lab.init.value == "random"
+    assert lab.data.data.truth.M.shape == (6, 6)
+    assert lab.tools.message.level == "warn" and "'tol'" in lab.tools.message.text
+    query = lab.tools.query()
+    assert query["fvbm.d"] == "6" and query["fvbm.tol"] == "1e-05"
+    # the query text of a lab reproduces its settings in a fresh lab
+    other = make_lab()
+    other.tools.apply_query({k: [v.encode()] for k, v in query.items()})
+    assert other.tools.settings_text() == lab.tools.settings_text()
+    steps(lab, 2)
+    steps(other, 2)
+    assert comparable(other.runner.history.rows["BSLM"]) == comparable(lab.runner.history.rows["BSLM"])
+
+
+def test_next_step_says_what_changed_and_outlines_the_coupling(make_lab):
+    lab = make_lab()
+    lab.tools.set_presenting(True)
+    assert lab.tools.next_step.visible
+    text = lab.tools.step_and_explain()
+    assert "sweep 1" in text and "log-PL" in text
+    text = lab.tools.step_and_explain()
+    assert "sweep 2" in text and "moved most" in text and "▲" in text
+    assert len(lab.heat_est.marks.data["row"]) == 2
+    lab._reset()
+    lab.heat_est.mark([])  # (the Reset button's click handler does this in the app)
+
+
+def test_exports_csv_and_html(make_lab):
+    lab = make_lab()
+    lab.panel()
+    steps(lab, 3)
+    csv_text = lab.tools._csv_file().getvalue().decode()
+    assert csv_text.splitlines()[0].startswith("run,") and len(csv_text.splitlines()) == 4
+    html = lab.tools._html_file().getvalue().decode()
+    assert "<html" in html.lower() and "Log-pseudo-likelihood per sweep" in html
