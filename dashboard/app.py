@@ -121,7 +121,7 @@ def presentation_toggle(labs: dict) -> pn.widgets.Toggle:
     so text, controls and plots all grow and the layout reflows), every lab shows a large
     *Next step* button that says what the step changed, and ``?present=1`` keeps it on in
     a shared link."""
-    toggle = pn.widgets.Toggle(label="🎓 Presentation mode", value=False, width=200,
+    toggle = pn.widgets.Toggle(label="Presentation mode", value=False, width=200,
                                button_type="light", margin=(12, 10))
     toggle.jscallback(value=PRESENT_JS)
 
@@ -145,15 +145,22 @@ def presentation_toggle(labs: dict) -> pn.widgets.Toggle:
 
 def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
           allow_websocket_origin: list[str] | None = None, show: bool = False,
-          max_training: int | None = None, **kwargs):
+          max_training: int | None = None, dask_scheduler: str | None = None, **kwargs):
     """Serve the app at ``/`` with a ``/liveness`` endpoint (blocks until stopped).
 
     ``max_training`` caps the runs that train at once in this process (each further ▶ Play
-    gets a "server busy" message); ``None``: no cap.
+    gets a "server busy" message); ``None``: no cap.  ``dask_scheduler`` (an address such
+    as ``tcp://host:8786``) runs every session's trainers as actors on that Dask cluster;
+    ``None``: in a thread of this process.  Raises ``dashboard.distributed.DaskUnavailable``
+    if the scheduler does not answer.
     """
     from dashboard.runner import SLOTS
 
     SLOTS.set_limit(max_training)
+    if dask_scheduler is not None:  # first: an unreachable scheduler fails before the warm-up
+        from dashboard.distributed import use_dask
+
+        use_dask(dask_scheduler)
     if hasattr(engine, "warm_up"):
         engine.warm_up()
     from dashboard.labs.fvbm_setup import warm_default_data

@@ -54,13 +54,10 @@ class Preset:
 def intro_card(title: str, text: str, equations: str, watch: str) -> pn.Card:
     """A lab's opening explanation, foldable: what the algorithm does, its key equations
     (LaTeX between ``$$``, rendered by KaTeX), and what to watch for."""
-    body = pn.Column(
-        pn.pane.Markdown(text, sizing_mode="stretch_width", margin=(0, 10)),
-        pn.pane.Markdown(equations, sizing_mode="stretch_width", margin=(0, 10),
-                         styles={"font-size": "1.05em", "overflow-x": "auto"}),
-        pn.pane.Markdown(f"**What to watch for.** {watch.strip()}", sizing_mode="stretch_width",
-                         margin=(0, 10)),
-        sizing_mode="stretch_width")
+    body = pn.pane.Markdown(f"{text.strip()}\n\n{equations.strip()}\n\n"
+                            f"**What to watch for.** {watch.strip()}",
+                            sizing_mode="stretch_width", margin=(0, 10),
+                            styles={"overflow-x": "auto"})
     return pn.Card(body, title=title, collapsible=True, collapsed=False,
                    sizing_mode="stretch_width", margin=(5, 5),
                    header_background="#eef3f9", css_classes=["lab-intro"])
@@ -283,11 +280,11 @@ class LabTools:
         titles = [p.title for p in lab.presets]
         self.preset = w.Select(label="Preset", options=[PRESET_PLACEHOLDER, *titles],
                                value=PRESET_PLACEHOLDER, width=300)
-        self.copy_link = w.Button(label="🔗 Copy link", width=130)
-        self.copy_link.js_on_click(args={"button": self.copy_link, "label": "🔗 Copy link"},
+        self.copy_link = w.Button(label="Copy link", width=110)
+        self.copy_link.js_on_click(args={"button": self.copy_link, "label": "Copy link"},
                                    code=COPY_LINK_JS)
         self.save = w.FileDownload(callback=self._checkpoint_file, filename=f"boltzlab-{lab.key}.npz",
-                                   label="💾 Save checkpoint", color="primary", width=180,
+                                   label="Save checkpoint", color="primary", width=180,
                                    embed=False)
         self.load = w.FileInput(accept=".npz", multiple=False, width=230)
         self.export_csv = w.FileDownload(callback=self._csv_file, label="⬇ Metrics (CSV)",
@@ -314,19 +311,19 @@ class LabTools:
 
     # -------------------------------------------------------------- layout
     def panel(self) -> pn.viewable.Viewable:
-        help_text = pn.pane.Markdown(
-            "**Link**: the URL holds this lab's settings and seeds; a copied link reproduces "
-            "the run. **Checkpoint**: the trained model, settings and curves as `.npz`; load "
-            "it later (or elsewhere) and press ▶ Play to continue exactly. **Export**: the "
-            "curves' numbers as CSV, the plots as an HTML page (each plot's toolbar also "
-            "saves a PNG).", styles={"font-size": "0.85em", "color": "#555"},
-            sizing_mode="stretch_width", margin=(0, 10))
+        help_icon = pn.widgets.TooltipIcon(value=(
+            "Link: the address bar holds this lab's settings and seeds; a copied link "
+            "reproduces the run. Checkpoint: the trained model, settings and curves as .npz; "
+            "load it later (or on another machine) and press Play to continue exactly. "
+            "Export: the curves' numbers as CSV, the plots as an HTML page (each plot's "
+            "toolbar also saves a PNG)."), align="end")
         row = pn.Row(self.preset, self.copy_link, self.save,
-                     pn.Column(pn.pane.Markdown("**Load checkpoint (.npz)**", margin=(0, 10, -12, 10)),
-                               self.load),
-                     self.export_csv, self.export_html, sizing_mode="stretch_width",
-                     styles={"flex-wrap": "wrap"})
-        return pn.Card(row, help_text, self.message.pane, title="Share, save and export",
+                     pn.pane.Markdown("**Load checkpoint:**", align="end", margin=(5, 0, 12, 10)),
+                     self.load, self.export_csv, self.export_html, help_icon,
+                     sizing_mode="stretch_width", styles={"flex-wrap": "wrap"})
+        for widget in (self.copy_link, self.save, self.load, self.export_csv, self.export_html):
+            widget.align = "end"
+        return pn.Card(row, self.message.pane, title="Share, save and export",
                        collapsed=False, sizing_mode="stretch_width", margin=(5, 5))
 
     def presenter(self) -> pn.viewable.Viewable:
