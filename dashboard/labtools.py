@@ -286,7 +286,8 @@ class LabTools:
         self.save = w.FileDownload(callback=self._checkpoint_file, filename=f"boltzlab-{lab.key}.npz",
                                    label="Save checkpoint", color="primary", width=180,
                                    embed=False)
-        self.load = w.FileInput(accept=".npz", multiple=False, width=230)
+        self.load = w.FileInput(accept=".npz", multiple=False, width=230,
+                                css_classes=[f"{lab.key}-load-checkpoint"])
         self.export_csv = w.FileDownload(callback=self._csv_file, label="⬇ Metrics (CSV)",
                                          filename=f"boltzlab-{lab.key}-metrics.csv", width=160,
                                          embed=False)
@@ -362,7 +363,12 @@ class LabTools:
         location = pn.state.location
         if location is None or self._syncing_url:
             return
-        location.update_query(**self.query())
+        query = self.query()
+        doc = pn.state.curdoc
+        if doc is not None and doc.session_context is not None:
+            doc.add_next_tick_callback(lambda: location.update_query(**query))
+        else:
+            location.update_query(**query)
 
     def apply_query(self, args: Mapping[str, Any]) -> None:
         """Apply this lab's settings from URL arguments (``pn.state.session_args``).
@@ -385,6 +391,12 @@ class LabTools:
             errors.append(str(exc))
         finally:
             self._syncing_url = False
+        # the address bar then names every setting, not only the link's (once the page is
+        # up: a change made while the session is being created is overwritten by the browser)
+        if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
+            pn.state.onload(self.push_url)
+        else:
+            self.push_url()
         if errors:
             self.show("warn", "**Some settings in the link were ignored:** " + " ".join(errors))
         else:

@@ -135,7 +135,13 @@ class LiveCurve:
         y = np.asarray(y, dtype=float)
         y = np.where(np.isfinite(y), y, np.nan)
         x = np.asarray(x, dtype=float)
-        self.sources[key].stream({"x": x, "y": y}, rollover=self.rollover)
+        source = self.sources[key]
+        if len(source.data["x"]) == 0:
+            # assign, not stream: a clear() and a stream in one held batch would reach the
+            # browser as the (already filled) data *plus* the streamed points, doubled
+            source.data = {"x": x[-self.rollover:], "y": y[-self.rollover:]}
+        else:
+            source.stream({"x": x, "y": y}, rollover=self.rollover)
         if x[-1] > self._x_max:
             self._x_max = float(x[-1])
             if self._target_value is not None:

@@ -20,7 +20,7 @@ GOOD_CSV = ("p,q,r\n" + "\n".join(",".join(map(str, row)) for row in GOOD_ROWS)
 
 
 def upload(page: Page, name: str, content: bytes) -> None:
-    page.locator("input[type=file]").set_input_files(
+    page.locator("input[type=file][accept='.csv']").set_input_files(
         files=[{"name": name, "mimeType": "text/csv", "buffer": content}])
 
 
@@ -30,7 +30,7 @@ def test_upload_bad_then_good_csv(page: Page, app_url, shot):
     expect(before).to_be_visible()
 
     page.get_by_role("button", name="Upload CSV").click()
-    expect(page.locator("input[type=file]")).to_be_attached()
+    expect(page.locator("input[type=file][accept='.csv']")).to_be_attached()
     upload(page, "bad.csv", BAD_CSV)
     message = page.get_by_text("Could not use this data")
     expect(message).to_be_visible(timeout=15_000)
