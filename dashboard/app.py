@@ -122,10 +122,12 @@ def presentation_toggle(labs: dict) -> pn.widgets.Toggle:
     *Next step* button that says what the step changed, and ``?present=1`` keeps it on in
     a shared link."""
     toggle = pn.widgets.Toggle(label="Presentation mode", value=False, width=200,
-                               button_type="light", margin=(12, 10))
+                               color="light", margin=(12, 10))
     toggle.jscallback(value=PRESENT_JS)
 
     def changed(event) -> None:
+        toggle.label = "Presentation mode: on" if event.new else "Presentation mode"
+        toggle.color = "warning" if event.new else "light"
         with pn.io.hold():
             for each in labs.values():
                 if hasattr(each, "tools"):

@@ -324,14 +324,18 @@ class LabTools:
                      sizing_mode="stretch_width", styles={"flex-wrap": "wrap"})
         for widget in (self.copy_link, self.save, self.load, self.export_csv, self.export_html):
             widget.align = "end"
-        return pn.Card(row, self.message.pane, title="Share, save and export",
-                       collapsed=False, sizing_mode="stretch_width", margin=(5, 5))
+        self._card = pn.Card(row, self.message.pane, title="Share, save and export",
+                             collapsed=False, sizing_mode="stretch_width", margin=(5, 5))
+        return self._card
 
     def presenter(self) -> pn.viewable.Viewable:
         """The presentation-mode strip: a big Next-step button and what it changed."""
         return pn.Row(self.next_step, self.changed, sizing_mode="stretch_width")
 
     def set_presenting(self, on: bool) -> None:
+        """Presentation mode: the Next-step strip shows, the toolbar folds away."""
+        if getattr(self, "_card", None) is not None:
+            self._card.collapsed = on
         self.next_step.visible = on
         self.changed.visible = on and bool(self.changed.object)
 
