@@ -135,7 +135,7 @@ class FVBMLab:
         """Set many widgets, then rebuild the data and the run once; ``ValueError`` if the
         values make no valid run (the widgets keep the new values, the run the old ones)."""
         widgets = self.settings()
-        if values.get("source") == "upload" and not self.data.data.name.startswith("upload"):
+        if values.get("source") == "upload" and self.source.value != "upload":
             raise ValueError("These settings use an uploaded CSV, which a link or checkpoint "
                              "does not contain: upload the file first, then load again.")
         self._applying = True

@@ -241,3 +241,24 @@ def test_exports_csv_and_html(make_lab):
     assert csv_text.splitlines()[0].startswith("run,") and len(csv_text.splitlines()) == 4
     html = lab.tools._html_file().getvalue().decode()
     assert "<html" in html.lower() and "Log-pseudo-likelihood per sweep" in html
+
+
+def test_a_checkpoint_of_uploaded_data_needs_the_upload_first(make_lab):
+    import itertools
+
+    rows = [r for r in itertools.product([-1, 1], repeat=3) for _ in range(2 + 3 * (r[0] == r[1]))]
+    csv_bytes = ("p,q,r\n" + "\n".join(",".join(map(str, r)) for r in rows) + "\n").encode()
+    lab = make_lab()
+    lab.source.value = "upload"
+    lab._change_data(content=csv_bytes, filename="votes.csv")
+    assert lab.data.columns == ["p", "q", "r"]
+    steps(lab, 2)
+    content = write_checkpoint(lab.tools.checkpoint())
+    fresh = make_lab()
+    assert not fresh.tools.load_bytes(content)
+    assert "upload the file first" in fresh.tools.message.text
+    assert fresh.source.value == "simulated" and fresh.d.value == 10  # nothing changed
+    fresh.source.value = "upload"
+    fresh._change_data(content=csv_bytes, filename="votes.csv")
+    assert fresh.tools.load_bytes(content)
+    assert fresh.runner.states["BSLM"].steps == 2
