@@ -90,11 +90,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
         auth["cookie_secret"] = secret
     elif args.cookie_secret is not None:
         auth["cookie_secret"] = args.cookie_secret
-    serve(
-        port=args.port, address=args.address, num_procs=args.num_procs,
-        allow_websocket_origin=args.allow_websocket_origin or None, show=args.show,
-        max_training=args.max_training, **auth,
-    )
+    if args.dask_scheduler is not None and args.num_procs != 1:
+        # the forked processes would inherit a Dask client whose connection thread is gone
+        return _error("--dask-scheduler needs --num-procs 1 (the cluster does the training; one server "
+                      "process can drive many sessions).")
+    from dashboard.distributed import DaskUnavailable
+
+    try:
+        serve(
+            port=args.port, address=args.address, num_procs=args.num_procs,
+            allow_websocket_origin=args.allow_websocket_origin or None, show=args.show,
+            max_training=args.max_training, dask_scheduler=args.dask_scheduler, **auth,
+        )
+    except DaskUnavailable as exc:
+        return _error(str(exc))
     return 0
 
 
@@ -401,6 +410,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "'server busy' message (default: no cap)")
     serve.add_argument("--cookie-secret", default=None,
                        help="secret that signs the login cookie (default with --basic-auth: a random one per start)")
+    serve.add_argument("--dask-scheduler", metavar="ADDRESS", default=None,
+                       help="where trainers run: as actors on the Dask cluster of this scheduler, e.g. "
+                            "tcp://10.0.0.5:8786 (needs the 'dask' extra; default: in a thread of the server "
+                            "process)")
     serve.set_defaults(func=cmd_serve)
 
     fit = sub.add_parser("fit", help="fit a model to a data file")

@@ -352,6 +352,7 @@ class Runner:
             try:
                 self._round(todo, generation, single)
             finally:
+                todo = []  # do not pin replaced trainers (e.g. remote actors) while idle
                 with self._cond:
                     self._busy = False
                     if not self.active:

@@ -1,0 +1,317 @@
+"""Trainers as Dask actors (``boltzlab serve --dask-scheduler``), against a LocalCluster.
+
+The cluster has one worker *process* (not threads): then a trainer really is pickled to
+another interpreter and Records really come back over TCP, as on a real cluster.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+
+distributed = pytest.importorskip("distributed")
+
+import engine  # noqa: E402
+from dashboard import runner as runner_module  # noqa: E402
+from dashboard.distributed import DaskBackend, DaskUnavailable, RemoteTrainer, use_dask  # noqa: E402
+from dashboard.labs.fvbm_setup import load_data, monotone_guaranteed, trainer_factory  # noqa: E402
+from dashboard.runner import Runner  # noqa: E402
+from engine.fvbm import FVBMTrainer  # noqa: E402
+from engine.stepping import Record, Trainer  # noqa: E402
+from fakes import FakeTrainer  # noqa: E402
+
+WALL_TIME_KEYS = {"wall_time", "elapsed"}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    engine.warm_up()  # the local side builds the trainers (numba); the worker reuses the on-disk cache
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                  dashboard_address=None) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="module")
+def backend(cluster):
+    backend = DaskBackend(cluster.scheduler_address, timeout=60)
+    yield backend
+    backend.close()
+
+
+@pytest.fixture
+def dask_runners(backend, monkeypatch):
+    """``BACKEND`` set to the Dask backend for one test (monkeypatch restores None)."""
+    monkeypatch.setattr(runner_module, "BACKEND", backend)
+    runners: list[Runner] = []
+
+    def make(factory, **kwargs) -> Runner:
+        runner = Runner(factory, **kwargs)
+        runners.append(runner)
+        return runner
+
+    yield make
+    for runner in runners:
+        runner.close()
+
+
+def small_factory(**kwargs):
+    """An FVBM (d = 5) on simulated data, the way the FVBM lab builds it."""
+    data = load_data("simulated", d=5, n=500, seed=1)
+    return trainer_factory(data, **kwargs)
+
+
+def assert_same(remote: Record, local: Record) -> None:
+    assert isinstance(remote, Record)
+    keys = set(local.scalars) - WALL_TIME_KEYS
+    assert keys == set(remote.scalars) - WALL_TIME_KEYS
+    assert {k: remote.scalars[k] for k in keys} == {k: local.scalars[k] for k in keys}
+    assert set(remote.arrays) == set(local.arrays)
+    for key, value in local.arrays.items():
+        assert isinstance(remote.arrays[key], np.ndarray)
+        np.testing.assert_array_equal(remote.arrays[key], value)
+
+
+def n_actors(backend: DaskBackend) -> int:
+    return sum(backend.client.run(lambda dask_worker: len(dask_worker.state.actors)).values())
+
+
+def wait_for(predicate, timeout=20.0, interval=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+def test_remote_fvbm_gives_exactly_the_local_records(backend):
+    build = small_factory(tol=1e-6)
+    local = build()["BSLM"]
+    remote = backend(build())["BSLM"]
+    assert isinstance(remote, RemoteTrainer) and remote.trainer_class is FVBMTrainer
+    for _ in range(3):
+        assert_same(remote.step(), local.step())
+    for k in (1, 4, 16):
+        got, want = remote.steps(k), local.steps(k)
+        assert len(got) == len(want) == k
+        for g, w in zip(got, want):
+            assert_same(g, w)
+    while not local.done:  # to the stopping rule: done/status/message follow without a round trip
+        got, want = remote.steps(64), local.steps(64)
+        assert [r.scalars["sweep"] for r in got] == [r.scalars["sweep"] for r in want]
+        assert_same(got[-1], want[-1])
+        assert (remote.done, remote.status, remote.message) == (local.done, local.status, local.message)
+    assert remote.done and remote.status == "converged"
+    with pytest.raises(RuntimeError, match="is done"):  # the worker's exception, re-raised here
+        remote.step()
+
+
+def test_state_dict_round_trip_continues_exactly(backend):
+    build = small_factory(tol=1e-6, init="random", seed=3)
+    remote = backend(build())["BSLM"]
+    remote.steps(5)
+    state = remote.state_dict()
+    assert int(state["sweep"]) == 5 and isinstance(state["M"], np.ndarray)
+    ahead = [remote.step() for _ in range(3)]
+    # the same state loaded into a fresh actor and into a local trainer continues identically
+    other = backend(build())["BSLM"]
+    local = build()["BSLM"]
+    other.load_state_dict(state)
+    local.load_state_dict(state)
+    for want in ahead:
+        assert_same(other.step(), want)
+        assert_same(local.step(), want)
+    # loading a finished run's state makes the stand-in done without asking
+    finished = build()["BSLM"]
+    finished.run()
+    other.load_state_dict(finished.state_dict())
+    assert other.done and other.status == finished.status and other.message == finished.message
+
+
+def test_attribute_reads_as_the_fvbm_lab_does_them(backend):
+    build = small_factory(race_mus=[0.5, 8.0])
+    local = build()
+    remote = backend(build())
+    assert list(remote) == list(local)
+    for name in local:
+        assert isinstance(remote[name], Trainer)  # the runtime protocol: done, step, state_dicts
+        np.testing.assert_array_equal(remote[name].M, local[name].M)
+        assert monotone_guaranteed(remote[name]) == monotone_guaranteed(local[name])
+        assert hasattr(remote[name], "steps")
+    assert [monotone_guaranteed(t) for t in remote.values()] == [True, True, False, True, True, False]
+    bslm = remote["BSLM"]
+    assert bslm.algorithm == "bslm" and bslm.mu == 1.0 and bslm.d == 5 and bslm.label == "BSLM"
+    assert getattr(bslm, "no_such_attribute", 7) == 7
+    with pytest.raises(AttributeError, match="no_such_attribute"):
+        bslm.no_such_attribute
+    with pytest.raises(TypeError, match="is a method"):  # would run on a local copy: refused
+        bslm.run
+    # a trainer without steps(k) gets a stand-in without it, so the runner does not batch it
+    plain = backend({"fake": FakeTrainer()})["fake"]
+    assert not hasattr(plain, "steps") and plain.step()["sweep"] == 1 and plain.sweep == 1
+
+
+def test_runner_plays_pauses_steps_and_resets_on_the_cluster(backend, dask_runners):
+    build = small_factory(tol=0.0, race_mus=[0.5])
+    runner = dask_runners(lambda: {n: t for n, t in build().items() if n in ("BSLM", "GA μ=0.5")})
+    assert all(isinstance(t, RemoteTrainer) for t in runner.trainers.values())
+    runner.play()
+    assert wait_for(lambda: all(s.steps >= 20 for s in runner.states.values()))
+    runner.pause()
+    assert runner.wait_idle(10.0)
+    records = runner.drain()
+    counts = {n: runner.states[n].steps for n in runner.trainers}
+    assert {n: sum(1 for m, _ in records if m == n) for n in counts} == counts
+    assert all(isinstance(r, Record) for _, r in records)
+    bslm = [r.scalars["sweep"] for n, r in records if n == "BSLM"]
+    assert bslm == list(range(1, counts["BSLM"] + 1))
+    time.sleep(0.2)
+    assert runner.drain() == []  # paused means paused
+    runner.step_once()
+    assert runner.wait_idle(10.0)
+    once = runner.drain()
+    assert sorted((n, r.scalars["sweep"]) for n, r in once) == sorted((n, c + 1) for n, c in counts.items())
+    # a checkpoint through the actors resumes exactly
+    states, history, _ = runner.snapshot()
+    runner.step_once()
+    runner.wait_idle(10.0)
+    after = {n: r for n, r in runner.drain()}
+    runner.restore(states, history)
+    runner.step_once()
+    runner.wait_idle(10.0)
+    for name, record in runner.drain():
+        assert_same(record, after[name])
+    # reset: fresh actors, and the replaced ones are released on the worker
+    gc.collect()  # the actors of earlier tests are gone too: only this runner's two are left
+    assert wait_for(lambda: n_actors(backend) == 2), n_actors(backend)
+    before = 2
+    old = dict(runner.trainers)
+    for _ in range(3):
+        runner.reset()
+    assert all(t not in old.values() for t in runner.trainers.values())
+    assert runner.drain() == [] and all(s.steps == 0 for s in runner.states.values())
+    del old
+    gc.collect()
+    # at most the generation stepped last is still pinned (by the runner thread's last round)
+    assert wait_for(lambda: n_actors(backend) <= before + 2), n_actors(backend)
+    runner.step_once()
+    assert runner.wait_idle(10.0)
+    assert sorted(r.scalars["sweep"] for _, r in runner.drain()) == [1, 1]
+    gc.collect()
+    assert wait_for(lambda: n_actors(backend) == before), (n_actors(backend), before)
+
+
+def test_a_failing_remote_step_stops_only_that_trainer(dask_runners):
+    runner = dask_runners(lambda: {"bad": FakeTrainer(fail_at=2), "good": FakeTrainer(max_sweeps=3)})
+    for _ in range(3):
+        runner.step_once()
+        assert runner.wait_idle(10.0)
+    assert runner.states["bad"].status == "error" and "kernel exploded" in runner.states["bad"].message
+    # the good one stopped by its own rule, read from the cached status of its last reply
+    assert runner.states["good"].status == "max_sweeps" and runner.states["good"].message == "stopped at max_sweeps"
+
+
+def test_the_fvbm_lab_steps_and_draws_on_the_cluster(dask_runners):
+    from dashboard.labs.fvbm import FVBMLab
+
+    lab = FVBMLab()
+    try:
+        assert all(isinstance(t, RemoteTrainer) for t in lab.runner.trainers.values())
+        assert lab._last_arrays["BSLM"]["M"].shape == (10, 10)  # read from the actor
+        lab._step()
+        assert lab.runner.wait_idle(20.0)
+        lab.on_records(lab.runner.drain())
+        lab._status_time = 0.0
+        lab.on_records([])
+        assert lab.logpl.n_points("BSLM/log_pl") == 1
+        assert lab.sweep_counter.object == "Sweep 1"
+        assert lab._last_arrays["BSLM"]["M"].shape == (10, 10) and lab._sweeps["BSLM"] == 1
+        lab.race_mus.value = "0.5, 8"
+        lab.mode.value = "Race"
+        trainers = lab.runner.trainers
+        assert len(trainers) == 6 and all(isinstance(t, RemoteTrainer) for t in trainers.values())
+        assert [monotone_guaranteed(trainers[n]) for n in trainers] == [True, True, False, True, True, False]
+        lab._first_decrease = {"GA μ=8": 2}
+        lab._sweeps = {n: 5 for n in trainers}
+        lab._refresh_status()
+        assert lab.monotone.level == "warn" and "GA μ=8" in lab.monotone.text
+    finally:
+        lab.runner.close()
+
+
+def test_use_dask_sets_the_backend(cluster, monkeypatch):
+    monkeypatch.setattr(runner_module, "BACKEND", None)
+    backend = use_dask(cluster.scheduler_address, timeout=30)
+    try:
+        assert runner_module.BACKEND is backend
+    finally:
+        backend.close()
+
+
+def test_an_unreachable_scheduler_is_a_clear_error():
+    with pytest.raises(DaskUnavailable, match=r"tcp://127\.0\.0\.1:1.* within 1 s"):
+        DaskBackend("tcp://127.0.0.1:1", timeout=1)
+    with pytest.raises(DaskUnavailable, match="not a Dask scheduler address"):
+        DaskBackend("no-port-here", timeout=1)
+
+
+def _serve(*args: str, env_extra: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", **(env_extra or {}))
+    return subprocess.run([sys.executable, "-m", "dashboard.cli", "serve", *args], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+def test_serve_with_an_unreachable_scheduler_exits_with_a_message_not_a_traceback():
+    # Dask's own connect-timeout setting keeps this short
+    out = _serve("--dask-scheduler", "tcp://127.0.0.1:1", "--port", "1",
+                 env_extra={"DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "1s"})
+    assert out.returncode == 2
+    assert "Cannot reach the Dask scheduler at 'tcp://127.0.0.1:1' within 1 s" in out.stderr
+    assert "Traceback" not in out.stderr
+    out = _serve("--dask-scheduler", "tcp://127.0.0.1:1", "--num-procs", "2")
+    assert out.returncode == 2 and "--num-procs 1" in out.stderr and "Traceback" not in out.stderr
+    assert "--dask-scheduler" in _serve("--help").stdout
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_a_served_app_trains_its_sessions_on_the_cluster(cluster, backend):
+    port = _free_port()
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    proc = subprocess.Popen([sys.executable, "-m", "dashboard.cli", "serve", "--port", str(port), "--address",
+                             "127.0.0.1", "--dask-scheduler", cluster.scheduler_address],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 240  # the server warms the numba kernels first
+        while True:
+            try:
+                urllib.request.urlopen(base + "/liveness", timeout=5).read()
+                break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    proc.kill()
+                    pytest.fail(f"server did not start: {proc.stderr.read().decode()[-2000:]}")
+                time.sleep(1)
+        before = n_actors(backend)
+        page = urllib.request.urlopen(base + "/", timeout=240).read().decode()  # builds a session
+        assert "Boltzmann Lab" in page
+        # every lab's trainers of that session now live on the worker
+        assert wait_for(lambda: n_actors(backend) > before, timeout=60)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
