@@ -169,9 +169,17 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
 
     warm_default_data()
     extra = {"num_procs": num_procs} if num_procs != 1 else {}
+    kwargs.setdefault("websocket_max_message_size", WEBSOCKET_MAX_BYTES)
     return pn.serve({"/": create_app}, port=port, address=address, show=show,
                     websocket_origin=allow_websocket_origin, liveness=True, title=TITLE,
                     **extra, **kwargs)
+
+
+# An upload reaches the server base64-encoded in one websocket message: Bokeh's default
+# limit (20 MB) would drop the connection for a 15 MB file, so the session died instead of
+# hearing why.  Let 50 MB files (the checkpoint and CSV limits) through, to be refused with
+# a message by the app's own size checks.
+WEBSOCKET_MAX_BYTES = 80 * 2**20
 
 
 if __name__ == "__main__":  # python -m dashboard.app [port]
