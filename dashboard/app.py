@@ -45,6 +45,11 @@ exactly one step, ↺ Reset starts again from the initial parameters. Changing d
 algorithm settings resets the run. Plots can be zoomed and panned; hover shows values;
 click a legend entry to hide a line.
 
+**Teaching and sharing.** Every lab has presets, a *Copy link* button (the address bar
+holds the lab's settings and seeds, so a link reproduces the run), checkpoints you can save
+and load to continue exactly, CSV / HTML export, and a presentation mode (header switch):
+larger everything and a *Next step* button that says what one step changed.
+
 Everything runs offline on one machine with the data that ships with the project.
 
 **Data sets.** All of them are bundled in `assets/`; `assets/README.md` says how each was made.

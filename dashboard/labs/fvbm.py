@@ -250,7 +250,7 @@ class FVBMLab:
         # 3 legend columns: a race's long names ("Bound (Jebara–Choromanska)") fit the
         # half-width plots (4 pushed the last column past the right edge)
         self.logpl = LiveCurve("Log-pseudo-likelihood per sweep", "sweep",
-                               "log-pseudo-likelihood Pₙ(θ) (solid)", y2_label="log₁₀ increase per sweep (dashed)",
+                               "log-pseudo-likelihood Pₙ(θ), nats (solid)", y2_label="log₁₀ increase per sweep (dashed)",
                                name="logpl", height=400, plain_ticks=True, legend_cols=3)
         self.logpl.add_target("MPLE (target)")
         self.tol_span = self.logpl.add_hline(None, color="#999", dash="dotted", axis="right",
@@ -263,7 +263,7 @@ class FVBMLab:
         self.decrease_item = self.logpl.legend_item("first decrease")
         self.decrease_item.visible = False
         self.loglik = LiveCurve("Exact log-likelihood per sweep (d ≤ 20)", "sweep",
-                                "log-likelihood", name="loglik", height=400, plain_ticks=True,
+                                "log-likelihood (nats)", name="loglik", height=400, plain_ticks=True,
                                 legend_cols=3)
         self.loglik.add_target("at the MPLE")
         self.mse = LiveCurve("Mean squared error of (b, M) against the true parameters",
