@@ -109,9 +109,16 @@ def create_app() -> pn.template.FastListTemplate:
     return template
 
 
-PRESENT_ZOOM = 1.3  # presentation mode: everything larger, for a projector
-
-PRESENT_JS = f"document.body.style.zoom = cb_obj.active ? '{PRESENT_ZOOM}' : '';"
+# presentation mode, in the browser: Bokeh widgets take their size from this CSS variable
+# (custom properties reach into the shadow DOM) and text from the body's font size.  (CSS
+# zoom would be simpler, but Bokeh then measures its canvases wrongly and plots overlap.)
+PRESENT_VARS = {"--bokeh-font-size": "17px", "--type-ramp-base-font-size": "18px",
+                "--type-ramp-base-line-height": "26px"}
+PRESENT_CSS_ON = "".join(f"document.documentElement.style.setProperty('{k}', '{v}');"
+                         for k, v in PRESENT_VARS.items())
+PRESENT_CSS_OFF = "".join(f"document.documentElement.style.removeProperty('{k}');"
+                          for k in PRESENT_VARS)
+PRESENT_JS = f"if (cb_obj.active) {{ {PRESENT_CSS_ON} }} else {{ {PRESENT_CSS_OFF} }}"
 
 
 def _arg(args: dict, key: str) -> str | None:
@@ -122,10 +129,9 @@ def _arg(args: dict, key: str) -> str | None:
 
 
 def presentation_toggle(labs: dict) -> pn.widgets.Toggle:
-    """The header's presentation-mode switch: the page zooms to projector size (CSS zoom,
-    so text, controls and plots all grow and the layout reflows), every lab shows a large
-    *Next step* button that says what the step changed, and ``?present=1`` keeps it on in
-    a shared link."""
+    """The header's presentation-mode switch: text, controls and the plots' titles, axes
+    and legends grow for a projector, every lab shows a large *Next step* button that says
+    what the step changed, and ``?present=1`` keeps it on in a shared link."""
     toggle = pn.widgets.Toggle(label="Presentation mode", value=False, width=200,
                                color="light", margin=(12, 10))
     toggle.jscallback(value=PRESENT_JS)
@@ -142,11 +148,11 @@ def presentation_toggle(labs: dict) -> pn.widgets.Toggle:
 
     toggle.param.watch(changed, "value")
     if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
-        from bokeh.models import CustomJS  # apply a ?present=1 link's zoom once the page is up
+        from bokeh.models import CustomJS  # a ?present=1 link's sizes, once the page is up
 
         pn.state.curdoc.js_on_event("document_ready", CustomJS(
             code=f"if (new URLSearchParams(window.location.search).get('present') === '1') "
-                 f"{{ document.body.style.zoom = '{PRESENT_ZOOM}'; }}"))
+                 f"{{ {PRESENT_CSS_ON} }}"))
     return toggle
 
 

@@ -63,6 +63,41 @@ def intro_card(title: str, text: str, equations: str, watch: str) -> pn.Card:
                    header_background="#eef3f9", css_classes=["lab-intro"])
 
 
+PRESENT_FONT_SCALE = 1.3
+FONT_PROPERTIES = ("text_font_size", "axis_label_text_font_size", "major_label_text_font_size",
+                   "label_text_font_size", "title_text_font_size")
+
+
+def scale_plot_fonts(root: pn.viewable.Viewable, factor: float,
+                     originals: dict[str, dict[str, Any]]) -> None:
+    """Scale every font of the Bokeh plots under ``root`` (titles, axes, ticks, legends,
+    labels) by ``factor`` relative to their original sizes, kept in ``originals``."""
+    import re
+
+    from bokeh.models import CategoricalAxis, Title
+
+    for pane in root.select(pn.pane.Bokeh):
+        if pane.object is None:
+            continue
+        for model in pane.object.references():
+            for prop in FONT_PROPERTIES:
+                if prop not in model.properties():
+                    continue
+                if isinstance(model, Title) or (prop == "major_label_text_font_size"
+                                                and isinstance(model, CategoricalAxis)):
+                    continue  # titles fill their plots' width; a heatmap's names fit already
+                saved = originals.setdefault(model.id, {})
+                if prop not in saved:
+                    saved[prop] = getattr(model, prop)
+                size = saved[prop]
+                text = size.get("value") if isinstance(size, dict) else size
+                match = re.fullmatch(r"([\d.]+)(px|pt|em)", str(text or ""))
+                if match is None:
+                    continue  # a field- or unset size: left alone
+                value = f"{float(match.group(1)) * factor:.3g}{match.group(2)}"
+                setattr(model, prop, size if factor == 1.0 else value)
+
+
 # ---------------------------------------------------------------------- settings <-> text
 def _option_values(widget) -> list:
     options = widget.options
@@ -302,6 +337,7 @@ class LabTools:
                                     name=f"{lab.key}-what-changed",
                                     styles={"font-size": "1.45em", "line-height": "1.4"})
         self.root: pn.viewable.Viewable | None = None  # the lab's page, for the HTML export
+        self._fonts: dict[str, dict[str, Any]] = {}  # plot fonts before presentation mode
         self._syncing_url = False
 
         self.preset.param.watch(self._on_preset, "value")
@@ -333,9 +369,12 @@ class LabTools:
         return pn.Row(self.next_step, self.changed, sizing_mode="stretch_width")
 
     def set_presenting(self, on: bool) -> None:
-        """Presentation mode: the Next-step strip shows, the toolbar folds away."""
+        """Presentation mode: the Next-step strip shows, the toolbar folds away, the plots'
+        fonts grow."""
         if getattr(self, "_card", None) is not None:
             self._card.collapsed = on
+        if self.root is not None:
+            scale_plot_fonts(self.root, PRESENT_FONT_SCALE if on else 1.0, self._fonts)
         self.next_step.visible = on
         self.changed.visible = on and bool(self.changed.object)
 

@@ -224,7 +224,7 @@ class FVBMLab:
         self.algo_msg = StatusBadge("", "warn", visible=False)
 
         self.play = w.Button(label="▶ Play", color="success", width=90)
-        self.pause = w.Button(label="❚❚ Pause", color="warning", width=90, disabled=True)
+        self.pause = w.Button(label="❚❚ Pause", color="warning", width=100, disabled=True)
         self.step = w.Button(label="Step", color="primary", width=80)
         self.reset = w.Button(label="↺ Reset", color="default", width=90)
         self.speed = w.Select(label="Speed", options=list(SPEEDS), value="20 sweeps/s",

@@ -262,3 +262,17 @@ def test_a_checkpoint_of_uploaded_data_needs_the_upload_first(make_lab):
     fresh._change_data(content=csv_bytes, filename="votes.csv")
     assert fresh.tools.load_bytes(content)
     assert fresh.runner.states["BSLM"].steps == 2
+
+
+def test_presentation_mode_scales_plot_fonts_and_restores_them(make_lab):
+    lab = make_lab()
+    lab.panel()
+    axis = lab.logpl.figure.yaxis[0]
+    before = axis.axis_label_text_font_size
+    title = lab.logpl.figure.title.text_font_size
+    lab.tools.set_presenting(True)
+    assert axis.axis_label_text_font_size != before and lab.tools._card.collapsed
+    assert lab.logpl.figure.title.text_font_size == title  # titles already fill the width
+    lab.tools.set_presenting(False)
+    assert axis.axis_label_text_font_size == before and not lab.tools._card.collapsed
+    assert not lab.tools.next_step.visible
