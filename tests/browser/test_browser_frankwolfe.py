@@ -13,7 +13,7 @@ pytestmark = pytest.mark.browser
 
 
 def test_frankwolfe_lab_grows_units_and_forks_cd(page: Page, app_url, shot):
-    page.goto(app_url)
+    page.goto(app_url, timeout=120_000)  # a first session builds every lab: slow on a loaded machine
     tab_header(page, "Frank-Wolfe").click()
     play = page.get_by_role("button", name="▶ Play")
     expect(play).to_have_count(1, timeout=60_000)  # only the visible lab's buttons count
@@ -37,3 +37,20 @@ def test_frankwolfe_lab_grows_units_and_forks_cd(page: Page, app_url, shot):
     wait_until(lambda: len(points(page, "fw-cd:fw")["x"]) >= 2, timeout=120)
     wait_until(lambda: len(points(page, "fw-cd:random")["x"]) >= 2, timeout=60)
     shot("fw-cd")
+
+
+def test_a_link_in_presentation_mode_explains_each_inserted_unit(page: Page, app_url, shot):
+    """A shared link (8x8 digits, exact log-likelihood) with ?present=1: Next step inserts one
+    unit, names it and circles its point on the curves (the grid's outline: tests/dashboard)."""
+    page.goto(f"{app_url}/?present=1&page=2&frankwolfe.data=digits&frankwolfe.reg=0.2&frankwolfe.max_hidden=20"
+              "&frankwolfe.evaluate=exact&frankwolfe.eval_every=1&frankwolfe.samples=200", timeout=120_000)
+    next_step = page.get_by_role("button", name="Next step ▶")
+    expect(next_step).to_have_count(1, timeout=60_000)
+    wait_until(lambda: page.evaluate(JS_TEXT, "Hidden units: ") == "Hidden units: 0", timeout=30)
+    for k in (1, 2):
+        next_step.click()
+        expect(page.get_by_text(f"hidden unit #{k} inserted")).to_be_visible(timeout=30_000)
+        wait_until(lambda: points(page, "fw-inner:mark")["x"] == [k])
+    expect(page.get_by_text("test log-likelihood -25.")).to_be_visible()
+    wait_until(lambda: points(page, "fw-ll:units")["y"] == [1, 2])
+    shot("fw-present")
