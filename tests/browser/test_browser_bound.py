@@ -52,9 +52,17 @@ def column(page: Page, name: str, col: str) -> list:
     return page.evaluate(JS_COLUMN, [name, col]) or []
 
 
-def test_bound_lab_tightness_and_moving_the_expansion_point(page: Page, app_url, shot):
-    page.goto(app_url)
+def open_bound(page: Page, url: str) -> None:
+    """Open the app at ``url`` and switch to the Bound tab.  A session builds every lab, which
+    on a busy 2-core machine can take longer than Playwright's default 30 s."""
+    page.set_default_navigation_timeout(120_000)
+    page.set_default_timeout(60_000)
+    page.goto(url)
     tab_header(page, "Bound").click()
+
+
+def test_bound_lab_tightness_and_moving_the_expansion_point(page: Page, app_url, shot):
+    open_bound(page, app_url)
     expect(page.get_by_text("The quadratic bound: log Z from above").first).to_be_visible(timeout=60_000)
     wait_until(lambda: len(column(page, "bound-main", "gap")) == 301, timeout=30)
     gap = column(page, "bound-main", "gap")
@@ -87,8 +95,7 @@ def test_bound_lab_tightness_and_moving_the_expansion_point(page: Page, app_url,
 
 
 def test_bound_lab_race_streams_live(page: Page, app_url, shot):
-    page.goto(app_url)
-    tab_header(page, "Bound").click()
+    open_bound(page, app_url)
     expect(page.get_by_text("Race: bound majorization").first).to_be_visible(timeout=60_000)
     play = page.get_by_role("button", name="▶ Play")
     expect(play).to_have_count(1, timeout=30_000)  # only the visible lab's buttons count
@@ -101,3 +108,25 @@ def test_bound_lab_race_streams_live(page: Page, app_url, shot):
     wait_until(lambda: page.evaluate(JS_HAS_TEXT, "Every method has stopped"), timeout=90)
     page.get_by_text("Race: bound majorization").first.scroll_into_view_if_needed()
     shot("bound-race")
+
+
+def test_bound_lab_link_settings_and_presentation_mode(page: Page, app_url, shot):
+    """A shared link sets both parts of the lab; in presentation mode "Next step" steps the race
+    once, says what each method's step changed and rings the newest points."""
+    open_bound(page, f"{app_url}/?present=1&bound.model=loglinear&bound.s_tilde=2.5&bound.extra=-2"
+                     f"&bound.problem=fvbm&bound.reg=1")
+    wait_until(lambda: page.evaluate(JS_HAS_TEXT, "2 parameters."), timeout=60)
+    wait_until(lambda: (column(page, "bound-tilde", "s") or [0])[0] == 2.5, timeout=30)
+    assert min(column(page, "bound-main", "taylor_gap")) < -1.0  # the Taylor expansion dips far below
+    assert min(column(page, "bound-main", "gap")) >= -1e-9
+    wait_until(lambda: page.evaluate(JS_HAS_TEXT, "d = 55 parameters"))  # the FVBM race
+    next_step = page.get_by_role("button", name="Next step ▶", exact=True)
+    expect(next_step).to_have_count(1, timeout=30_000)  # only the visible lab's button
+    next_step.click()
+    wait_until(lambda: page.evaluate(JS_HAS_TEXT, "step 1: J − J*"), timeout=60)
+    next_step.click()
+    wait_until(lambda: page.evaluate(JS_HAS_TEXT, "step 2: J − J*"), timeout=60)
+    wait_until(lambda: column(page, "race-newest-by-iteration", "x") == [2] * 5, timeout=30)
+    assert len(column(page, "race-by-iteration:Bound majorization", "y")) == 2
+    assert page.evaluate(JS_HAS_TEXT, "monotone ✓")
+    shot("bound-present")
