@@ -7,7 +7,7 @@ from typing import Mapping
 import numpy as np
 import panel as pn
 import scipy.stats
-from bokeh.models import ColumnDataSource, Label, Legend, LegendItem
+from bokeh.models import ColumnDataSource, HoverTool, Label, Legend, LegendItem
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
 
@@ -26,7 +26,10 @@ def density_curve(values: np.ndarray, grid: np.ndarray) -> np.ndarray:
 
 
 class HistogramSlices:
-    """Density-normalised histograms (bars) and KDEs (lines) of several named slices."""
+    """Density-normalised histograms (bars) and KDEs (lines) of several named slices.
+
+    Hovering a bar says its slice, its bin and its density (and how many values fell in it).
+    """
 
     def __init__(self, title: str, *, x_label: str = "value", y_label: str = "density", bins: int = 30,
                  height: int = 300, name: str = "histogram", empty_text: str = "Press ▶ Play to start") -> None:
@@ -34,12 +37,16 @@ class HistogramSlices:
         fig = figure(title=title, height=height, sizing_mode="stretch_width", x_axis_label=x_label,
                      y_axis_label=y_label, tools="pan,wheel_zoom,box_zoom,reset,save", toolbar_location="right")
         fig.title.text_font_size = "11pt"
-        self.legend = Legend(items=[], location="left", orientation="horizontal", click_policy="hide",
+        # two entries a row: one row of four long labels would widen the plot past its column
+        self.legend = Legend(items=[], location="left", orientation="horizontal", click_policy="hide", ncols=2,
                              label_text_font_size="9pt", border_line_alpha=0.0, background_fill_alpha=0.0)
         fig.add_layout(self.legend, "below")
         self._empty = Label(x=10, y=10, x_units="screen", y_units="screen", text=empty_text,
                             text_color="#888", text_font_size="12pt")
         fig.add_layout(self._empty)
+        self._hover = HoverTool(renderers=[], tooltips=[("", "@label"), (x_label, "@left{0,0.[000]} to @right{0,0.[000]}"),
+                                                        (y_label, "@top{0.[0000]}"), ("values in bin", "@count")])
+        fig.add_tools(self._hover)
         self.figure = fig
         self._bars: list[ColumnDataSource] = []
         self._lines: list[ColumnDataSource] = []
@@ -51,14 +58,19 @@ class HistogramSlices:
         while len(self._bars) < n:
             k = len(self._bars)
             color = Category10_10[k % 10]
-            bars = ColumnDataSource({"left": [], "right": [], "top": []}, name=f"{self._name}-bars-{k}")
+            bars = ColumnDataSource(self._no_bars(), name=f"{self._name}-bars-{k}")
             line = ColumnDataSource({"x": [], "y": []}, name=f"{self._name}-kde-{k}")
             r1 = self.figure.quad(left="left", right="right", top="top", bottom=0, source=bars, fill_color=color,
                                   fill_alpha=0.25, line_color=color, line_alpha=0.5)
             r2 = self.figure.line("x", "y", source=line, color=color, line_width=2)
             self.legend.items.append(LegendItem(label="", renderers=[r1, r2]))
+            self._hover.renderers = [*self._hover.renderers, r1]
             self._bars.append(bars)
             self._lines.append(line)
+
+    @staticmethod
+    def _no_bars() -> dict:
+        return {"left": [], "right": [], "top": [], "count": [], "label": []}
 
     def update(self, slices: Mapping[str, np.ndarray]) -> None:
         """Show one histogram + KDE per entry of ``slices`` (label -> values); shared bins."""
@@ -66,7 +78,7 @@ class HistogramSlices:
         self._ensure(len(slices))
         if not slices:
             for s in self._bars:
-                s.data = {"left": [], "right": [], "top": []}
+                s.data = self._no_bars()
             for s in self._lines:
                 s.data = {"x": [], "y": []}
             self._empty.visible = True
@@ -77,13 +89,15 @@ class HistogramSlices:
         edges = np.linspace(low - pad, high + pad, self.bins + 1)
         grid = np.linspace(edges[0], edges[-1], 200)
         for k, (label, values) in enumerate(slices.items()):
-            counts, _ = np.histogram(values, bins=edges, density=True)
-            self._bars[k].data = {"left": edges[:-1], "right": edges[1:], "top": counts}
+            density, _ = np.histogram(values, bins=edges, density=True)
+            counts, _ = np.histogram(values, bins=edges)
+            self._bars[k].data = {"left": edges[:-1], "right": edges[1:], "top": density, "count": counts,
+                                  "label": [label] * self.bins}
             self._lines[k].data = {"x": grid, "y": density_curve(values, grid)}
             self.legend.items[k].label = {"value": f"{label} ({values.size})"}
             self.legend.items[k].visible = True
         for k in range(len(slices), len(self._bars)):
-            self._bars[k].data = {"left": [], "right": [], "top": []}
+            self._bars[k].data = self._no_bars()
             self._lines[k].data = {"x": [], "y": []}
             self.legend.items[k].visible = False
         self._empty.visible = False

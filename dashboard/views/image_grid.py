@@ -2,7 +2,8 @@
 
 The tiling itself is :func:`engine.images.tile_images` (shared by every lab); this view
 only draws the tiled array, optionally outlines one tile (the newest hidden unit in the
-Frank-Wolfe lab) and labels tiles on hover.
+Frank-Wolfe lab, the unit that changed most in the TAP lab's presentation mode) and names
+each tile on hover (which column it shows, its largest |value|).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import math
 
 import numpy as np
 import panel as pn
-from bokeh.models import ColorBar, ColumnDataSource, Label, LinearColorMapper
+from bokeh.models import ColorBar, ColumnDataSource, HoverTool, Label, LinearColorMapper
 from bokeh.plotting import figure
 from matplotlib import colormaps
 from matplotlib.colors import to_hex
@@ -28,11 +29,13 @@ class ImageGrid:
     ``kind="weights"``: a diverging map, blue negative, red positive, white 0, each tile
     scaled to its own max |w| (``normalize="each"``) so weak and strong fields both show.
     ``kind="pixels"``: values in [0, 1] drawn white (0) to black (1).
+    ``tile_label`` names a tile on hover (``"hidden unit"`` -> "hidden unit 7"); :meth:`update`
+    can pass a label per column instead.
     """
 
     def __init__(self, title: str, *, kind: str = "weights", image_shape: tuple[int, int] | None = None,
                  height: int = 360, width: int | None = None, name: str = "grid",
-                 empty_text: str = "Press ▶ Play to start") -> None:
+                 empty_text: str = "Press ▶ Play to start", tile_label: str = "column") -> None:
         if kind not in ("weights", "pixels"):
             raise ValueError(f"ImageGrid kind must be 'weights' or 'pixels'. Got {kind!r}.")
         self.kind = kind
@@ -41,7 +44,11 @@ class ImageGrid:
         self.mapper = LinearColorMapper(palette=palette, low=low, high=1.0, nan_color=(0, 0, 0, 0))
         self.source = ColumnDataSource({"image": [np.full((1, 1), np.nan)], "x": [0], "y": [0], "dw": [1], "dh": [1]},
                                        name=name)
-        self.box = ColumnDataSource({"left": [], "right": [], "top": [], "bottom": []})
+        self.tile_label = tile_label
+        self.box = ColumnDataSource({"left": [], "right": [], "top": [], "bottom": []}, name=f"{name}-box")
+        # one invisible rectangle per tile carries its hover text
+        self.tiles = ColumnDataSource({"x": [], "y": [], "w": [], "h": [], "label": [], "peak": []},
+                                      name=f"{name}-tiles")
         options = dict(height=height, match_aspect=True, tools="pan,wheel_zoom,box_zoom,reset,save",
                        toolbar_location="right", title=title)
         if width is None:
@@ -50,8 +57,11 @@ class ImageGrid:
             options["width"] = width
         fig = figure(**options)
         fig.image(image="image", x="x", y="y", dw="dw", dh="dh", source=self.source, color_mapper=self.mapper)
+        tiles = fig.rect("x", "y", "w", "h", source=self.tiles, fill_alpha=0.0, line_alpha=0.0)
         fig.quad(left="left", right="right", top="top", bottom="bottom", source=self.box, fill_alpha=0.0,
                  line_color="#f0a000", line_width=3)
+        peak = "max |w|" if kind == "weights" else "max value"
+        fig.add_tools(HoverTool(renderers=[tiles], tooltips=[("", "@label"), (peak, "@peak{0.000}")]))
         if kind == "weights":
             fig.add_layout(ColorBar(color_mapper=self.mapper, width=10, title="w / max|w| of its unit"), "right")
         fig.axis.visible = False
@@ -67,15 +77,17 @@ class ImageGrid:
         self.n_cols = 1
 
     def update(self, columns: np.ndarray | None, *, order: np.ndarray | None = None, highlight: int | None = None,
-               n_cols: int | None = None, limit: int | None = None) -> None:
+               n_cols: int | None = None, limit: int | None = None, labels=None) -> None:
         """Show the columns of ``columns`` (n_visible, n_tiles), in ``order`` if given.
 
         ``limit`` keeps the first ``limit`` tiles (after ordering); ``highlight`` outlines
-        the tile that shows column ``highlight`` of the original array.
+        the tile that shows column ``highlight`` of the original array; ``labels`` (one per
+        column of the original array) are the tiles' hover texts (default: "<tile_label> j").
         """
         if columns is None or np.size(columns) == 0:
             self.source.data = {"image": [np.full((1, 1), np.nan)], "x": [0], "y": [0], "dw": [1], "dh": [1]}
             self.box.data = {"left": [], "right": [], "top": [], "bottom": []}
+            self.tiles.data = {"x": [], "y": [], "w": [], "h": [], "label": [], "peak": []}
             self._empty.visible = True
             self.n_tiles = 0
             return
@@ -93,10 +105,17 @@ class ImageGrid:
         self.source.data = {"image": [tiled[::-1].copy()], "x": [0], "y": [0], "dw": [w], "dh": [h]}
         self._empty.visible = False
         self.n_tiles, self.n_cols = n, n_cols
+        th, tw = self._tile_shape(columns.shape[0])
+        rows, cols = np.divmod(np.arange(n), n_cols)
+        texts = [f"{self.tile_label} {j}" if labels is None else str(labels[j]) for j in index.tolist()]
+        peaks = np.abs(np.nan_to_num(shown)).max(axis=0)
+        # tile (r, c) spans x in [c (tw + 1), + tw] and, from the top, th rows below h - r (th + 1)
+        self.tiles.data = {"x": cols * (tw + 1) + tw / 2, "y": h - rows * (th + 1) - th / 2,
+                           "w": np.full(n, float(tw)), "h": np.full(n, float(th)), "label": texts,
+                           "peak": peaks}
         boxes = {"left": [], "right": [], "top": [], "bottom": []}
         if highlight is not None and highlight in set(index.tolist()):
             pos = int(np.flatnonzero(index == highlight)[0])
-            th, tw = self._tile_shape(columns.shape[0])
             r, c = divmod(pos, n_cols)
             left = c * (tw + 1)
             top = h - r * (th + 1)

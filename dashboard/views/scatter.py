@@ -33,9 +33,12 @@ class EmbeddingScatter:
         fig.add_tools(HoverTool(renderers=[over], tooltips=[("", "@label")]))
         fig.add_layout(ColorBar(color_mapper=self.mapper, width=10, title=color_label,
                                 formatter=BasicTickFormatter(precision=2, use_scientific=False)), "right")
-        fig.legend.location = "top_left"
-        fig.legend.background_fill_alpha = 0.6
-        fig.legend.visible = False
+        # the overlay's legend under the plot, never over the points
+        legend = fig.legend[0]
+        fig.center.remove(legend)
+        legend.update(orientation="horizontal", location="left", label_text_font_size="9pt",
+                      border_line_alpha=0.0, background_fill_alpha=0.0, visible=False)
+        fig.add_layout(legend, "below")
         fig.title.text_font_size = "11pt"
         self._empty = Label(x=10, y=10, x_units="screen", y_units="screen", text=empty_text,
                             text_color="#888", text_font_size="12pt")

@@ -3,6 +3,8 @@ watch the solution counts, free energies, Isomap scatter and receptive fields ap
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from playwright.sync_api import Page, expect
 
@@ -74,3 +76,28 @@ def test_tap_lab_trains_and_shows_solutions(page: Page, app_url, shot):
     ope = points(page, "mcc:ope")["y"]
     assert ope[0] == pytest.approx(1.0) and all(-1 <= v <= 1 for v in ope)
     shot("tap-digits-paused")
+
+
+JS_BOXES = """(name) => {
+  let found = null;
+  for (const doc of Bokeh.documents)
+    for (const m of doc.all_models)
+      if (m.name === name && m.data && m.data.left) found = m.data.left.length;
+  return found;
+}"""
+
+
+def test_tap_presentation_mode_explains_each_step_and_outlines_a_unit(page: Page, app_url, shot):
+    page.goto(f"{app_url}/?present=1", timeout=120_000)  # a busy machine builds the four labs slowly
+    tab_header(page, "TAP").click()
+    next_step = page.get_by_role("button", name="Next step ▶")
+    expect(next_step).to_have_count(1, timeout=60_000)  # only the visible lab's
+    next_step.click()
+    expect(page.get_by_text("weights moved most (by")).to_be_visible(timeout=60_000)
+    next_step.click()
+    # the second step compares with the first: the count of solutions before → after
+    expect(page.get_by_text(re.compile(r"solutions \d+ → \d+ of K = 100"))).to_be_visible(timeout=60_000)
+    wait_until(lambda: page.evaluate(JS_BOXES, "fields-box") == 1, timeout=30)
+    shot("tap-presenting")
+    page.get_by_role("button", name="Step", exact=True).click()  # a plain step clears the outline
+    wait_until(lambda: page.evaluate(JS_BOXES, "fields-box") == 0, timeout=30)
