@@ -1,0 +1,653 @@
+"""Load and soak test of the served app (issue 7), on the loopback only.
+
+    python -m tests.load.loadtest --sessions 8 --seconds 60 [--lab FVBM|TAP|Frank-Wolfe|Bound]
+                                  [--port P] [--json out.json] [--sample-every S] [--speed LABEL]
+                                  [--rounds R] [--no-warmup] [--settle SECONDS]
+    python -m tests.load.loadtest --sessions 1 --seconds 1800      # the soak run
+
+What it does
+------------
+1. Starts ``python -m dashboard.cli serve --port P --address 127.0.0.1`` (the real CLI) and
+   polls ``/liveness``.
+2. Warm-up: one browser session opens the lab, trains it for a few seconds and closes; the
+   tool then waits until the server has discarded that session (see "Settling" below).
+   Only then is the **baseline** RSS taken.  Why after a warm-up: the first session imports
+   the lab modules, builds the Bokeh/Panel model classes and templates, fills Panel's
+   resource caches and touches the numba dispatchers on the training path.  Those are
+   one-off costs every server pays once; a baseline taken before them would make them look
+   like memory the sessions failed to give back.
+3. Opens N browser contexts in one headless Chromium (N contexts = N independent Bokeh
+   sessions, each with its own runners and trainers), all at once.  Each goes to the app,
+   clicks the lab's tab, optionally picks a speed, presses "▶ Play" and trains for the
+   given seconds.  When a run stops by itself (e.g. the FVBM converges after ~900 sweeps),
+   the session presses "↺ Reset" and "▶ Play" again so training is continuous (counted as
+   ``restarts``).  Then the context is closed.
+4. Settling: Bokeh discards a closed session only after it has been unused for
+   ``unused_session_lifetime`` (15 s) and the check runs every ``check_unused_sessions``
+   (17 s): Bokeh's defaults, which ``pn.serve`` keeps.  So a closed tab's runners are stopped
+   15-32 s after it closes.  The tool polls the server every 2 s until its thread count is
+   back to the idle count (each session runs one worker thread per runner, so this shows
+   the sessions were destroyed) and RSS moved < 2 MB over 10 s, or ``--settle`` seconds
+   passed.  That RSS is **after**.  A Python process need not return freed memory to the OS
+   (pymalloc arenas, malloc fragmentation), and nobody can call ``gc`` from outside, so
+   "after" is reported as measured.
+
+What it measures
+----------------
+* sessions served: the page loaded (▶ Play enabled) and at least one plot update arrived;
+* errors: uncaught page errors (``pageerror``), failures of the driving code (e.g. a page
+  that did not load), and ERROR lines / tracebacks in the server log other than the noise
+  of closing tabs (see ``Server.log_findings``); console errors and failed requests are
+  reported beside them, counted over the sessions (offline, a template's CDN fonts fail);
+* plot updates per second per session: a hook on ``Bokeh.documents`` counts the websocket
+  patches from the server that change at least one ColumnDataSource (stream, patch or new
+  data); the events of one patch are applied synchronously, so a microtask folds them into
+  one update.  The app pushes at most one patch per tick (DESIGN.md): every 100 ms in the
+  FVBM lab, 200 ms in the others, so 10/s (5/s) is the ceiling; the rate is counted from the
+  ▶ Play click to the end of the training window;
+* steps reached (sweeps, epochs, hidden units or race iterations, summed over restarts);
+* server RSS (VmRSS of the server and any children, from /proc) at start, baseline, during
+  (every ``--sample-every`` s), peak and after; its thread count; and its CPU use (% of one
+  core: near 100 the one Python process, not the machine, is the limit);
+* with ``--rounds R``, the whole open-train-close-settle cycle R times on one server: RSS
+  after each round tells memory the allocator keeps and reuses (level) from a leak (climbing);
+* per session, every ``--sample-every`` s: the browser's JS heap
+  (``performance.memory.usedJSHeapSize``, precise with ``--enable-precise-memory-info``)
+  and the rows held in all the page's ColumnDataSources.  With ``--sessions 1`` (soak
+  mode) these are merged with the server RSS into one ``timeline`` so boundedness is
+  visible: RSS, JS heap and points should level off, not grow with time.
+
+Everything is bounded: N sessions, the given seconds, the settle limit, and a page-load
+timeout; the server binds 127.0.0.1 and is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = "/usr/bin/chromium"
+# the browser tests' flags (tests/browser/conftest.py), plus exact JS heap numbers
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--enable-precise-memory-info"]
+VIEWPORT = {"width": 1500, "height": 1700}
+PAGE_TIMEOUT_MS = 300_000  # 8 pages, each building all 4 labs, on 2 shared cores take minutes
+
+
+@dataclass(frozen=True)
+class Lab:
+    tab: str
+    steps_js: str  # a JS expression: the steps of the current run (a number) or null
+
+
+def _counter(prefix: str) -> str:
+    """Steps from a counter pane whose text starts with ``prefix`` ("Sweep 12")."""
+    return f"""(() => {{
+  for (const doc of Bokeh.documents)
+    for (const m of doc.all_models)
+      if (typeof m.text === 'string' && m.text.startsWith({json.dumps(prefix)}))
+        return parseFloat(m.text.slice({len(prefix)}));
+  return null;
+}})()"""
+
+
+LABS = {
+    "FVBM": Lab("FVBM", _counter("Sweep ")),
+    "TAP": Lab("TAP", _counter("Epoch ")),
+    "Frank-Wolfe": Lab("Frank-Wolfe", _counter("Hidden units: ")),
+    # the race has no counter: the longest by-iteration line is the steps of the race
+    "Bound": Lab("Bound", """(() => {
+  let n = null;
+  for (const doc of Bokeh.documents)
+    for (const m of doc.all_models)
+      if (typeof m.name === 'string' && m.name.startsWith('race-by-iteration:') && m.data && m.data.x)
+        n = Math.max(n ?? 0, m.data.x.length);
+  return n;
+})()"""),
+}
+
+# Count server patches that change a ColumnDataSource, one per websocket message.
+JS_HOOK = """() => {
+  if (window.__loadtest) return true;
+  if (!(window.Bokeh && Bokeh.documents && Bokeh.documents.length)) return false;
+  const s = window.__loadtest = {updates: 0, events: 0, pending: false};
+  const onChange = (ev) => {
+    if (ev.sync) return;  // a change made in the page, going to the server
+    const m = ev.model;
+    if (!(m && typeof m.get_length === 'function')) return;  // not a data source
+    s.events++;
+    if (!s.pending) {
+      s.pending = true;
+      queueMicrotask(() => { s.pending = false; s.updates++; });
+    }
+  };
+  for (const doc of Bokeh.documents) doc.on_change(onChange, false);
+  return true;
+}"""
+# Cheap state of the page (Bokeh models, not the DOM: role queries over Panel's many shadow
+# roots cost the busy renderer far more): plot updates so far, and whether the lab plays
+# (only the playing lab has its "❚❚ Pause" enabled).
+JS_STATE = """() => {
+  let playing = false;
+  for (const doc of Bokeh.documents)
+    for (const m of doc.all_models)
+      if (m.label === '❚❚ Pause' && !m.disabled) playing = true;
+  return {updates: window.__loadtest ? window.__loadtest.updates : 0, playing};
+}"""
+# A sample for the time series: also rows held in all ColumnDataSources and the JS heap.
+JS_SAMPLE = """() => {
+  let points = 0, sources = 0;
+  for (const doc of Bokeh.documents)
+    for (const m of doc.all_models)
+      if (typeof m.get_length === 'function') { points += m.get_length() ?? 0; sources++; }
+  const heap = performance.memory ? performance.memory.usedJSHeapSize : null;
+  return {updates: window.__loadtest ? window.__loadtest.updates : 0, points, sources, heap};
+}"""
+
+
+# ------------------------------------------------------------------ server and /proc
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _children(pid: int) -> list[int]:
+    """Every descendant of ``pid`` (from /proc/*/stat)."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        parents.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _status(pid: int) -> dict[str, float]:
+    """VmRSS (kB), Threads and CPU seconds (user + system) of one process; zeros if it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return {"rss_kb": 0, "threads": 0, "cpu_s": 0.0}
+    rss = re.search(r"^VmRSS:\s+(\d+) kB", text, re.M)
+    threads = re.search(r"^Threads:\s+(\d+)", text, re.M)
+    return {"rss_kb": int(rss.group(1)) if rss else 0, "threads": int(threads.group(1)) if threads else 0,
+            "cpu_s": (int(stat[11]) + int(stat[12])) / CLOCK_TICKS}  # utime, stime (fields 14, 15)
+
+
+class Server:
+    """The app served by the real CLI on 127.0.0.1, in a subprocess."""
+
+    def __init__(self, port: int, log_path: Path, extra_args: list[str] | None = None) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.command = [sys.executable, "-m", "dashboard.cli", "serve", "--port", str(port),
+                        "--address", "127.0.0.1", *(extra_args or [])]
+        self.log_path = log_path
+        self.proc: subprocess.Popen | None = None
+        self._log = None
+        self._last_cpu = (0.0, time.monotonic())
+
+    def start(self, timeout: float = 300.0) -> float:
+        """Start and poll /liveness; returns the seconds it took (the first run compiles)."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "w")
+        env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        start = time.monotonic()
+        self._last_cpu = (0.0, start)
+        self.proc = subprocess.Popen(self.command, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT,
+                                     env=env)
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the server exited early (code {self.proc.returncode}); see {self.log_path}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/liveness", timeout=2) as response:
+                    if response.status == 200:
+                        return time.monotonic() - start
+            except OSError:
+                pass
+            if time.monotonic() - start > timeout:
+                raise RuntimeError(f"the server did not answer /liveness in {timeout:.0f} s; see {self.log_path}")
+            time.sleep(0.5)
+
+    def sample(self) -> dict[str, float]:
+        """RSS (MB) of the server and its children, the server's thread count, and the CPU the
+        server used since the last sample, in % of one core (100 = one core busy)."""
+        assert self.proc is not None
+        main = _status(self.proc.pid)
+        children = [_status(c) for c in _children(self.proc.pid)]
+        rss_kb = main["rss_kb"] + sum(c["rss_kb"] for c in children)
+        cpu_s, now = main["cpu_s"] + sum(c["cpu_s"] for c in children), time.monotonic()
+        last_cpu, last_time = self._last_cpu
+        cpu = None  # CPU time comes in 10 ms ticks: no rate over less than a second
+        if now - last_time >= 1.0:
+            cpu = round(100 * (cpu_s - last_cpu) / (now - last_time), 1)
+            self._last_cpu = (cpu_s, now)
+        return {"rss_mb": round(rss_kb / 1024, 1), "threads": main["threads"], "cpu_percent": cpu}
+
+    def log_findings(self) -> dict:
+        """What the server log says: errors, and the noise of tabs closed mid-stream.
+
+        Closing N tabs while they train makes the server log two kinds of expected noise:
+        a write to a closed socket (a traceback ending in ``WebSocketClosedError`` /
+        ``StreamClosedError``, with Bokeh's WARNING "Failed sending message as connection was
+        closed"), and a message the page sent just before closing that is handled after
+        Bokeh detached the connection (ERROR "error handling message" with a traceback at
+        ``assert self._session is not None``).  These are counted, not reported as errors;
+        every other ERROR / CRITICAL line or traceback is an error.
+        """
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        lines = text.splitlines()
+        errors, closed, warnings = [], 0, 0
+        i = 0
+        while i < len(lines):
+            line = lines[i]
+            if line.startswith("WARNING"):
+                warnings += 1
+            if not (line.startswith("Traceback") or re.search(r"\b(ERROR|CRITICAL)\b", line)):
+                i += 1
+                continue
+            # an incident: this line up to the exception line of the traceback that follows
+            tb = next((k for k in range(i, min(i + 6, len(lines))) if lines[k].startswith("Traceback")), None)
+            end = i
+            if tb is not None:
+                end = tb + 1  # the exception: the first line after the indented frames
+                while end < len(lines) and (lines[end].startswith(" ") or not lines[end].strip()):
+                    end += 1
+                end = min(end, len(lines) - 1)
+            block = "\n".join(lines[i:end + 1])
+            if re.search(r"WebSocketClosedError|StreamClosedError", lines[end]) or (
+                    lines[end].startswith("AssertionError") and "assert self._session is not None" in block):
+                closed += 1
+            else:
+                errors.append(f"server: {line.strip()}" + (f" ({lines[end].strip()})" if end != i else ""))
+            i = end + 1
+        return {"errors": errors, "closed_connection_incidents": closed, "warning_lines": warnings}
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        if self._log is not None:
+            self._log.close()
+
+
+# ------------------------------------------------------------------ browser sessions
+
+
+async def _open_lab(page, url: str, lab: Lab) -> None:
+    from playwright.async_api import expect
+
+    await page.goto(url, timeout=PAGE_TIMEOUT_MS)
+    await page.locator(".bk-tab").filter(has_text=re.compile(rf"^\s*{re.escape(lab.tab)}\s*$")).first.click(
+        timeout=PAGE_TIMEOUT_MS)
+    play = page.get_by_role("button", name="▶ Play", exact=True)
+    await expect(play).to_have_count(1, timeout=PAGE_TIMEOUT_MS)  # only the visible lab's buttons count
+    await expect(play).to_be_enabled(timeout=PAGE_TIMEOUT_MS)
+    await page.wait_for_function(JS_HOOK, timeout=PAGE_TIMEOUT_MS)  # installs the update counter
+
+
+async def _press_play(page) -> None:
+    from playwright.async_api import expect
+
+    await page.get_by_role("button", name="▶ Play", exact=True).click()
+    await expect(page.get_by_role("button", name="❚❚ Pause", exact=True)).to_be_enabled(timeout=60_000)
+
+
+async def _select_speed(page, speed: str) -> None:
+    box = page.get_by_role("combobox").filter(has=page.get_by_role("option", name=speed, exact=True))
+    await box.first.select_option(label=speed)
+
+
+async def _steps(page, lab: Lab) -> float | None:
+    return await page.evaluate(lab.steps_js)
+
+
+async def run_session(index: int, browser, url: str, lab: Lab, seconds: float, sample_every: float,
+                      speed: str | None, t0: float) -> dict:
+    """One browser session: open the lab, play for ``seconds``, sample, close."""
+    from playwright.async_api import expect
+
+    rec: dict = {"session": index, "loaded": False, "served": False, "errors": [], "console_errors": [],
+                 "failed_requests": [], "restarts": 0,
+                 "load_seconds": None, "trained_seconds": None, "updates": 0, "updates_per_second": 0.0,
+                 "steps": None, "series": []}
+    recording = True
+
+    def error(text: str, kind: str = "errors") -> None:
+        if recording:
+            rec[kind].append(text)
+
+    context = await browser.new_context(viewport=VIEWPORT)
+    page = await context.new_page()
+    page.on("pageerror", lambda exc: error(f"pageerror: {exc}"))
+    page.on("console", lambda msg: msg.type == "error" and error(msg.text, "console_errors"))
+    page.on("requestfailed", lambda req: error(f"{req.url} ({req.failure})", "failed_requests"))
+    steps_done = 0.0  # steps of the runs finished before a restart
+    try:
+        opened = time.monotonic()
+        await _open_lab(page, url, lab)
+        rec["loaded"] = True
+        rec["load_seconds"] = round(time.monotonic() - opened, 2)
+        if speed:
+            await _select_speed(page, speed)
+        await _press_play(page)
+        start = time.monotonic()
+        first = await page.evaluate(JS_STATE)
+        next_sample = start
+        while True:
+            now = time.monotonic()
+            if now - start >= seconds:
+                break
+            if now >= next_sample:
+                sample = await page.evaluate(JS_SAMPLE)
+                steps = await _steps(page, lab)
+                rec["series"].append({
+                    "t": round(now - t0, 1), "updates": sample["updates"] - first["updates"],
+                    "points": sample["points"], "sources": sample["sources"],
+                    "js_heap_mb": None if sample["heap"] is None else round(sample["heap"] / 2**20, 1),
+                    "steps": None if steps is None else steps_done + steps})
+                next_sample += sample_every
+            if not (await page.evaluate(JS_STATE))["playing"]:  # the run stopped by itself: restart it
+                steps_done += (await _steps(page, lab)) or 0.0
+                await page.get_by_role("button", name="↺ Reset", exact=True).click()
+                await expect(page.get_by_role("button", name="▶ Play", exact=True)).to_be_enabled(timeout=60_000)
+                await _press_play(page)
+                rec["restarts"] += 1
+            await asyncio.sleep(max(0.0, min(1.0, start + seconds - time.monotonic())))
+        end = await page.evaluate(JS_SAMPLE)
+        trained = time.monotonic() - start
+        steps = await _steps(page, lab)
+        rec["trained_seconds"] = round(trained, 1)
+        rec["updates"] = end["updates"] - first["updates"]
+        rec["updates_per_second"] = round(rec["updates"] / trained, 2)
+        rec["steps"] = None if steps is None else steps_done + steps
+        rec["points"] = end["points"]
+        rec["js_heap_mb"] = None if end["heap"] is None else round(end["heap"] / 2**20, 1)
+        rec["served"] = rec["updates"] > 0
+    except Exception as exc:  # report it as this session's error and go on with the others
+        error(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    finally:
+        recording = False  # closing a page may log websocket noise: not the app's error
+        await context.close()
+    return rec
+
+
+async def _warm_up(browser, url: str, lab: Lab, seconds: float = 3.0) -> list[str]:
+    """Open the lab once, train briefly, close; returns its errors."""
+    rec = await run_session(-1, browser, url, lab, seconds, seconds, None, time.monotonic())
+    return rec["errors"] if rec["served"] else rec["errors"] + ["the warm-up session got no plot update"]
+
+
+async def _settle(server: Server, threads_idle: int, timeout: float, series: list, t0: float,
+                  every: float = 2.0, window: float = 10.0, tolerance_mb: float = 2.0) -> dict:
+    """Poll until the sessions are discarded (threads back to idle) and RSS is stable."""
+    start = time.monotonic()
+    mine: list[dict] = []
+    while True:
+        now = time.monotonic()
+        sample = {"t": round(now - t0, 1), **server.sample()}
+        series.append(sample)
+        mine.append({**sample, "since": now - start})
+        recent = [s["rss_mb"] for s in mine if s["since"] >= now - start - window]
+        discarded = sample["threads"] <= threads_idle
+        stable = now - start >= window and max(recent) - min(recent) <= tolerance_mb
+        if (discarded and stable) or now - start >= timeout:
+            return {**sample, "seconds": round(now - start, 1), "discarded": discarded, "stable": stable}
+        await asyncio.sleep(every)
+
+
+async def _sample_server(server: Server, series: list, every: float, t0: float, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        series.append({"t": round(time.monotonic() - t0, 1), **server.sample()})
+        try:
+            await asyncio.wait_for(stop.wait(), every)
+        except asyncio.TimeoutError:
+            pass
+
+
+def _counts(items) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for item in items:
+        out[item] = out.get(item, 0) + 1
+    return out
+
+
+def _spread(values: list[float]) -> dict | None:
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return {"min": round(min(values), 2), "median": round(statistics.median(values), 2),
+            "max": round(max(values), 2)}
+
+
+def _slope_per_minute(points: list[tuple[float, float]]) -> float | None:
+    """Least-squares slope (per minute) of (t seconds, value) pairs."""
+    points = [(t, v) for t, v in points if v is not None]
+    if len(points) < 3:
+        return None
+    ts, vs = zip(*points)
+    mt, mv = statistics.fmean(ts), statistics.fmean(vs)
+    var = sum((t - mt) ** 2 for t in ts)
+    return None if var == 0 else round(60 * sum((t - mt) * (v - mv) for t, v in zip(ts, vs)) / var, 3)
+
+
+def _soak_summary(timeline: list[dict]) -> dict:
+    """Is each series bounded?  Its maximum over the second half of the run against the first
+    half (bounded: not higher by more than noise), and its least-squares slope over the second
+    half (bounded: ~0; a run restarted by Reset makes ``points`` a sawtooth, so compare maxima)."""
+    if not timeline:
+        return {}
+    half = len(timeline) // 2
+    out = {}
+    for key in ("rss_mb", "js_heap_mb", "points"):
+        values = [row.get(key) for row in timeline]
+        if all(v is None for v in values):
+            continue
+        first = [v for v in values[:half] if v is not None]
+        second = [v for v in values[half:] if v is not None]
+        out[key] = {"first": first[0] if first else second[0], "last": second[-1], "max": max(first + second),
+                    "first_half_max": max(first) if first else None, "second_half_max": max(second),
+                    "second_half_slope_per_min": _slope_per_minute([(r["t"], r.get(key)) for r in timeline[half:]])}
+    return out
+
+
+async def run(sessions: int = 8, seconds: float = 60.0, lab: str = "FVBM", port: int | None = None,
+              sample_every: float = 5.0, speed: str | None = None, warmup: bool = True,
+              settle: float = 90.0, log_path: Path | None = None, rounds: int = 1) -> dict:
+    """Run the load (or, with one long session, soak) test; returns the report.
+
+    ``rounds`` > 1 repeats "open N sessions, train, close, settle" on the same server: if RSS
+    after each round stays level, memory not returned to the OS is being reused (allocator
+    retention); if it climbs round after round, sessions leak.
+    """
+    from playwright.async_api import async_playwright
+
+    if lab not in LABS:
+        raise ValueError(f"The 'lab' parameter must be one of {sorted(LABS)}. Got {lab!r}.")
+    if not os.path.exists(CHROMIUM):
+        raise FileNotFoundError(f"{CHROMIUM} is not installed (the README's test command installs it)")
+    spec = LABS[lab]
+    port = port or _free_port()
+    server = Server(port, log_path or ARTIFACTS / "loadtest-server.log")
+    t0 = time.monotonic()
+    report: dict = {
+        "config": {"lab": lab, "sessions": sessions, "seconds": seconds, "rounds": rounds,
+                   "sample_every": sample_every, "speed": speed or "lab default", "warmup": warmup,
+                   "settle_limit": settle, "server_command": " ".join(server.command[1:]), "url": server.url,
+                   "cpus": os.cpu_count(), "load_average_at_start": [round(x, 2) for x in os.getloadavg()]},
+        "sessions_requested": sessions * rounds,
+    }
+    errors: list[str] = []
+    series: list[dict] = []  # server samples: t, rss_mb, threads, cpu_percent
+    durations: dict = {}
+    records: list[dict] = []
+    round_reports: list[dict] = []
+
+    def sample() -> dict:
+        row = {"t": round(time.monotonic() - t0, 1), **server.sample()}
+        series.append(row)
+        return row
+
+    try:
+        durations["server_start"] = round(server.start(), 1)
+        idle = sample()
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            report["config"]["chromium"] = browser.version
+            if warmup:
+                t = time.monotonic()
+                errors += [f"warm-up: {e}" for e in await _warm_up(browser, server.url, spec)]
+                durations["warmup"] = round(time.monotonic() - t, 1)
+                base = await _settle(server, idle["threads"], settle, series, t0)
+                durations["baseline_settle"] = base["seconds"]
+                report["baseline_settled"] = {"discarded": base["discarded"], "stable": base["stable"]}
+            else:
+                base = sample()
+            for r in range(rounds):
+                stop = asyncio.Event()
+                sampler = asyncio.create_task(_sample_server(server, series, sample_every, t0, stop))
+                t = time.monotonic()
+                first = len(series)
+                batch = await asyncio.gather(*(run_session(r * sessions + i, browser, server.url, spec, seconds,
+                                                           sample_every, speed, t0) for i in range(sessions)))
+                records += batch
+                took = round(time.monotonic() - t, 1)
+                stop.set()
+                await sampler
+                closed = sample()
+                peak = max(row["rss_mb"] for row in series[first:])
+                if settle > 0:
+                    after = await _settle(server, idle["threads"], settle, series, t0)
+                else:
+                    after = {**closed, "seconds": 0.0, "discarded": closed["threads"] <= idle["threads"],
+                             "stable": False}
+                round_reports.append({
+                    "round": r + 1, "sessions_served": sum(rec["served"] for rec in batch), "sessions_seconds": took,
+                    "rss_peak_mb": peak, "rss_at_close_mb": closed["rss_mb"], "rss_after_mb": after["rss_mb"],
+                    "threads_after": after["threads"], "settle_seconds": after["seconds"],
+                    "discarded": after["discarded"], "stable": after["stable"]})
+            await browser.close()
+        log = server.log_findings()
+        errors += log.pop("errors")
+        report["server_log"] = {**log, "path": str(server.log_path)}
+    finally:
+        server.stop()
+    durations["sessions"] = [rr["sessions_seconds"] for rr in round_reports]
+    durations["settle"] = [rr["settle_seconds"] for rr in round_reports]
+    durations["total"] = round(time.monotonic() - t0, 1)
+    report["config"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+
+    for rec in records:
+        errors += [f"session {rec['session']}: {e}" for e in rec["errors"]]
+    # console errors and failed requests: reported (counted over sessions), not errors of the
+    # app's code: e.g. a template asking an unreachable CDN for a font logs both
+    report["console_errors"] = _counts(e for r in records for e in r["console_errors"])
+    report["failed_requests"] = _counts(e for r in records for e in r["failed_requests"])
+    last = round_reports[-1]
+    peak = max(rr["rss_peak_mb"] for rr in round_reports)
+    busy = [row["cpu_percent"] for row in series if row["threads"] > idle["threads"] and row["cpu_percent"] is not None]
+    report.update({
+        "sessions_served": sum(r["served"] for r in records),
+        "errors": errors,
+        "updates_per_second": _spread([r["updates_per_second"] for r in records]),
+        "steps": _spread([r["steps"] for r in records]),
+        "restarts": sum(r["restarts"] for r in records),
+        "page_load_seconds": _spread([r["load_seconds"] for r in records]),
+        "rss_mb": {"idle": idle["rss_mb"], "baseline": base["rss_mb"], "peak": peak,
+                   "at_close": last["rss_at_close_mb"], "after": last["rss_after_mb"],
+                   "peak_minus_baseline": round(peak - base["rss_mb"], 1),
+                   "after_minus_baseline": round(last["rss_after_mb"] - base["rss_mb"], 1)},
+        "threads": {"idle": idle["threads"], "baseline": base["threads"],
+                    "peak": max(row["threads"] for row in series), "after": last["threads_after"]},
+        "server_cpu_percent_while_sessions_live": _spread(busy),
+        "durations_s": durations,
+    })
+    if rounds > 1:
+        report["rounds"] = round_reports
+    if sessions == 1 and rounds == 1:  # soak mode: one timeline of server RSS, JS heap and points held
+        rss = [(row["t"], row["rss_mb"]) for row in series]
+        timeline = []
+        for row in records[0]["series"]:
+            nearest = min(rss, key=lambda p: abs(p[0] - row["t"]))
+            timeline.append({"t": row["t"], "rss_mb": nearest[1], "js_heap_mb": row["js_heap_mb"],
+                             "points": row["points"], "updates": row["updates"], "steps": row["steps"]})
+        report["timeline"] = timeline
+        report["soak"] = _soak_summary(timeline)
+    report["server_series"] = series
+    report["sessions"] = records
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.load.loadtest", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sessions", type=int, default=8, help="concurrent browser sessions (default 8)")
+    parser.add_argument("--seconds", type=float, default=60.0, help="training time per session (default 60)")
+    parser.add_argument("--lab", choices=list(LABS), default="FVBM", help="the lab to train (default FVBM)")
+    parser.add_argument("--port", type=int, default=None, help="server port (default: a free one)")
+    parser.add_argument("--json", type=Path, default=None, help="also write the report to this file")
+    parser.add_argument("--sample-every", type=float, default=5.0,
+                        help="seconds between RSS / JS heap / points samples (default 5)")
+    parser.add_argument("--speed", default=None,
+                        help="a speed option to pick, e.g. 'as fast as possible' (default: the lab's own)")
+    parser.add_argument("--warmup", action=argparse.BooleanOptionalAction, default=True,
+                        help="load the lab once and wait for its session to be discarded before the baseline")
+    parser.add_argument("--settle", type=float, default=90.0,
+                        help="at most this many seconds to wait for closed sessions to be discarded and RSS "
+                             "to settle (0: measure 'after' at once; default 90 = Bokeh's worst case 32 s + margin)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="repeat open-train-close-settle this many times on the same server (default 1): "
+                             "RSS after each round tells reuse from a leak")
+    parser.add_argument("--log", type=Path, default=None,
+                        help="server log file (default test-artifacts/loadtest-server.log)")
+    args = parser.parse_args(argv)
+    if args.sessions < 1 or args.rounds < 1 or args.seconds <= 0 or args.sample_every <= 0 or args.settle < 0:
+        parser.error("--sessions and --rounds must be >= 1, --seconds and --sample-every > 0, --settle >= 0")
+    report = asyncio.run(run(args.sessions, args.seconds, args.lab, args.port, args.sample_every, args.speed,
+                             args.warmup, args.settle, args.log, args.rounds))
+    text = json.dumps(report, indent=1)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(text)
+    summary = {k: v for k, v in report.items() if k not in ("server_series", "sessions", "timeline")}
+    print(json.dumps(summary, indent=1))
+    ok = report["sessions_served"] == report["sessions_requested"] and not report["errors"]
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""The load test (issue 7) and its smoke variant; both run ``tests/load/loadtest.py``.
+
+* ``test_load`` (marker ``load``, not in the default run: ``pytest -m load``): N concurrent
+  browser sessions train a lab for S seconds, twice on the same server
+  (``BOLTZLAB_LOAD_SESSIONS``, default 8; ``BOLTZLAB_LOAD_SECONDS``, default 60;
+  ``BOLTZLAB_LOAD_LAB``, default FVBM; ``BOLTZLAB_LOAD_ROUNDS``, default 2).  It takes about
+  2 x (S + page loads + up to 32 s for Bokeh to discard the closed sessions) plus a warm-up:
+  ~8 minutes on a quiet 2-core machine, much longer on a busy one.  The report is written to
+  test-artifacts/load-report.json.
+* ``test_load_smoke`` (marker ``browser``, in the default run): 2 sessions x 10 s on the
+  FVBM lab, no warm-up and no settling wait: the tool works and the app serves them.
+
+The tool runs in a subprocess: it has its own server, browser and asyncio loop, apart from
+pytest-playwright's (sync) browser fixtures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.load.loadtest import ARTIFACTS, CHROMIUM
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# The memory bound.  CPython does not give the memory of destroyed sessions back to the OS
+# (pymalloc arenas, malloc fragmentation): RSS stays near the round's peak even when every
+# session was freed.  Measured on 2 cores: 8 sessions x 60 s left RSS at baseline + 239 MB
+# (= their peak), yet in-process a gc census after 3 rounds of 2 sessions found no lab or
+# runner object alive and RSS grew 182 MB in round 1, then +0.4 and +1.4 MB: the memory is
+# reused.  So "after <= baseline + a fixed 150 MB" would fail a leak-free server, and after one
+# round a leak looks the same as retention.  The test therefore runs two rounds and bounds RSS
+# after the second by what the first round needed plus ROUND_SLACK_MB:
+#     after <= baseline + (round-1 peak - baseline) + ROUND_SLACK_MB.
+# If sessions leak, round 2 cannot reuse round 1's memory and adds its footprint again (~30 MB
+# per session measured, ~240 MB for 8), well over the slack; the slack covers round-to-round
+# noise (+4 to +25 MB measured with 2 sessions, e.g. a session rebuilt when its page loaded late).
+# With one round (BOLTZLAB_LOAD_ROUNDS=1) the bound is the issue's 150 MB or 25 % of the
+# baseline, whichever is larger; expect allocator retention to exceed it at 8 sessions.
+ROUND_SLACK_MB = 100.0
+ONE_ROUND_SLACK_MB = 150.0
+ONE_ROUND_SLACK_FRACTION = 0.25
+
+
+def _need_chromium() -> None:
+    if not os.path.exists(CHROMIUM):
+        message = f"{CHROMIUM} is not installed (the README's test command installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(message)  # CI must run the browser tests, never skip them
+        pytest.skip(message)
+
+
+def run_loadtest(name: str, *args: str, timeout: float) -> dict:
+    """Run the tool; return its report (also kept in test-artifacts/<name>.json)."""
+    _need_chromium()
+    ARTIFACTS.mkdir(exist_ok=True)
+    report_path = ARTIFACTS / f"{name}.json"
+    report_path.unlink(missing_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.load.loadtest", *args, "--json", str(report_path),
+         "--log", str(ARTIFACTS / f"{name}-server.log")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert report_path.exists(), f"the load test wrote no report (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
+    return json.loads(report_path.read_text())
+
+
+def _summary(report: dict) -> str:
+    """The report without its time series, for assertion messages."""
+    return json.dumps({k: v for k, v in report.items() if k not in ("server_series", "sessions", "timeline")},
+                      indent=1)
+
+
+@pytest.mark.load
+def test_load():
+    sessions = int(os.environ.get("BOLTZLAB_LOAD_SESSIONS", "8"))
+    seconds = float(os.environ.get("BOLTZLAB_LOAD_SECONDS", "60"))
+    lab = os.environ.get("BOLTZLAB_LOAD_LAB", "FVBM")
+    rounds = int(os.environ.get("BOLTZLAB_LOAD_ROUNDS", "2"))
+    report = run_loadtest("load-report", "--sessions", str(sessions), "--seconds", str(seconds), "--lab", lab,
+                          "--rounds", str(rounds), timeout=rounds * (seconds + 900) + 600)
+    info = _summary(report)
+    assert report["sessions_served"] == sessions * rounds, info
+    assert report["errors"] == [], info
+    rates = [s["updates_per_second"] for s in report["sessions"]]
+    assert min(rates) >= 1.0, f"plot updates per second per session: {rates}\n{info}"
+    # every session was destroyed: its runners' worker threads are gone
+    assert report["threads"]["after"] <= report["threads"]["idle"], info
+    rss = report["rss_mb"]
+    if rounds >= 2:
+        slack = report["rounds"][0]["rss_peak_mb"] - rss["baseline"] + ROUND_SLACK_MB
+    else:
+        slack = max(ONE_ROUND_SLACK_MB, ONE_ROUND_SLACK_FRACTION * rss["baseline"])
+    assert rss["after"] <= rss["baseline"] + slack, (
+        f"RSS after close {rss['after']} MB > baseline {rss['baseline']} MB + {slack:.0f} MB\n{info}")
+
+
+@pytest.mark.browser
+def test_load_smoke():
+    report = run_loadtest("load-smoke", "--sessions", "2", "--seconds", "10", "--lab", "FVBM",
+                          "--no-warmup", "--settle", "0", timeout=300)
+    info = _summary(report)
+    assert report["sessions_served"] == 2, info
+    assert report["errors"] == [], info
+    assert all(s["updates"] > 0 for s in report["sessions"]), info
