@@ -427,6 +427,9 @@ class Runner:
         state.message = getattr(trainer, "message", "") or state.message
 
 
+IDLE_REFRESH_SECONDS = 1.0
+
+
 def attach(runner: Runner, on_records: Callable[[list[tuple[str, Record]]], None],
            period_ms: int = 100) -> Any:
     """Wire ``runner`` to the current Panel session.
@@ -438,8 +441,17 @@ def attach(runner: Runner, on_records: Callable[[list[tuple[str, Record]]], None
     """
     import panel as pn
 
+    last = [0.0]
+
     def tick() -> None:
         records = runner.drain()
+        now = time.monotonic()
+        # an idle lab (nothing new, not playing: most tabs of most sessions) is refreshed
+        # once a second, not ten times: on a loaded server with 8 sessions x 4 labs, the
+        # idle ticks competed for the GIL with the labs that were training
+        if not records and not runner.playing and now - last[0] < IDLE_REFRESH_SECONDS:
+            return
+        last[0] = now
         with pn.io.hold():
             on_records(records)
 
