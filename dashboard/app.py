@@ -181,10 +181,6 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
     warm_default_data()
     extra = {"num_procs": num_procs} if num_procs != 1 else {}
     kwargs.setdefault("websocket_max_message_size", WEBSOCKET_MAX_BYTES)
-    # a session whose websocket has not connected within this time is discarded (Bokeh's
-    # default: 15 s); on an overloaded 2-core server pages took longer than that to load,
-    # so their documents were built twice (measured with tests/load/loadtest.py, 8 sessions)
-    kwargs.setdefault("unused_session_lifetime_milliseconds", 60_000)
     return pn.serve({"/": create_app}, port=port, address=address, show=show,
                     websocket_origin=allow_websocket_origin, liveness=True, title=TITLE,
                     **extra, **kwargs)
