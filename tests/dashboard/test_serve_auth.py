@@ -96,37 +96,3 @@ def test_serve_refuses_a_missing_auth_file_with_exit_code_2(tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "is not a file" in out.stderr
 
-
-@pytest.mark.browser
-def test_a_browser_without_credentials_gets_the_login_form_only(auth_server):
-    """In Chromium: no app, no Bokeh document, no data until the form is filled in."""
-    import os
-
-    from playwright.sync_api import expect, sync_playwright
-
-    chromium = "/usr/bin/chromium"
-    if not os.path.exists(chromium):
-        if os.environ.get("CI"):
-            pytest.fail(f"{chromium} is not installed (the README's test command installs it)")
-        pytest.skip(f"{chromium} is not installed")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"])
-        try:
-            page = browser.new_page()
-            page.goto(auth_server + "/?fvbm.d=6", timeout=120_000)
-            assert "/login" in page.url
-            expect(page.locator("input[type=password]")).to_be_visible()
-            assert page.locator(".bk-tab").count() == 0
-            assert page.evaluate("typeof Bokeh === 'undefined' || Bokeh.documents.length === 0")
-            page.locator("input[name=username]").fill("ada")
-            page.locator("input[type=password]").fill("wrong")
-            page.locator("input[type=password]").press("Enter")
-            expect(page.get_by_text("Invalid username or password")).to_be_visible(timeout=30_000)
-            assert page.locator(".bk-tab").count() == 0
-            page.locator("input[name=username]").fill("ada")
-            page.locator("input[type=password]").fill("lovelace-1815")
-            page.locator("input[type=password]").press("Enter")
-            expect(page.locator(".bk-tab").filter(has_text="FVBM").first).to_be_visible(timeout=120_000)
-        finally:
-            browser.close()
