@@ -126,8 +126,7 @@ def test_race_with_diverging_gradient_ascent(page: Page, app_url, shot):
         wait_until(lambda: len(points(page, f"logpl:{name}/log_pl")["x"]) >= 3)
     ys = points(page, f"logpl:{BOUND}/log_pl")["y"]
     assert all(b >= a - 1e-9 * abs(a) for a, b in zip(ys, ys[1:]))
-    shot("fvbm-race")
-    page.get_by_role("button", name="❚❚ Pause").click()
+    shot("fvbm-race")  # (no Pause click: the race may already be over, Pause then disabled)
 
 
 def test_pages(page: Page, app_url, shot):
