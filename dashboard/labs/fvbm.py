@@ -6,25 +6,22 @@ the maximum pseudo-likelihood estimation of fully visible Boltzmann machines".
 
 from __future__ import annotations
 
-import functools
-import time
+from typing import Any
 
 import numpy as np
 import panel as pn
 from bokeh.models import ColumnDataSource
 
+from dashboard.labs.base import RADIO, Lab, by_run, held, label
 from dashboard.labs.fvbm_setup import (BOUND_LABEL, DEFAULT_DATA, LBFGS_LABEL, SQUAREM_LABEL, DataSet,
-                                       load_data, monotone_guaranteed, parse_mus,
-                                       trainer_factory)
-from dashboard.labtools import LabTools, Preset, intro_card
-from dashboard.runner import Runner, attach, play_or_tell
+                                       guaranteed_by_label, load_data, parse_mus, trainer_factory)
+from dashboard.labtools import Preset
 from dashboard.views import Heatmap, LiveCurve, StatusBadge
 
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
           "#bcbd22"]
 # the race's bound MM and L-BFGS keep their colours whatever the number of μ values
 FIXED_COLORS = {BOUND_LABEL: "#17becf", SQUAREM_LABEL: "#0b6e7a", LBFGS_LABEL: "#7f7f7f"}
-RADIO = dict(color="primary", variant="outline")
 SPEEDS = {"1 sweep/s": 1.0, "5 sweeps/s": 5.0, "20 sweeps/s": 20.0, "100 sweeps/s": 100.0,
           "1000 sweeps/s": 1000.0, "as fast as possible": None}
 
@@ -84,115 +81,30 @@ PRESETS = [
 
 
 
-def _held(method):
-    """Run a UI handler inside one ``pn.io.hold`` so all its changes go out together.
-
-    In a served session Panel writes a held batch to the browser at once, while changes
-    made outside a hold are queued and written after it.  A handler that changed some
-    models before entering a hold (e.g. emptied a heatmap) and refilled them inside one
-    therefore left the browser with the stale, earlier state.
-    """
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
-        with pn.io.hold(freeze=True):
-            return method(self, *args, **kwargs)
-    return wrapper
+DATA_SETTINGS = {"source", "d", "n", "data_seed"}
 
 
-def _label(text: str) -> pn.pane.Markdown:
-    return pn.pane.Markdown(f"**{text}**", margin=(6, 10, -8, 10))
+class FVBMLab(Lab):
+    """BSLM, gradient ascent and the race, drawn live (one per browser session)."""
 
-
-class FVBMLab:
-    """Controls + live views around one :class:`Runner` (one per browser session)."""
-
-    title = "FVBM"
     key = "fvbm"
+    title = "FVBM"
+    heading = "Fully visible Boltzmann machine: maximum pseudo-likelihood, live"
+    summary = ("BSLM raises the log-pseudo-likelihood (eq. 2.1) one parameter at a time and can "
+               "never decrease it; race it against gradient ascent, the quadratic bound and L-BFGS.")
+    intro, equations, watch = INTRO, EQUATIONS, WATCH
     presets = PRESETS
+    speeds = SPEEDS
+    default_speed = "20 sweeps/s"
+    watch_scalar = "log_pl"
+    period_ms = 100
 
-    def __init__(self) -> None:
-        self._applying = False  # apply_settings sets many widgets, then rebuilds once
-        self._build_widgets()
-        self.data: DataSet = load_data("simulated", d=self.d.value, n=self.n.value,
-                                       seed=self.data_seed.value)
-        self.runner = Runner(self._factory(), watch="log_pl")
-        self.runner.set_speed(SPEEDS[self.speed.value])
-        self._build_views()
-        self._callback = None
-        self._on_new_data()
-        self.tools = LabTools(self)
-
-    # ------------------------------------------------------------------ LabTools contract
-    def settings(self) -> dict:
-        """The widgets whose values define a run (URL, presets, checkpoints)."""
-        return {"source": self.source, "d": self.d, "n": self.n, "data_seed": self.data_seed,
-                "mode": self.mode, "algorithm": self.algorithm, "mu": self.mu,
-                "race_mus": self.race_mus, "tol": self.tol, "init": self.init,
-                "init_seed": self.init_seed, "speed": self.speed}
-
-    @_held
-    def apply_settings(self, values: dict) -> None:
-        """Set many widgets, then rebuild the data and the run once; ``ValueError`` if the
-        values make no valid run (the widgets keep the new values, the run the old ones)."""
-        widgets = self.settings()
-        if values.get("source") == "upload" and self.source.value != "upload":
-            raise ValueError("These settings use an uploaded CSV, which a link or checkpoint "
-                             "does not contain: upload the file first, then load again.")
-        self._applying = True
-        try:
-            for name, value in values.items():
-                widgets[name].value = value
-        finally:
-            self._applying = False
-        self._update_visibility()
-        if self.source.value != "upload":
-            data = load_data(self.source.value, d=self.d.value, n=self.n.value,
-                             seed=self.data_seed.value)
-            self.runner.pause()
-            self.data = data
-            self.data_msg.pane.visible = False
-        self._on_new_data(strict=True)
-
-    @_held
-    def redraw(self, records) -> None:
-        """Clear the views and replay ``records`` (a loaded checkpoint's history)."""
-        self._setup_lines()
-        self.on_records(records)
-        self._status_time = 0.0
-        self.on_records([])
-
-    def step_once(self) -> None:
-        self._step()
-
-    def refresh_status(self) -> None:
-        self._refresh_status()
-
-    def describe_change(self, name, before, after, before_arrays, after_arrays) -> str | None:
-        """Presentation mode: one sweep's gain, and the coupling that moved most (outlined)."""
-        if "log_pl" not in after:
-            return None
-        gain = after["log_pl"] - before["log_pl"] if "log_pl" in before else None
-        text = f"<b>{name}</b>, sweep {int(after['sweep'])}: log-PL {after['log_pl']:,.4f}"
-        if gain is not None:
-            text += f" ({'▲' if gain >= 0 else '▼'} {abs(gain):.3g})"
-        M0, M1 = before_arrays.get("M"), after_arrays.get("M")
-        if M0 is not None and M1 is not None and np.shape(M0) == np.shape(M1):
-            delta = np.abs(np.asarray(M1) - np.asarray(M0))
-            if np.all(np.isfinite(delta)) and delta.max() > 0:
-                i, j = np.unravel_index(int(np.argmax(delta)), delta.shape)
-                text += (f"; the coupling that moved most: m<sub>{i + 1},{j + 1}</sub> "
-                         f"{M0[i, j]:+.4f} → {M1[i, j]:+.4f} (outlined in M̂)")
-                if name == self.heat_pick.value:
-                    self.heat_est.mark([(i, j), (j, i)])
-        return text
-
-    # ------------------------------------------------------------------ widgets
-    def _build_widgets(self) -> None:
+    # ------------------------------------------------------------------ controls
+    def build_controls(self) -> None:
         w = pn.widgets
         self.source = w.RadioButtonGroup(
             label="Data", options={"Simulated": "simulated", "Senate votes": "senate",
-                                  "Upload CSV": "upload"}, value="simulated",
-            **RADIO)
+                                  "Upload CSV": "upload"}, value="simulated", **RADIO)
         self.d = w.IntInput(label="Variables d", value=DEFAULT_DATA["d"], start=2, end=30, width=90)
         self.n = w.IntInput(label="Rows n", value=DEFAULT_DATA["n"], start=10, end=200_000, step=1000,
                             width=100)
@@ -204,12 +116,10 @@ class FVBMLab:
             styles={"font-size": "0.85em", "color": "#555"})
         self.data_info = pn.pane.Markdown("", styles={"font-size": "0.9em"})
         self.data_msg = StatusBadge("", "info", visible=False)
-
         self.mode = w.RadioButtonGroup(label="Mode", options=["Single run", "Race"],
                                        value="Single run", **RADIO)
         self.algorithm = w.RadioButtonGroup(
-            label="Algorithm", options={"BSLM": "bslm", "Gradient ascent": "ga"},
-            value="bslm", **RADIO)
+            label="Algorithm", options={"BSLM": "bslm", "Gradient ascent": "ga"}, value="bslm", **RADIO)
         self.mu = w.FloatInput(label="Step μ (gradient ascent)", value=1.5, start=0.01,
                                end=10.0, step=0.1, visible=False)
         self.race_mus = w.TextInput(label="Race BSLM, bound, L-BFGS and GA with μ =",
@@ -221,49 +131,97 @@ class FVBMLab:
                                        options={"Zeros": "zeros", "Random N(0, 0.5)": "random"},
                                        value="zeros", **RADIO)
         self.init_seed = w.IntInput(label="Initialisation seed", value=0, start=0, width=120)
-        self.algo_msg = StatusBadge("", "warn", visible=False)
-
-        self.play = w.Button(label="▶ Play", color="success", width=90)
-        self.pause = w.Button(label="❚❚ Pause", color="warning", width=100, disabled=True)
-        self.step = w.Button(label="Step", color="primary", width=80)
-        self.reset = w.Button(label="↺ Reset", color="default", width=90)
-        self.speed = w.Select(label="Speed", options=list(SPEEDS), value="20 sweeps/s",
-                              width=170)
-
-        self.source.param.watch(self._on_source, "value")
-        for widget in (self.d, self.n, self.data_seed):
-            widget.param.watch(lambda e: self._change_data(), "value")
+        self._uploaded: DataSet | None = None
+        self.data: DataSet | None = None
         self.upload.param.watch(self._on_upload, "value")
-        for widget in (self.mode, self.algorithm, self.mu, self.race_mus, self.tol, self.init,
-                       self.init_seed):
-            widget.param.watch(self._on_algorithm, "value")
-        self.play.on_click(lambda e: self._play())
-        self.pause.on_click(lambda e: self._pause())
-        self.step.on_click(lambda e: self._step())
-        self.reset.on_click(lambda e: self._reset())
-        self.speed.param.watch(lambda e: self.runner.set_speed(SPEEDS[e.new]), "value")
-        for widget in (self.play, self.pause, self.reset):
-            widget.on_click(lambda e: self.heat_est.mark([]))
+
+    def controls(self) -> dict[str, Any]:
+        return {"source": self.source, "d": self.d, "n": self.n, "data_seed": self.data_seed,
+                "mode": self.mode, "algorithm": self.algorithm, "mu": self.mu,
+                "race_mus": self.race_mus, "tol": self.tol, "init": self.init,
+                "init_seed": self.init_seed}
+
+    def controls_panel(self) -> pn.viewable.Viewable:
+        data_card = pn.Card(label("Source"), self.source, pn.Row(self.d, self.n, self.data_seed),
+                            self.upload, self.upload_help, self.data_msg.pane, self.data_info,
+                            title="1. Data", collapsible=False, sizing_mode="stretch_width")
+        algo_card = pn.Card(label("Mode"), self.mode, label("Algorithm"), self.algorithm,
+                            self.mu, self.race_mus, self.tol, label("Initial parameters"),
+                            self.init, self.init_seed, title="2. Algorithm",
+                            collapsible=False, sizing_mode="stretch_width")
+        return pn.Column(data_card, algo_card, sizing_mode="stretch_width", margin=0)
+
+    def _update_visibility(self) -> None:
+        source = self.source.value
+        for widget in (self.d, self.n, self.data_seed):
+            widget.visible = source == "simulated"
+        self.upload.visible = self.upload_help.visible = source == "upload"
+        race = self.mode.value == "Race"
+        self.algorithm.visible = not race
+        self.mu.visible = not race and self.algorithm.value == "ga"
+        self.race_mus.visible = race
+
+    def prepare(self, changed: set[str], strict: bool = False) -> None:
+        """The data set (and its MPLE target) after a data setting moved."""
+        self._update_visibility()
+        if self.data is not None and not changed & DATA_SETTINGS:
+            return
+        if self.source.value == "upload":
+            if self._uploaded is None:
+                raise ValueError("These settings use an uploaded CSV, which a link or checkpoint does not "
+                                 "contain: upload the file first, then load again." if strict else
+                                 "Choose a CSV file to upload.")
+            data = self._uploaded
+        else:
+            data = load_data(self.source.value, d=self.d.value, n=self.n.value, seed=self.data_seed.value)
+        self.data = data
+        self.data_msg.pane.visible = False
+        self._show_data()
+
+    @held
+    def _on_upload(self, event) -> None:
+        if not event.new:
+            return
+        try:
+            self._uploaded = load_data("upload", content=event.new,
+                                       filename=self.upload.filename or "upload.csv")
+        except ValueError as exc:
+            name = self.data.data.name if self.data is not None else "nothing"
+            self.data_msg.set("error", f"**Could not use this data:** {exc}  \nStill using: {name}.")
+            self.data_msg.pane.visible = True
+            return
+        self.rebuild({"source"})
+
+    def trainer_factory(self):
+        mus = parse_mus(self.race_mus.value) if self.mode.value == "Race" else None
+        return trainer_factory(self.data, algorithm=self.algorithm.value, mu=self.mu.value,
+                               tol=self.tol.value, init=self.init.value,
+                               seed=self.init_seed.value, race_mus=mus)
+
+    def period(self) -> int:
+        """Every line costs the browser work on each repaint; measured in headless Chromium
+        on 2 cores, 5 racing trainers at 10 Hz made the page unresponsive."""
+        return int(self.period_ms * max(1.0, len(self.runner.trainers) / 2))
 
     # ------------------------------------------------------------------ views
-    def _build_views(self) -> None:
+    def build_views(self) -> None:
         # 3 legend columns: a race's long names ("Bound (Jebara–Choromanska)") fit the
         # half-width plots (4 pushed the last column past the right edge)
         self.logpl = LiveCurve("Log-pseudo-likelihood per sweep", "sweep",
-                               "log-pseudo-likelihood Pₙ(θ), nats (solid)", y2_label="log₁₀ increase per sweep (dashed)",
-                               name="logpl", height=400, plain_ticks=True, legend_cols=3)
+                               "log-pseudo-likelihood Pₙ(θ), nats (solid)",
+                               y2_label="log₁₀ increase per sweep (dashed)",
+                               name="logpl", height=380, plain_ticks=True, legend_cols=3)
         self.logpl.add_target("MPLE (target)")
         self.tol_span = self.logpl.add_hline(None, color="#999", dash="dotted", axis="right",
-                                              text="τ: stop below this increase")
+                                             text="τ: stop below this increase")
         self.decrease_source = ColumnDataSource({"x": [], "y": []}, name="decreases")
         self.logpl.figure.scatter("x", "y", source=self.decrease_source, marker="x",
-                                  size=14, line_width=3, color="#d62728",
-                                  legend_label="first decrease")
+                                  size=14, line_width=3, color="#d62728", legend_label="first decrease")
         # listed only once a decrease has been marked
         self.decrease_item = self.logpl.legend_item("first decrease")
         self.decrease_item.visible = False
         self.loglik = LiveCurve("Exact log-likelihood per sweep (d ≤ 20)", "sweep",
-                                "log-likelihood (nats)", name="loglik", height=400, plain_ticks=True,
+                                "log-likelihood (nats)", name="loglik", height=380, plain_ticks=True,
                                 legend_cols=3)
         self.loglik.add_target("at the MPLE")
         self.mse = LiveCurve("Mean squared error of (b, M) against the true parameters",
@@ -271,55 +229,68 @@ class FVBMLab:
         labels = self.data.columns
         self.heat_est = Heatmap("M̂: current estimate", labels, value_label="M̂", name="M_hat")
         self.heat_true = Heatmap("M₀: true couplings", labels, value_label="M₀", name="M_true")
-        self.heat_diff = Heatmap("M̂ − M₀: error", labels, value_label="M̂ − M₀",
-                                 name="M_diff")
+        self.heat_diff = Heatmap("M̂ − M₀: error", labels, value_label="M̂ − M₀", name="M_diff")
         self.heat_pick = pn.widgets.Select(label="Show the estimate of", options=[], width=200)
         self.heat_pick.param.watch(lambda e: self._show_matrices(), "value")
-
-        self.sweep_counter = pn.pane.HTML("Sweep 0", name="sweep-counter",
-                                          styles={"font-size": "1.4em", "font-weight": "bold"},
-                                          css_classes=["sweep-counter"], width=130)
-        self.run_status = StatusBadge("Ready: press ▶ Play", "idle", width=330)
-        self.monotone = StatusBadge("Monotone: no sweeps yet", "idle", width=360)
-        self.summary = pn.pane.Markdown("", sizing_mode="stretch_width")
-        self._sweeps: dict[str, int] = {}
-        self._last_logpl: dict[str, float] = {}
-        self._last_arrays: dict[str, dict] = {}
-        self._first_decrease: dict[str, int] = {}
-        self._status_key: tuple = ()
-        self._status_time = 0.0
-        self._matrices_stale = False
+        self.monotone = StatusBadge("Monotone: no sweeps yet", "idle")
+        self.summary_table = pn.pane.Markdown("", sizing_mode="stretch_width")
         self._line_names: list[str] = []
+        self._show_data()
 
-    def _setup_lines(self) -> None:
-        """(Re)build the lines for the current trainers (one model-graph update)."""
-        with pn.io.hold(freeze=True):
-            self._rebuild_lines()
+    def main_view(self) -> pn.viewable.Viewable:
+        return pn.Row(self.logpl.view, self.loglik.view, sizing_mode="stretch_width")
 
-    def _rebuild_lines(self) -> None:
+    def more_views(self) -> pn.viewable.Viewable:
+        # the heatmaps scale down together so the row fits (see views.heatmap)
+        heat = pn.Column(self.heat_pick, pn.Row(self.heat_est.view, self.heat_true.view,
+                                                self.heat_diff.view, sizing_mode="stretch_width"),
+                         sizing_mode="stretch_width")
+        return pn.Column(self.summary_table, self.mse.view, heat, sizing_mode="stretch_width")
+
+    def badges(self) -> list:
+        return [self.monotone.pane]
+
+    def _show_data(self) -> None:
+        """Point the data-dependent views at the current data set."""
+        if not hasattr(self, "logpl"):
+            return
+        data = self.data
+        for heat in (self.heat_est, self.heat_true, self.heat_diff):
+            heat.set_labels(data.columns)
+        has_truth = data.data.truth is not None
+        self.heat_true.view.visible = self.heat_diff.view.visible = has_truth
+        self.mse.view.visible = has_truth
+        self.loglik.view.visible = data.exact_every > 0
+        self.data_info.object = data.describe()
+        if data.warning:
+            self.data_msg.set("warn", data.warning, data.warning_detail)
+            self.data_msg.pane.visible = True
+        self.logpl.set_target(data.mple_logpl)
+        self.loglik.set_target(data.mple_loglik)
+
+    def clear(self) -> None:
+        """New lines for the current runs (one model-graph update), all of them empty."""
         names = list(self.runner.trainers)
         if names != self._line_names:  # Reset keeps the same runs: keep their lines
             self._add_lines(names)
-        self.logpl.clear()
-        self.loglik.clear()
-        self.mse.clear()
+        for curve in (self.logpl, self.loglik, self.mse):
+            curve.clear()
         self.decrease_source.data = {"x": [], "y": []}
         self.decrease_item.visible = False
+        self._sweeps = {n: 0 for n in names}
+        self._last_logpl: dict[str, float] = {}
+        self._last_arrays: dict[str, Any] = {}
+        self._first_decrease: dict[str, int] = {}
+        self._guaranteed = {n: guaranteed_by_label(n) for n in names}
+        self._matrices_stale = False
         self.heat_pick.options = names
         self.heat_pick.value = names[0] if names else None
         self.heat_pick.visible = len(names) > 1
-        self._sweeps = {n: 0 for n in names}
-        self._last_logpl = {}
-        # the heatmaps start from the initial parameters, not from an empty plot
-        self._last_arrays = {n: {"M": np.asarray(t.M)} for n, t in self.runner.trainers.items()
-                             if getattr(t, "M", None) is not None}
-        self._first_decrease = {}
         self.tol_span.location = float(np.log10(self.tol.value))
         self.tol_span.visible = True
         self._show_matrices()
-        self._refresh_status()
-        if self._callback is not None and self._callback.period != self.period_ms():
-            self._callback.period = self.period_ms()
+        if self._callback is not None and self._callback.period != self.period():
+            self._callback.period = self.period()
 
     def _add_lines(self, names: list[str]) -> None:
         for curve in (self.logpl, self.loglik, self.mse):
@@ -334,180 +305,16 @@ class FVBMLab:
             self.mse.add_line(f"{name}/mse", name, color)
         self._line_names = names
 
-    # ------------------------------------------------------------------ layout
-    def panel(self) -> pn.viewable.Viewable:
-        data_card = pn.Card(_label("Source"), self.source, pn.Row(self.d, self.n, self.data_seed),
-                            self.upload, self.upload_help, self.data_msg.pane, self.data_info,
-                            title="1. Data", collapsible=False, sizing_mode="stretch_width")
-        algo_card = pn.Card(_label("Mode"), self.mode, _label("Algorithm"), self.algorithm,
-                            self.mu, self.race_mus, self.tol,
-                            _label("Initial parameters"),
-                            self.init, self.init_seed, self.algo_msg.pane, title="2. Algorithm",
-                            collapsible=False, sizing_mode="stretch_width")
-        controls = pn.Column(data_card, algo_card, width=340)
-        bar = pn.Row(self.play, self.pause, self.step, self.reset, self.speed,
-                     self.sweep_counter, align="center")
-        badges = pn.Row(self.run_status.pane, self.monotone.pane, sizing_mode="stretch_width")
-        curves = pn.Row(self.logpl.view, self.loglik.view, sizing_mode="stretch_width")
-        # the heatmaps scale down together so the row fits (see views.heatmap)
-        heat = pn.Column(self.heat_pick, pn.Row(self.heat_est.view, self.heat_true.view,
-                                                self.heat_diff.view, sizing_mode="stretch_width"),
-                         sizing_mode="stretch_width")
-        right = pn.Column(bar, self.tools.presenter(), badges, self.summary, curves,
-                          self.mse.view, heat, sizing_mode="stretch_width")
-        page = pn.Column(
-            intro_card("Fully visible Boltzmann machine: maximum pseudo-likelihood, live",
-                       INTRO, EQUATIONS, WATCH),
-            self.tools.panel(), pn.Row(controls, right, sizing_mode="stretch_width"),
-            sizing_mode="stretch_width", name=self.title)
-        self.tools.root = page
-        return page
-
     def start(self) -> None:
-        """Attach the runner to the current session (periodic drain + cleanup)."""
-        if self._callback is None:
-            self._callback = attach(self.runner, self.on_records, self.period_ms())
-
-    def period_ms(self) -> int:
-        """Time between two plot updates: 10 Hz, slower when racing many trainers.
-
-        Every line costs the browser work on each repaint; measured in headless
-        Chromium on 2 cores, 5 racing trainers at 10 Hz made the page unresponsive.
-        """
-        return int(100 * max(1.0, len(self.runner.trainers) / 2))
-
-    # ------------------------------------------------------------------ data
-    @_held
-    def _on_source(self, event) -> None:
-        if self._applying:
-            return
-        self._update_visibility()
-        if event.new != "upload":
-            self._change_data()
-
-    def _update_visibility(self) -> None:
-        source = self.source.value
-        for widget in (self.d, self.n, self.data_seed):
-            widget.visible = source == "simulated"
-        self.upload.visible = self.upload_help.visible = source == "upload"
-        race = self.mode.value == "Race"
-        self.algorithm.visible = not race
-        self.mu.visible = not race and self.algorithm.value == "ga"
-        self.race_mus.visible = race
-
-    @_held
-    def _on_upload(self, event) -> None:
-        if event.new:
-            self._change_data(content=event.new, filename=self.upload.filename or "upload.csv")
-
-    @_held
-    def _change_data(self, content: bytes | None = None, filename: str = "") -> None:
-        if self._applying:
-            return
-        try:
-            data = load_data(self.source.value, d=self.d.value, n=self.n.value,
-                             seed=self.data_seed.value, content=content, filename=filename)
-        except ValueError as exc:
-            self.data_msg.set("error", f"**Could not use this data:** {exc}  \n"
-                                       f"Still using: {self.data.data.name}.")
-            self.data_msg.pane.visible = True
-            return
-        if self.source.value == "upload" and content is None:
-            return  # wait for a file
-        self.runner.pause()
-        self.data = data
-        self.data_msg.pane.visible = False
-        self._on_new_data()
-
-    @_held
-    def _on_new_data(self, strict: bool = False) -> None:
-        data = self.data
-        labels = data.columns
-        for heat in (self.heat_est, self.heat_true, self.heat_diff):
-            heat.set_labels(labels)
-        has_truth = data.data.truth is not None
-        self.heat_true.view.visible = self.heat_diff.view.visible = has_truth
-        self.mse.view.visible = has_truth
-        self.loglik.view.visible = data.exact_every > 0
-        self.data_info.object = data.describe()
-        if data.warning:
-            self.data_msg.set("warn", data.warning, data.warning_detail)
-            self.data_msg.pane.visible = True
-        self.logpl.set_target(data.mple_logpl)
-        self.loglik.set_target(data.mple_loglik)
-        self._rebuild(strict)
-
-    # ------------------------------------------------------------------ algorithm
-    @_held
-    def _on_algorithm(self, event) -> None:
-        if self._applying:
-            return
-        self._update_visibility()
-        self._rebuild()
-
-    def _factory(self):
-        mus = parse_mus(self.race_mus.value) if self.mode.value == "Race" else None
-        return trainer_factory(self.data, algorithm=self.algorithm.value, mu=self.mu.value,
-                               tol=self.tol.value, init=self.init.value,
-                               seed=self.init_seed.value, race_mus=mus)
-
-    def _rebuild(self, strict: bool = False) -> None:
-        try:
-            factory = self._factory()
-            self.runner.reset(factory)
-        except ValueError as exc:
-            self.algo_msg.set("error", f"**Invalid setting:** {exc}")
-            self.algo_msg.pane.visible = True
-            if strict:
-                raise
-            return
-        self.algo_msg.pane.visible = False
-        self._setup_lines()
-
-    # ------------------------------------------------------------------ buttons
-    @_held
-    def _play(self) -> None:
-        busy = play_or_tell(self.runner)
-        self._refresh_status()
-        if busy:
-            self.run_status.set("warn", busy)
-
-    @_held
-    def _pause(self) -> None:
-        self.runner.pause()
-        self._refresh_status()
-
-    @_held
-    def _step(self) -> None:
-        self.runner.step_once()
-        self._refresh_status()
-
-    @_held
-    def _reset(self) -> None:
-        self.runner.reset()
-        self._setup_lines()
+        super().start()
+        self._callback.period = self.period()
 
     # ------------------------------------------------------------------ live updates
-    def on_records(self, records) -> None:
-        """Push what the worker produced since the last tick into the views."""
-        by_name: dict[str, list] = {}
-        for name, record in records:
-            by_name.setdefault(name, []).append(record)
-        for name, recs in by_name.items():
-            if name not in self._sweeps:
-                continue  # from trainers replaced by a reset
+    def show(self, records) -> None:
+        runs = by_run(records)
+        for name, recs in runs.items():
             self._stream(name, recs)
-        # text panes re-layout the page in the browser: refresh them at most ~3 times a
-        # second, or at once when the run state changes
-        key = (self.runner.playing, tuple(s.status for s in self.runner.states.values()))
-        now = time.monotonic()
-        if key != self._status_key or now - self._status_time > 0.3:
-            if any(r.arrays for r in by_name.get(self.heat_pick.value, ())) or \
-                    self._matrices_stale:
-                self._show_matrices()
-            self._refresh_status()
-            self._status_key, self._status_time = key, now
-        elif by_name:
+        if any(r.arrays for r in runs.get(self.heat_pick.value, ())):
             self._matrices_stale = True
 
     def _stream(self, name: str, recs: list) -> None:
@@ -529,8 +336,7 @@ class FVBMLab:
             if first is not None:
                 self._first_decrease[name] = first
                 y = log_pl[sweep == first]
-                self.decrease_source.stream({"x": [first], "y": [float(y[0]) if len(y)
-                                                                 else np.nan]})
+                self.decrease_source.stream({"x": [first], "y": [float(y[0]) if len(y) else np.nan]})
                 self.decrease_item.visible = True
         self._sweeps[name] = int(sweep[-1])
         self._last_logpl[name] = float(log_pl[-1])
@@ -548,7 +354,7 @@ class FVBMLab:
                 return int(s["sweep"])
         return None
 
-    @_held
+    @held
     def _show_matrices(self) -> None:
         self._matrices_stale = False
         arrays = self._last_arrays.get(self.heat_pick.value)
@@ -563,36 +369,17 @@ class FVBMLab:
             self.heat_diff.update(None if m_hat is None else m_hat - truth.M)
         else:
             self.heat_est.update(m_hat)
-        label = self.heat_pick.value or ""
-        self.heat_est.figure.title.text = f"M̂: current estimate ({label})"
+        self.heat_est.figure.title.text = f"M̂: current estimate ({self.heat_pick.value or ''})"
 
-    def _refresh_status(self) -> None:
-        runner = self.runner
-        playing = runner.playing
-        self.play.disabled = playing or not runner.active
-        self.pause.disabled = not playing
-        names = list(runner.trainers)
-        first = names[0] if names else None
-        self.sweep_counter.object = f"Sweep {self._sweeps.get(first, 0)}"
-        states = runner.states
-        failed = {n: s for n, s in states.items() if s.status in ("diverged", "error")}
-        if failed:
-            text = "; ".join(f"**{n}**: {s.message or s.status}" for n, s in failed.items())
-            self.run_status.set("error", text + (" (others keep running)" if runner.active
-                                                 else ""))
-        elif playing:
-            self.run_status.set("info", "Training…")
-        elif not runner.active and names:
-            msgs = {s.message or s.status for s in states.values()}
-            self.run_status.set("ok", "Finished: " + "; ".join(sorted(msgs)))
-        elif any(self._sweeps.values()):
-            self.run_status.set("idle", "Paused")
-        else:
-            self.run_status.set("idle", "Ready: press ▶ Play")
+    # ------------------------------------------------------------------ status
+    def counter(self) -> str:
+        names = list(self.runner.trainers)
+        return f"Sweep {self._sweeps.get(names[0], 0) if names else 0}"
+
+    def refresh_badges(self) -> None:
         # a decrease is a failure only for a run that guarantees monotonicity (BSLM, GA
         # with μ ≤ 1, the bound); GA with μ > 1 and L-BFGS are allowed to decrease
-        broken = {n: k for n, k in self._first_decrease.items()
-                  if n in runner.trainers and monotone_guaranteed(runner.trainers[n])}
+        broken = {n: k for n, k in self._first_decrease.items() if self._guaranteed.get(n)}
         allowed = {n: k for n, k in self._first_decrease.items() if n not in broken}
         if broken:
             text = "; ".join(f"{n} decreased at sweep {k}" for n, k in broken.items())
@@ -604,15 +391,55 @@ class FVBMLab:
             self.monotone.set("ok", "✓ Monotone so far: log-PL never decreased")
         else:
             self.monotone.set("idle", "Monotone: no sweeps yet")
-        self.summary.object = self._summary_table(names, states)
+        self.summary_table.object = self._summary_table()
+        if self._matrices_stale:  # images: redrawn with the status (~3 times a second)
+            self._show_matrices()
 
-    def _summary_table(self, names, states) -> str:
+    def _summary_table(self) -> str:
         target = self.data.mple_logpl
+        states = self.runner.states
         rows = ["| run | sweep | log-PL | gap to MPLE | status |", "|---|---|---|---|---|"]
-        for n in names:
+        for n in self.runner.trainers:
             value = self._last_logpl.get(n)
             gap = "–" if value is None or target is None else f"{target - value:.3g}"
             shown = "–" if value is None else f"{value:,.4f}"
-            rows.append(f"| {n} | {self._sweeps.get(n, 0)} | {shown} | {gap} | "
-                        f"{states[n].status} |")
+            rows.append(f"| {n} | {self._sweeps.get(n, 0)} | {shown} | {gap} | {states[n].status} |")
         return "\n".join(rows)
+
+    # ------------------------------------------------------------------ presentation
+    def describe_change(self, name, before, after, before_arrays, after_arrays) -> str | None:
+        """One sweep's gain, and the coupling that moved most."""
+        if "log_pl" not in after:
+            return None
+        gain = after["log_pl"] - before["log_pl"] if "log_pl" in before else None
+        text = f"<b>{name}</b>, sweep {int(after['sweep'])}: log-PL {after['log_pl']:,.4f}"
+        if gain is not None:
+            text += f" ({'▲' if gain >= 0 else '▼'} {abs(gain):.3g})"
+        moved = _most_moved(before_arrays.get("M"), after_arrays.get("M"))
+        if moved is not None:
+            i, j = moved
+            M0, M1 = before_arrays["M"], after_arrays["M"]
+            text += (f"; the coupling that moved most: m<sub>{i + 1},{j + 1}</sub> "
+                     f"{M0[i, j]:+.4f} → {M1[i, j]:+.4f} (outlined in M̂)")
+        return text
+
+    def highlight(self, name, before, after, before_arrays, after_arrays) -> None:
+        """Outline that coupling in M̂ (when M̂ shows this run)."""
+        moved = _most_moved(before_arrays.get("M"), after_arrays.get("M"))
+        if moved is not None and name == self.heat_pick.value:
+            i, j = moved
+            self.heat_est.mark([(i, j), (j, i)])
+
+    def clear_highlight(self) -> None:
+        self.heat_est.mark([])
+
+
+def _most_moved(M0, M1) -> tuple[int, int] | None:
+    """The (i, j) of the coupling that changed most between two estimates, if any did."""
+    if M0 is None or M1 is None or np.shape(M0) != np.shape(M1):
+        return None
+    delta = np.abs(np.asarray(M1) - np.asarray(M0))
+    if not np.all(np.isfinite(delta)) or delta.max() <= 0:
+        return None
+    i, j = np.unravel_index(int(np.argmax(delta)), delta.shape)
+    return int(i), int(j)

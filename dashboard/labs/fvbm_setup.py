@@ -143,6 +143,14 @@ def monotone_guaranteed(trainer: Any) -> bool:
     return getattr(trainer, "algorithm", "") == "bslm" or getattr(trainer, "mu", 2.0) <= 1.0
 
 
+def guaranteed_by_label(label: str) -> bool:
+    """:func:`monotone_guaranteed` from a run's name in :func:`trainer_factory` (the views
+    read Records and names, never trainers)."""
+    if label.startswith("GA μ="):
+        return float(label[len("GA μ="):]) <= 1.0
+    return label != LBFGS_LABEL
+
+
 def trainer_factory(dataset: DataSet, *, algorithm: str = "bslm", mu: float = 1.0,
                     tol: float = 1e-5, init: str = "zeros", seed: int = 0,
                     race_mus: list[float] | None = None) -> Callable[[], dict]:

@@ -1,0 +1,468 @@
+"""The Lab every page of the app is: what the four labs share, defined once.
+
+A lab module declares only what is its own (see ``docs/architecture.md``, "Labs"):
+
+* metadata: ``key``, ``title``, ``summary`` (the one sentence shown first), ``intro`` /
+  ``equations`` / ``watch`` (behind "more"), ``presets``, ``speeds``, ``watch_scalar``;
+* ``build_controls()`` and ``controls() -> {name: widget}``: the widgets that define a run
+  (every change rebuilds the run, except the names in ``view_settings``, which only
+  redraw); ``controls_panel()`` lays them out;
+* ``trainer_factory()``: validates the settings at once (``ValueError``) and returns a
+  builder of ``{name: trainer}``; ``prepare(changed)`` loads what the factory needs (data);
+* ``build_views()``, ``main_view()`` (the plot that must be on the first screen),
+  ``more_views()``; ``clear()`` empties them for a new run; ``show(records)`` draws new
+  Records (views read Records, never trainers);
+* optionally ``counter()``, ``refresh_badges()``, ``describe_change(...)`` and
+  ``highlight(...)`` / ``clear_highlight()`` for presentation mode's *Next step*.
+
+The base owns the runner, the transport bar and its handlers, the status line, settings
+<-> URL, presets and checkpoints (through :class:`~dashboard.labtools.LabTools`), the refresh
+tick (drain the runner, hand finished analysis jobs over, redraw the status), rebuild on a
+settings change, the non-blocking *Next step*, and the page skeleton.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from typing import Any, Callable, ClassVar, Mapping
+
+import panel as pn
+
+from dashboard.jobs import Jobs
+from dashboard.labtools import LabTools, Preset
+from dashboard.runner import Runner, play_or_tell
+from dashboard.views import StatusBadge
+from engine.stepping import Record
+
+RADIO = dict(color="primary", variant="outline")
+IDLE_REFRESH_SECONDS = 1.0  # an idle lab (nothing new, nothing in flight) redraws once a second
+STATUS_SECONDS = 0.3  # text panes re-layout the page: at most ~3 times a second while training
+
+
+def held(method: Callable) -> Callable:
+    """Run a UI handler inside one ``pn.io.hold`` so all its changes go out together.
+
+    In a served session Panel writes a held batch to the browser at once, while changes
+    made outside a hold are queued and written after it.  A handler that changed some
+    models before entering a hold (e.g. emptied a heatmap) and refilled them inside one
+    therefore left the browser with the stale, earlier state.
+    """
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with pn.io.hold(freeze=True):
+            return method(self, *args, **kwargs)
+    return wrapper
+
+
+def label(text: str) -> pn.pane.Markdown:
+    """A bold caption above a button group (radio groups have no label of their own)."""
+    return pn.pane.Markdown(f"**{text}**", margin=(6, 10, -8, 10))
+
+
+def by_run(records: list[tuple[str, Record]]) -> dict[str, list[Record]]:
+    """Records grouped by run name, each run's in order."""
+    out: dict[str, list[Record]] = {}
+    for name, record in records:
+        out.setdefault(name, []).append(record)
+    return out
+
+
+class Lab(pn.viewable.Viewer):
+    """One lab page around one :class:`Runner` (one per browser session)."""
+
+    key: ClassVar[str] = ""
+    title: ClassVar[str] = ""
+    heading: ClassVar[str] = ""  # the page's own title (defaults to ``title``)
+    summary: ClassVar[str] = ""  # one sentence: what the lab shows
+    intro: ClassVar[str] = ""  # what the algorithm does (Markdown)
+    equations: ClassVar[str] = ""  # the key equations, ``$$...$$`` (KaTeX)
+    watch: ClassVar[str] = ""  # what to watch for
+    presets: ClassVar[list[Preset]] = []
+    speeds: ClassVar[dict[str, float | None]] = {"as fast as possible": None}
+    default_speed: ClassVar[str] = "as fast as possible"
+    watch_scalar: ClassVar[str | None] = None  # non-finite -> that run "diverged"
+    view_settings: ClassVar[frozenset[str]] = frozenset()  # settings that only redraw
+    period_ms: ClassVar[int] = 200  # the refresh tick
+    counter_width: ClassVar[int] = 130
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        self._applying = False  # while many widgets are set at once: rebuild once after
+        self._status_key: tuple = ()
+        self._status_time = 0.0
+        self._last_tick = 0.0
+        self._callback: Any = None
+        self._explaining: tuple[dict, dict] | None = None  # Next step in flight: the before
+        self._page: pn.viewable.Viewable | None = None
+        self.jobs = Jobs()
+        self._build_transport()
+        self.settings_msg = StatusBadge("", "error", visible=False, name=f"{self.key}-settings-message")
+        self.build_controls()
+        self.prepare(set(self.controls()), strict=True)
+        self.build_views()
+        self.runner = Runner(self.trainer_factory(), watch=self.watch_scalar)
+        self.runner.set_speed(self.speeds[self.speed.value])
+        self.tools = LabTools(self)
+        for name, widget in self.settings().items():
+            widget.param.watch(functools.partial(self._on_setting, name), "value")
+        self.clear()
+        self.refresh_status()
+
+    # ------------------------------------------------------------------ what a lab declares
+    def build_controls(self) -> None:
+        """Create the lab's widgets (attributes of ``self``)."""
+
+    def controls(self) -> dict[str, Any]:
+        """The widgets whose values define a run, by the name used in URLs and checkpoints."""
+        return {}
+
+    def controls_panel(self) -> pn.viewable.Viewable:
+        """The left column: the lab's controls laid out."""
+        return pn.Column(*self.controls().values())
+
+    def prepare(self, changed: set[str], strict: bool = False) -> None:
+        """Load what the trainer factory needs after the settings in ``changed`` moved
+        (e.g. the data set); raise ``ValueError`` to refuse them."""
+
+    def implied(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """Settings implied by ``values`` (e.g. a data set's defaults) that ``values`` does
+        not name; they are applied with ``values``."""
+        return {}
+
+    def trainer_factory(self) -> Callable[[], Mapping[str, Any]]:
+        raise NotImplementedError
+
+    def build_views(self) -> None:
+        """Create the lab's plots (attributes of ``self``)."""
+
+    def main_view(self) -> pn.viewable.Viewable:
+        """The plot that must be on the first screen."""
+        raise NotImplementedError
+
+    def more_views(self) -> pn.viewable.Viewable | None:
+        """Everything below the main plot."""
+        return None
+
+    def badges(self) -> list[pn.viewable.Viewable]:
+        """Status badges of the lab's own, shown beside the run status."""
+        return []
+
+    def clear(self) -> None:
+        """Empty the views for a new run."""
+
+    def show(self, records: list[tuple[str, Record]]) -> None:
+        """Draw the Records produced since the last tick (``(run name, Record)``, oldest first)."""
+
+    def on_view_setting(self, name: str) -> None:
+        """A setting in ``view_settings`` changed: redraw."""
+
+    def on_tick(self) -> None:
+        """Called on every refresh tick after ``show`` (e.g. a second runner's records)."""
+
+    def busy(self) -> bool:
+        """True while the lab has something in flight besides the runner (faster ticks)."""
+        return False
+
+    def counter(self) -> str:
+        """The progress text beside the transport bar, e.g. ``"Sweep 12"``."""
+        steps = max((s.steps for s in self.runner.states.values()), default=0)
+        return f"Step {steps}"
+
+    def refresh_badges(self) -> None:
+        """Update the lab's own badges (called with the status line)."""
+
+    def describe_change(self, name: str, before: Mapping[str, Any], after: Mapping[str, Any],
+                        before_arrays: Mapping[str, Any], after_arrays: Mapping[str, Any]) -> str | None:
+        """Presentation mode: one run's step in the paper's terms (HTML), or ``None`` for
+        the generic list of changed scalars."""
+        return None
+
+    def highlight(self, name: str, before: Mapping[str, Any], after: Mapping[str, Any],
+                  before_arrays: Mapping[str, Any], after_arrays: Mapping[str, Any]) -> None:
+        """Presentation mode: mark in the plots what the step changed."""
+
+    def clear_highlight(self) -> None:
+        """Remove what :meth:`highlight` marked."""
+
+    # ------------------------------------------------------------------ settings
+    def settings(self) -> dict[str, Any]:
+        """Every widget that URLs, presets and checkpoints carry: the lab's controls and
+        the speed."""
+        return {**self.controls(), "speed": self.speed}
+
+    def _on_setting(self, name: str, event: Any) -> None:
+        if self._applying:
+            return
+        if name == "speed":
+            self.runner.set_speed(self.speeds[event.new])
+        elif name in self.view_settings:
+            with pn.io.hold(freeze=True):
+                self.on_view_setting(name)
+        else:
+            self._apply({name: event.new}, strict=False, set_widgets=False)
+
+    def apply_settings(self, values: Mapping[str, Any]) -> None:
+        """Set many widgets, then rebuild the run once; ``ValueError`` if the values make no
+        valid run (the widgets keep the new values, the run the old one)."""
+        self._apply(values, strict=True, set_widgets=True)
+
+    @held
+    def _apply(self, values: Mapping[str, Any], *, strict: bool, set_widgets: bool) -> None:
+        widgets = self.settings()
+        extra = {k: v for k, v in self.implied(values).items() if k not in values}
+        todo = {**extra, **values} if set_widgets else extra
+        self._applying = True
+        try:
+            for name, value in todo.items():
+                widgets[name].value = value
+        finally:
+            self._applying = False
+        if "speed" in values:
+            self.runner.set_speed(self.speeds[self.speed.value])
+        changed = set(values) | set(extra)
+        for name in changed & self.view_settings:
+            self.on_view_setting(name)
+        if changed - self.view_settings - {"speed"}:
+            self.rebuild(changed, strict=strict)
+
+    def rebuild(self, changed: set[str] | None = None, strict: bool = False) -> bool:
+        """Prepare, validate and install a new run for the current settings; on a bad
+        setting say so (and raise if ``strict``), keeping the old run."""
+        try:
+            self.prepare(set(self.controls()) if changed is None else changed, strict=strict)
+            self.runner.reset(self.trainer_factory())
+        except ValueError as exc:
+            self.settings_msg.set("error", f"**Invalid setting:** {exc}")
+            self.settings_msg.pane.visible = True
+            if strict:
+                raise
+            return False
+        self.settings_msg.pane.visible = False
+        self._restart_views()
+        return True
+
+    def _restart_views(self) -> None:
+        self._explaining = None
+        self.jobs.cancel()
+        self.clear_highlight()
+        self.tools.changed.object = ""
+        self.clear()
+        self.refresh_status()
+
+    # ------------------------------------------------------------------ transport
+    def _build_transport(self) -> None:
+        w = pn.widgets
+        self.play = w.Button(label="▶ Play", color="success", width=90)
+        self.pause = w.Button(label="❚❚ Pause", color="warning", width=100, disabled=True)
+        self.step = w.Button(label="Step", color="primary", width=80)
+        self.reset = w.Button(label="↺ Reset", color="default", width=90)
+        self.speed = w.Select(label="Speed", options=list(self.speeds), value=self.default_speed,
+                              width=170)
+        self.counter_pane = pn.pane.HTML("", name=f"{self.key}-counter", css_classes=["sweep-counter"],
+                                         styles={"font-size": "1.4em", "font-weight": "bold"},
+                                         width=self.counter_width, align="center")
+        self.run_status = StatusBadge("Ready: press ▶ Play", "idle", name=f"{self.key}-run-status")
+        self.play.on_click(lambda e: self._play())
+        self.pause.on_click(lambda e: self._pause())
+        self.step.on_click(lambda e: self._step())
+        self.reset.on_click(lambda e: self._reset())
+
+    @held
+    def _play(self) -> None:
+        self.clear_highlight()
+        busy = play_or_tell(self.runner)
+        self.refresh_status()
+        if busy:
+            self.run_status.set("warn", busy)
+
+    @held
+    def _pause(self) -> None:
+        self.runner.pause()
+        self.refresh_status()
+
+    @held
+    def _step(self) -> None:
+        self.clear_highlight()
+        self.runner.step_once()
+        self.refresh_status()
+
+    @held
+    def _reset(self) -> None:
+        self.runner.reset()
+        self._restart_views()
+
+    def step_once(self) -> None:
+        self._step()
+
+    # ------------------------------------------------------------------ presentation
+    def next_step(self) -> None:
+        """Presentation mode's *Next step*: step once now; what changed is said (and
+        highlighted) on the tick after the step has come back.  Never waits."""
+        history = self.runner.history
+        before = {n: dict(rows[-1]) if rows else {} for n, rows in history.rows.items()}
+        self._explaining = (before, {n: dict(a) for n, a in history.arrays.items()})
+        self.tools.changed.object = "Computing this step…"
+        self.tools.changed.visible = True
+        self._step()
+
+    def _explain(self) -> None:
+        """If a *Next step* is in flight and the runner is idle again, say what it did."""
+        if self._explaining is None or not self.runner.wait_idle(0):
+            return
+        before, before_arrays = self._explaining
+        self._explaining = None
+        history = self.runner.history.copy()
+        parts = []
+        for name, rows in history.rows.items():
+            old = before.get(name, {})
+            if not rows or rows[-1] == old:
+                continue
+            args = (name, old, rows[-1], before_arrays.get(name, {}), history.arrays.get(name, {}))
+            parts.append(self.describe_change(*args) or _generic_change(name, old, rows[-1]))
+            self.highlight(*args)
+        self.tools.changed.object = ("<br>".join(parts) or
+                                     "Nothing changed: the run has finished (↺ Reset to start again).")
+        self.tools.changed.visible = True
+
+    # ------------------------------------------------------------------ the refresh tick
+    def start(self) -> None:
+        """Attach the lab to the current session: a periodic tick, and clean-up when the
+        session ends (the runner stops, its trainers are released)."""
+        if self._callback is not None:
+            return
+        self._callback = pn.state.add_periodic_callback(self.tick, period=self.period_ms)
+        if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
+            pn.state.on_session_destroyed(lambda context: self.close())
+
+    def close(self) -> None:
+        if self._callback is not None:
+            self._callback.stop()
+        self.jobs.cancel()
+        self.runner.close(timeout=0.5)
+
+    def tick(self) -> None:
+        """Drain what is new and draw it in one held batch (one websocket message).
+
+        An idle lab (nothing new, nothing in flight: most tabs of most sessions) redraws
+        once a second, not five times: idle ticks competed for the GIL with the labs
+        that were training."""
+        records = self.runner.drain()
+        now = time.monotonic()
+        active = (records or self.runner.playing or self.jobs.running() or self._explaining is not None
+                  or self.busy())
+        if not active and now - self._last_tick < IDLE_REFRESH_SECONDS:
+            return
+        self._last_tick = now
+        with pn.io.hold():
+            self.on_records(records)
+
+    def on_records(self, records: list[tuple[str, Record]]) -> None:
+        """One tick's work: draw the Records, hand finished jobs over, update the status."""
+        names = set(self.runner.trainers)
+        records = [(n, r) for n, r in records if n in names]  # from runs replaced by a reset
+        if records:
+            self.show(records)
+        self.jobs.poll()
+        self.on_tick()
+        self._explain()
+        key = (self.runner.playing, tuple(s.status for s in self.runner.states.values()))
+        now = time.monotonic()
+        if key != self._status_key or now - self._status_time > STATUS_SECONDS:
+            self.refresh_status()
+            self._status_key, self._status_time = key, now
+
+    def redraw(self, records: list[tuple[str, Record]]) -> None:
+        """Clear the views and replay ``records`` (a loaded checkpoint's history)."""
+        with pn.io.hold(freeze=True):
+            self._restart_views()
+            self.on_records(records)
+            self.jobs.wait()
+            self.refresh_status()
+
+    # ------------------------------------------------------------------ status
+    def refresh_status(self) -> None:
+        runner = self.runner
+        playing = runner.playing
+        self.play.disabled = playing or not runner.active
+        self.pause.disabled = not playing
+        self.counter_pane.object = self.counter()
+        states = runner.states
+        single = len(states) == 1
+
+        def named(n: str, text: str) -> str:
+            return text if single else f"**{n}**: {text}"
+
+        failed = {n: s for n, s in states.items() if s.status in ("diverged", "error")}
+        if failed:
+            text = "; ".join(named(n, s.message or s.status) for n, s in failed.items())
+            others = " (others keep running)" if runner.active and not single else ""
+            self.run_status.set("error", text + others + (" Press ↺ Reset to start again."
+                                                        if not runner.active else ""))
+        elif playing:
+            self.run_status.set("info", "Training…")
+        elif not runner.active and states:
+            msgs = sorted({s.message or s.status for s in states.values()})
+            self.run_status.set("ok", "Finished: " + "; ".join(msgs))
+        elif any(s.steps for s in states.values()):
+            self.run_status.set("idle", "Paused")
+        else:
+            self.run_status.set("idle", "Ready: press ▶ Play")
+        self.refresh_badges()
+
+    # ------------------------------------------------------------------ the page
+    def transport(self) -> pn.viewable.Viewable:
+        return pn.Row(self.play, self.pause, self.step, self.reset, self.speed, self.counter_pane,
+                      align="start", margin=0)
+
+    def header(self) -> pn.viewable.Viewable:
+        """One sentence, and a *more* toggle that unfolds the explanation and equations."""
+        more = pn.pane.Markdown(f"{self.intro.strip()}\n\n{self.equations.strip()}\n\n"
+                                f"**What to watch for.** {self.watch.strip()}",
+                                sizing_mode="stretch_width", visible=False, margin=(0, 10),
+                                styles={"overflow-x": "auto"}, css_classes=["lab-intro"])
+        toggle = pn.widgets.Toggle(name="more ▾", value=False, width=80, button_type="light",
+                                   button_style="outline", align="center", margin=(0, 5),
+                                   css_classes=[f"{self.key}-more"])
+
+        def flip(event: Any) -> None:
+            more.visible = event.new
+            toggle.name = "less ▴" if event.new else "more ▾"
+
+        toggle.param.watch(flip, "value")
+        line = pn.pane.Markdown(f"**{self.heading or self.title}.** {self.summary.strip()}",
+                                sizing_mode="stretch_width", margin=(0, 10),
+                                styles={"font-size": "1.05em"})
+        return pn.Column(pn.Row(line, toggle, sizing_mode="stretch_width"), more,
+                         sizing_mode="stretch_width", margin=(0, 0, 4, 0))
+
+    def __panel__(self) -> pn.viewable.Viewable:
+        if self._page is None:
+            left = pn.Column(self.tools.preset, self.tools.message.pane, self.controls_panel(),
+                             self.settings_msg.pane, self.tools.panel(), width=340)
+            more = self.more_views()
+            right = pn.Column(self.transport(), self.tools.presenter(),
+                              pn.Row(self.run_status.pane, *self.badges(), sizing_mode="stretch_width"),
+                              self.main_view(), *([more] if more is not None else []),
+                              sizing_mode="stretch_width")
+            self._page = pn.Column(self.header(), pn.Row(left, right, sizing_mode="stretch_width"),
+                                   sizing_mode="stretch_width", name=self.title)
+            self.tools.root = self._page
+        return self._page
+
+    def panel(self) -> pn.viewable.Viewable:
+        """The lab's page (built once)."""
+        return self.__panel__()
+
+
+def _generic_change(name: str, before: Mapping[str, Any], after: Mapping[str, Any]) -> str:
+    changes = []
+    for key, value in after.items():
+        old = before.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or "time" in key or "elapsed" in key:
+            continue
+        if old is None or not isinstance(old, (int, float)) or old == value or not math.isfinite(value):
+            continue
+        changes.append(f"{key} {old:.5g} → <b>{value:.5g}</b>")
+    return f"<b>{name}</b>: " + ("; ".join(changes[:4]) or "stepped")
