@@ -13,12 +13,9 @@ A lab hands :class:`LabTools` its settings widgets and presets; the tools then p
   toolbar also saves it as PNG);
 * **presentation mode**: a large "Next step" button that steps once and says what changed.
 
-The lab side of the contract (duck-typed): ``key``, ``title``, ``runner``,
-``settings() -> {name: widget}``, ``presets`` (a list of :class:`Preset`),
-``apply_settings(values)`` (set the widgets and rebuild the run once; raise ``ValueError``
-if the values make no valid run), ``redraw(records)`` (clear the views and replay
-records), and optionally ``describe_change(name, before, after) -> str`` and
-``highlight(name, record)`` for presentation mode.
+The lab side is :class:`dashboard.labs.base.Lab` (``key``, ``title``, ``runner``,
+``settings()``, ``presets``, ``apply_settings()``, ``redraw()``, ``next_step()``,
+``refresh_status()``); the base owns one ``LabTools`` and places its widgets.
 """
 
 from __future__ import annotations
@@ -342,7 +339,7 @@ class LabTools:
 
         self.preset.param.watch(self._on_preset, "value")
         self.load.param.watch(self._on_load, "value")
-        self.next_step.on_click(lambda e: self.step_and_explain())
+        self.next_step.on_click(lambda e: self.lab.next_step())
         for widget in lab.settings().values():
             widget.param.watch(lambda e: self.push_url(), "value")
 
@@ -354,14 +351,15 @@ class LabTools:
             "load it later (or on another machine) and press Play to continue exactly. "
             "Export: the curves' numbers as CSV, the plots as an HTML page (each plot's "
             "toolbar also saves a PNG)."), align="end")
-        row = pn.Row(self.preset, self.copy_link, self.save,
+        row = pn.Row(self.copy_link, self.save,
                      pn.pane.Markdown("**Load checkpoint:**", align="end", margin=(5, 0, 12, 10)),
                      self.load, self.export_csv, self.export_html, help_icon,
                      sizing_mode="stretch_width", styles={"flex-wrap": "wrap"})
         for widget in (self.copy_link, self.save, self.load, self.export_csv, self.export_html):
             widget.align = "end"
-        self._card = pn.Card(row, self.message.pane, title="Share, save and export",
-                             collapsed=False, sizing_mode="stretch_width", margin=(5, 5))
+        # folded by default: the first screen is for the controls and the main plot
+        self._card = pn.Card(row, title="Share, save and export", collapsed=True,
+                             sizing_mode="stretch_width", margin=(5, 5))
         return self._card
 
     def presenter(self) -> pn.viewable.Viewable:
@@ -371,8 +369,8 @@ class LabTools:
     def set_presenting(self, on: bool) -> None:
         """Presentation mode: the Next-step strip shows, the toolbar folds away, the plots'
         fonts grow."""
-        if getattr(self, "_card", None) is not None:
-            self._card.collapsed = on
+        if on and getattr(self, "_card", None) is not None:
+            self._card.collapsed = True
         if self.root is not None:
             scale_plot_fonts(self.root, PRESENT_FONT_SCALE if on else 1.0, self._fonts)
         self.next_step.visible = on
@@ -534,42 +532,7 @@ class LabTools:
         html = file_html(column(*figures), INLINE, title=f"Boltzmann Lab: {self.lab.title}")
         return io.BytesIO(html.encode())
 
-    # -------------------------------------------------------------- presentation
-    def step_and_explain(self, timeout: float = 30.0) -> str:
-        """Step once, wait for it, and say (large) what changed; the lab highlights it."""
-        runner = self.lab.runner
-        before = {n: dict(rows[-1]) if rows else {} for n, rows in runner.history.rows.items()}
-        before_arrays = {n: dict(a) for n, a in runner.history.arrays.items()}
-        self.lab.step_once()
-        if not runner.wait_idle(timeout):
-            text = "Still computing this step…"
-        else:
-            parts = []
-            history = runner.history.copy()
-            for name, rows in history.rows.items():
-                if not rows or rows[-1] == before.get(name):
-                    continue
-                describe = getattr(self.lab, "describe_change", None)
-                line = describe(name, before.get(name, {}), rows[-1], before_arrays.get(name, {}),
-                                history.arrays.get(name, {})) if describe else None
-                parts.append(line or _generic_change(name, before.get(name, {}), rows[-1]))
-            text = "<br>".join(parts) or "Nothing changed: the run has finished (↺ Reset to start again)."
-        self.changed.object = text
-        self.changed.visible = True
-        return text
-
     def show(self, level: str, text: str) -> None:
         self.message.set(level, text)
         self.message.pane.visible = True
 
-
-def _generic_change(name: str, before: Mapping[str, Any], after: Mapping[str, Any]) -> str:
-    changes = []
-    for key, value in after.items():
-        old = before.get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or "time" in key or "elapsed" in key:
-            continue
-        if old is None or not isinstance(old, (int, float)) or old == value:
-            continue
-        changes.append(f"{key} {old:.5g} → <b>{value:.5g}</b>")
-    return f"<b>{name}</b>: " + ("; ".join(changes[:4]) or "stepped")

@@ -335,7 +335,7 @@ class FVBMTrainer:
     init : "zeros" (b = 0, M = 0) or "random" (b, upper M ~ N(0, 0.5) as in §5, from seed)
     seed : seed of the random start
     truth : the generating FVBM, if known: records carry the parameter MSE
-    exact_every : every this many sweeps (and when done), add the exact log-likelihood
+    exact_every : at the first sweep, every this many sweeps and when done, add the exact log-likelihood
         to the Record (d <= 20); 0 never
     compress : sweep over the distinct rows weighted by their counts (see
         :func:`compress_rows`; the same iterates up to rounding).  None: when the distinct
@@ -475,7 +475,7 @@ class FVBMTrainer:
         finite = self.status != "diverged"
         if self.truth is not None and finite:
             last["mse"] = parameter_mse(self._b, self._M, self.truth)
-        if self.exact_every and finite and (self.done or any(r["sweep"] % self.exact_every == 0 for r in records)):
+        if self.exact_every and finite and (self.done or any(r["sweep"] == 1 or r["sweep"] % self.exact_every == 0 for r in records)):
             last["log_lik"] = exact_log_likelihood(self.X, self._b, self._M)
         out_records = [Record(r) for r in records[:-1]]
         out_records.append(Record(last, {"b": self._b.copy(), "M": self._M.copy()}))

@@ -302,7 +302,7 @@ class _MPLETrainer:
         finite = self.status != "diverged"
         if self.truth is not None and finite:
             last["mse"] = parameter_mse(self._b, self._M, self.truth)
-        if self.exact_every and finite and (self.done or any(r["sweep"] % self.exact_every == 0 for r in records)):
+        if self.exact_every and finite and (self.done or any(r["sweep"] == 1 or r["sweep"] % self.exact_every == 0 for r in records)):
             last["log_lik"] = exact_log_likelihood(self.X, self._b, self._M)
         out = [Record(r) for r in records[:-1]]
         out.append(Record(last, {"b": self._b.copy(), "M": self._M.copy()}))
@@ -366,7 +366,7 @@ class BoundMPLETrainer(_MPLETrainer):
     init : "zeros" or "random" (b, upper M ~ N(0, 0.5) from ``seed``, as FVBMTrainer)
     seed : seed of the random start
     truth : the generating FVBM, if known: records carry the parameter MSE
-    exact_every : every this many iterations (and when done) add the exact log-likelihood
+    exact_every : at the first iteration, every this many and when done, add the exact log-likelihood
     grad_tol : stop once |grad P_n| <= grad_tol * n; 0 never
     init_params : (b, M) to start from instead of ``init``
     accelerate : if True, ``step()`` is one SQUAREM cycle instead (two majorizations and
