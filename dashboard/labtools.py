@@ -336,6 +336,8 @@ class LabTools:
         self.root: pn.viewable.Viewable | None = None  # the lab's page, for the HTML export
         self._fonts: dict[str, dict[str, Any]] = {}  # plot fonts before presentation mode
         self._syncing_url = False
+        self._presenting = False
+        self._card_was_collapsed = True
 
         self.preset.param.watch(self._on_preset, "value")
         self.load.param.watch(self._on_load, "value")
@@ -369,8 +371,13 @@ class LabTools:
     def set_presenting(self, on: bool) -> None:
         """Presentation mode: the Next-step strip shows, the toolbar folds away, the plots'
         fonts grow."""
-        if on and getattr(self, "_card", None) is not None:
-            self._card.collapsed = True
+        card = getattr(self, "_card", None)
+        if card is not None and on != self._presenting:
+            if on:
+                self._card_was_collapsed, card.collapsed = card.collapsed, True
+            else:
+                card.collapsed = self._card_was_collapsed
+        self._presenting = on
         if self.root is not None:
             scale_plot_fonts(self.root, PRESENT_FONT_SCALE if on else 1.0, self._fonts)
         self.next_step.visible = on

@@ -422,13 +422,13 @@ class Lab(pn.viewable.Viewer):
                                 f"**What to watch for.** {self.watch.strip()}",
                                 sizing_mode="stretch_width", visible=False, margin=(0, 10),
                                 styles={"overflow-x": "auto"}, css_classes=["lab-intro"])
-        toggle = pn.widgets.Toggle(name="more ▾", value=False, width=80, button_type="light",
-                                   button_style="outline", align="center", margin=(0, 5),
+        toggle = pn.widgets.Toggle(label="more ▾", value=False, width=80, color="light",
+                                   variant="outline", align="center", margin=(0, 5),
                                    css_classes=[f"{self.key}-more"])
 
         def flip(event: Any) -> None:
             more.visible = event.new
-            toggle.name = "less ▴" if event.new else "more ▾"
+            toggle.label = "less ▴" if event.new else "more ▾"
 
         toggle.param.watch(flip, "value")
         line = pn.pane.Markdown(f"**{self.heading or self.title}.** {self.summary.strip()}",

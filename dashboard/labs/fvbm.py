@@ -178,13 +178,15 @@ class FVBMLab(Lab):
         self.data_msg.pane.visible = False
         self._show_data()
 
-    @held
     def _on_upload(self, event) -> None:
-        if not event.new:
-            return
+        if event.new:
+            self.use_upload(event.new, self.upload.filename or "upload.csv")
+
+    @held
+    def use_upload(self, content: bytes, filename: str) -> None:
+        """Parse an uploaded CSV; on success it becomes the data, else say why."""
         try:
-            self._uploaded = load_data("upload", content=event.new,
-                                       filename=self.upload.filename or "upload.csv")
+            self._uploaded = load_data("upload", content=content, filename=filename)
         except ValueError as exc:
             name = self.data.data.name if self.data is not None else "nothing"
             self.data_msg.set("error", f"**Could not use this data:** {exc}  \nStill using: {name}.")

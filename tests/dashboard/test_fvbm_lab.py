@@ -46,7 +46,7 @@ def test_default_state_is_simulated_bslm_paused(lab):
     assert list(lab.runner.trainers) == ["BSLM"]
     assert not lab.runner.playing
     assert lab.data.mple_logpl is not None and lab.data.data.truth is not None
-    assert lab.sweep_counter.object == "Sweep 0"
+    assert lab.counter_pane.object == "Sweep 0"
     assert n_points(lab) == 0
 
 
@@ -55,7 +55,7 @@ def test_step_adds_exactly_one_point_and_stays_monotone(lab):
     lab.runner.wait_idle()
     pump(lab)
     assert n_points(lab) == 1
-    assert lab.sweep_counter.object == "Sweep 1"
+    assert lab.counter_pane.object == "Sweep 1"
     lab._step()
     lab.runner.wait_idle()
     pump(lab)
@@ -86,7 +86,7 @@ def test_play_pause_and_reset(lab):
     assert -1e-6 * abs(lab.data.mple_logpl) < gap
     lab._reset()
     pump(lab)
-    assert n_points(lab) == 0 and lab.sweep_counter.object == "Sweep 0"
+    assert n_points(lab) == 0 and lab.counter_pane.object == "Sweep 0"
 
 
 def test_bad_upload_keeps_previous_data(lab):
@@ -136,7 +136,7 @@ def test_invalid_race_steps_show_a_message(lab):
     lab.mode.value = "Race"
     trainers = lab.runner.trainers
     lab.race_mus.value = "fast, faster"
-    assert lab.algo_msg.pane.visible and "numbers" in lab.algo_msg.text
+    assert lab.settings_msg.pane.visible and "numbers" in lab.settings_msg.text
     assert lab.runner.trainers is trainers
 
 
@@ -184,7 +184,12 @@ def test_data_switch_sends_the_heatmaps_in_one_held_message(lab):
     clicked = {model for model, _ in lab.source._models.values()}  # the widget itself
     assert all(h for model, h in log if model not in clicked), \
         "some changes of the data switch were not held"
-    assert len(lab.heat_est.source.data["row"]) == 64
+    # the views draw Records only: M̂ fills with the first sweep of the new data
+    lab.runner.step_once()
+    assert lab.runner.wait_idle(60)
+    lab.on_records(lab.runner.drain())
+    lab.refresh_status()
+    assert len(lab.heat_est.source.data["row"]) == len(lab.data.columns) ** 2
 
 
 def test_heatmap_shows_the_latest_estimate_of_a_converged_trainer(lab):
@@ -253,8 +258,8 @@ def test_no_mple_shows_a_short_warning_no_target_and_still_trains(lab):
     lab._step()
     lab.runner.wait_idle()
     pump(lab)
-    assert n_points(lab) == 1 and lab.sweep_counter.object == "Sweep 1"
-    assert "| – |" in lab.summary.object  # no gap to a target that does not exist
+    assert n_points(lab) == 1 and lab.counter_pane.object == "Sweep 1"
+    assert "| – |" in lab.summary_table.object  # no gap to a target that does not exist
     lab.d.value = 10  # the MPLE exists again: warning gone, target back
     assert not lab.data_msg.pane.visible
     assert len(lab.logpl._target.data["x"]) == 2 and lab.logpl._target_item.visible
@@ -285,7 +290,7 @@ def test_race_runs_the_bound_and_lbfgs_beside_bslm(lab):
         assert len(ys) >= 2
         # both end at the MPLE: the gap is at most the stopping tolerance's order
         assert abs(lab.data.mple_logpl - lab._last_logpl[name]) < 1e-3
-        assert f"| {name} |" in lab.summary.object
+        assert f"| {name} |" in lab.summary_table.object
     for name in (BOUND_LABEL, SQUAREM_LABEL):  # majorization (SQUAREM keeps only improvements): monotone
         bound = np.asarray(lab.logpl.sources[f"{name}/log_pl"].data["y"], dtype=float)
         assert np.all(np.diff(bound) >= -1e-9 * np.abs(bound[1:]))
@@ -299,15 +304,15 @@ def test_monotone_badge_allows_decreases_only_without_a_guarantee(lab):
     assert [monotone_guaranteed(trainers[n]) for n in trainers] == [True, True, False, True, True, False]
     lab._sweeps = {n: 5 for n in trainers}
     lab._first_decrease = {LBFGS_LABEL: 4, "GA μ=8": 2}
-    lab._refresh_status()
+    lab.refresh_status()
     assert lab.monotone.level == "warn" and "no guarantee" in lab.monotone.text
     assert "L-BFGS" in lab.monotone.text and "GA μ=8" in lab.monotone.text
     lab._first_decrease = {LBFGS_LABEL: 4, BOUND_LABEL: 3}
-    lab._refresh_status()
+    lab.refresh_status()
     assert lab.monotone.level == "error" and "Not monotone" in lab.monotone.text
     assert BOUND_LABEL in lab.monotone.text and "L-BFGS" not in lab.monotone.text
     lab._first_decrease = {}
-    lab._refresh_status()
+    lab.refresh_status()
     assert lab.monotone.level == "ok" and "Monotone so far" in lab.monotone.text
 
 

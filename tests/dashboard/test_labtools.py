@@ -199,7 +199,7 @@ def test_every_preset_applies_and_says_what_to_watch(make_lab):
         assert preset.title in lab.tools.message.text
         for name, value in preset.settings.items():
             assert lab.settings()[name].value == value, (preset.title, name)
-        assert lab.runner.trainers and not lab.algo_msg.pane.visible
+        assert lab.runner.trainers and not lab.settings_msg.pane.visible
 
 
 def test_url_settings_apply_and_bad_ones_are_named(make_lab):
@@ -224,13 +224,23 @@ def test_next_step_says_what_changed_and_outlines_the_coupling(make_lab):
     lab = make_lab()
     lab.tools.set_presenting(True)
     assert lab.tools.next_step.visible
-    text = lab.tools.step_and_explain()
+    text = explain(lab)
     assert "sweep 1" in text and "log-PL" in text
-    text = lab.tools.step_and_explain()
+    text = explain(lab)
     assert "sweep 2" in text and "moved most" in text and "▲" in text
     assert len(lab.heat_est.marks.data["row"]) == 2
     lab._reset()
-    lab.heat_est.mark([])  # (the Reset button's click handler does this in the app)
+    assert len(lab.heat_est.marks.data["row"]) == 0  # Reset clears the outline
+
+
+def explain(lab) -> str:
+    """Presentation mode's Next step: it returns at once; the next tick after the step has
+    come back says what changed."""
+    lab.next_step()
+    assert lab.tools.changed.object == "Computing this step…"
+    assert lab.runner.wait_idle(60)
+    lab.on_records(lab.runner.drain())
+    return lab.tools.changed.object
 
 
 def test_exports_csv_and_html(make_lab):
@@ -250,7 +260,7 @@ def test_a_checkpoint_of_uploaded_data_needs_the_upload_first(make_lab):
     csv_bytes = ("p,q,r\n" + "\n".join(",".join(map(str, r)) for r in rows) + "\n").encode()
     lab = make_lab()
     lab.source.value = "upload"
-    lab._change_data(content=csv_bytes, filename="votes.csv")
+    lab.use_upload(csv_bytes, "votes.csv")
     assert lab.data.columns == ["p", "q", "r"]
     steps(lab, 2)
     content = write_checkpoint(lab.tools.checkpoint())
@@ -259,7 +269,7 @@ def test_a_checkpoint_of_uploaded_data_needs_the_upload_first(make_lab):
     assert "upload the file first" in fresh.tools.message.text
     assert fresh.source.value == "simulated" and fresh.d.value == 10  # nothing changed
     fresh.source.value = "upload"
-    fresh._change_data(content=csv_bytes, filename="votes.csv")
+    fresh.use_upload(csv_bytes, "votes.csv")
     assert fresh.tools.load_bytes(content)
     assert fresh.runner.states["BSLM"].steps == 2
 
@@ -270,9 +280,10 @@ def test_presentation_mode_scales_plot_fonts_and_restores_them(make_lab):
     axis = lab.logpl.figure.yaxis[0]
     before = axis.axis_label_text_font_size
     title = lab.logpl.figure.title.text_font_size
+    lab.tools._card.collapsed = False  # the user had opened the toolbar
     lab.tools.set_presenting(True)
     assert axis.axis_label_text_font_size != before and lab.tools._card.collapsed
     assert lab.logpl.figure.title.text_font_size == title  # titles already fill the width
     lab.tools.set_presenting(False)
-    assert axis.axis_label_text_font_size == before and not lab.tools._card.collapsed
+    assert axis.axis_label_text_font_size == before and not lab.tools._card.collapsed  # as it was
     assert not lab.tools.next_step.visible
