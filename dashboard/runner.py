@@ -7,6 +7,12 @@ views inside ``pn.io.hold()``, and a session-destroyed hook that stops the threa
 
 Several trainers can share one runner ("race mode"): the worker steps them round-robin
 and each one stops on its own when it is done, fails or diverges.
+
+Records reach the UI through two channels.  The scalar stream is a bounded buffer that
+may be thinned under load (the oldest Records go first, counted in :attr:`Runner.dropped`);
+besides it, each run's newest Record and its newest Record carrying arrays are kept
+aside, so :meth:`Runner.drain` always delivers them: whatever was dropped, nothing shown
+is stale (a run that converged keeps its final heatmap while the others stream on).
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from engine.stepping import Record, Trainer
+from engine.stepping import ACTIVE_STATUSES, Record, Trainer
 
 TrainerFactory = Callable[[], Mapping[str, Trainer]]
 
@@ -118,13 +124,13 @@ class History:
 class TrainerState:
     """What the UI needs to know about one trainer besides its Records."""
 
-    status: str = "ready"  # ready | running | converged | max_sweeps | diverged | error | done
+    status: str = "ready"  # one of engine.stepping.STATUSES
     message: str = ""
     steps: int = 0
 
     @property
     def active(self) -> bool:
-        return self.status in ("ready", "running")
+        return self.status in ACTIVE_STATUSES
 
 
 class Runner:
@@ -140,7 +146,8 @@ class Runner:
         Builds the trainers, ``{name: trainer}``; called now and on every :meth:`reset`.
     buffer_size
         Maximum number of Records kept between two :meth:`drain` calls; older ones are
-        dropped (and counted in :attr:`dropped`), so memory stays bounded.
+        dropped (and counted in :attr:`dropped`), so memory stays bounded.  Each run's
+        newest Record and newest Record with arrays are kept besides, never dropped.
     watch
         Optional scalar name (e.g. ``"log_pl"``); a non-finite value stops that trainer
         with status ``"diverged"``.
@@ -154,14 +161,19 @@ class Runner:
         self._factory = factory
         self._watch = watch
         self._cond = threading.Condition()
-        self._buffer: deque[tuple[str, Record]] = deque(maxlen=buffer_size)
+        # (sequence number, name, record); numbers rise by one per published Record
+        self._buffer: deque[tuple[int, str, Record]] = deque(maxlen=buffer_size)
+        self._seq = 0  # the number of the newest published Record
+        self._drained = 0  # every Record numbered up to this was delivered or discarded
+        self._latest: dict[str, tuple[int, Record]] = {}  # per run: its newest Record
+        self._latest_arrays: dict[str, tuple[int, Record]] = {}  # ... its newest with arrays
         self._playing = False
         self._pending = 0  # single steps requested while paused
         self._speed: float | None = None  # rounds per second, None = as fast as possible
         self._closed = False
         self._busy = False
         self._generation = 0
-        self.dropped = 0
+        self.dropped = 0  # Records evicted before any drain saw them (exact after each drain)
         self._batch: dict[str, int] = {}
         self.trainers: dict[str, Trainer] = {}
         self.states: dict[str, TrainerState] = {}
@@ -268,7 +280,7 @@ class Runner:
             for name, trainer in self.trainers.items():
                 trainer.load_state_dict(states[name])
             self._generation += 1
-            self._buffer.clear()
+            self._clear_buffer()
             self._batch = {}
             self.history = history.copy() if history is not None else History()
             self.states = {}
@@ -303,16 +315,43 @@ class Runner:
         return True
 
     def drain(self) -> list[tuple[str, Record]]:
-        """Everything produced since the previous call, oldest first."""
+        """What was produced since the previous call, oldest first.
+
+        Under load the buffer keeps only the newest ``buffer_size`` Records, but for every
+        run that produced anything since the previous call its newest Record and its newest
+        Record with arrays are always included (each once, in order).
+        """
         with self._cond:
             items = list(self._buffer)
             self._buffer.clear()
-        return items
+            # the buffer holds the newest Records without gaps: a Record numbered below its
+            # oldest, and not delivered yet, was evicted; bring back the ones kept aside
+            first = items[0][0] if items else self._seq + 1
+            rescued = {seq: (seq, name, record)
+                       for slot in (self._latest, self._latest_arrays)
+                       for name, (seq, record) in slot.items() if self._drained < seq < first}
+            self.dropped -= len(rescued)  # counted when evicted, delivered after all
+            self._drained = self._seq
+        items = sorted(list(rescued.values()) + items, key=lambda item: item[0])
+        return [(name, record) for _, name, record in items]
+
+    def latest(self, name: str) -> Record | None:
+        """The newest Record of run ``name`` since the last reset (drained or not), or None."""
+        with self._cond:
+            entry = self._latest.get(name)
+        return None if entry is None else entry[1]
 
     # ------------------------------------------------------------------ worker
+    def _clear_buffer(self) -> None:
+        """Discard everything not yet drained (the caller holds the lock): a new generation."""
+        self._buffer.clear()
+        self._latest.clear()
+        self._latest_arrays.clear()
+        self._drained = self._seq
+
     def _install(self, trainers: Mapping[str, Trainer]) -> None:
         self._generation += 1
-        self._buffer.clear()
+        self._clear_buffer()
         self._stop_playing()
         self._pending = 0
         if BACKEND is not None:
@@ -401,7 +440,11 @@ class Runner:
         for record in records:
             if len(self._buffer) == self._buffer.maxlen:
                 self.dropped += 1
-            self._buffer.append((name, record))
+            self._seq += 1
+            self._buffer.append((self._seq, name, record))
+            self._latest[name] = (self._seq, record)
+            if record.arrays:
+                self._latest_arrays[name] = (self._seq, record)
             self.history.add(name, record)
             state.steps += 1
             state.status = "running"
@@ -423,7 +466,7 @@ class Runner:
     def _finish(self, name: str, trainer: Trainer) -> None:
         state = self.states[name]
         status = getattr(trainer, "status", "done")
-        state.status = status if status not in ("running", "ready") else "done"
+        state.status = status if status not in ACTIVE_STATUSES else "done"
         state.message = getattr(trainer, "message", "") or state.message
 
 

@@ -70,7 +70,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import scipy.special
@@ -87,7 +87,7 @@ from engine.optimizers import (
     check_int,
     shifted_cholesky_solve,
 )
-from engine.stepping import Record
+from engine.stepping import Record, as_scalar
 
 FEATURES = ("linear", "quadratic")
 
@@ -397,6 +397,7 @@ class EMTrainer:
         self.elapsed = 0.0
         self.first_increase = -1
         self.status = "running"
+        self.message = ""
         self.value = -self.joint_log_likelihood()
         self.theta = self.params.to_theta()
 
@@ -452,10 +453,13 @@ class EMTrainer:
             self.first_increase = self.iteration
         if not math.isfinite(self.value):
             self.status = "diverged"
+            self.message = f"EM diverged at iteration {self.iteration}: G is no longer finite."
         elif -increase <= self.tol * max(1.0, abs(old)):
             self.status = "converged"
+            self.message = f"Converged after {self.iteration} iterations: G improved by less than tol = {self.tol:g} (relative)."
         elif self.iteration >= self.max_iter:
             self.status = "max_iter"
+            self.message = f"Stopped at the maximum of {self.max_iter} iterations."
         scalars = {"iteration": self.iteration, "objective": self.value, "joint_log_likelihood": -self.value,
                    "wall_time": wall, "elapsed": self.elapsed, "monotone": self.monotone, "increase": float(increase)}
         if self.objective is not None:
@@ -471,6 +475,36 @@ class EMTrainer:
         while not self.done:
             records.append(self.step())
         return records
+
+    # -- checkpoints (EM draws no random numbers after its start: this resumes bit-exactly)
+    def state_dict(self) -> dict[str, Any]:
+        """The mixture (pi, means, cov), -G, counters and status, as numpy arrays and scalars."""
+        P = self.params
+        return {"pi": P.pi.copy(), "means": P.means.copy(), "cov": P.cov.copy(), "value": self.value,
+                "iteration": self.iteration, "elapsed": self.elapsed, "first_increase": self.first_increase,
+                "status": self.status, "message": self.message}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` output; raises ``ValueError`` on a mismatch."""
+        missing = [key for key in ("pi", "means", "cov", "value", "iteration", "elapsed", "first_increase",
+                                   "status", "message") if key not in state]
+        if missing:
+            raise ValueError(f"The checkpoint lacks the entries {missing} of an EMTrainer.")
+        params = GaussianMixtureParams(state["pi"], state["means"], state["cov"]).copy()
+        for key in ("pi", "means", "cov"):
+            if getattr(params, key).shape != getattr(self.params, key).shape:
+                raise ValueError(f"The checkpoint's {key!r} must have shape {getattr(self.params, key).shape}. "
+                                 f"Got {getattr(params, key).shape}.")
+        status = str(as_scalar(state["status"]))
+        if status not in ("running", "converged", "max_iter", "diverged"):
+            raise ValueError(f"The checkpoint's 'status' must be a trainer status. Got {status!r}.")
+        self.params = params
+        self.theta = params.to_theta()
+        self.value = float(as_scalar(state["value"]))
+        self.iteration = int(as_scalar(state["iteration"]))
+        self.elapsed = float(as_scalar(state["elapsed"]))
+        self.first_increase = int(as_scalar(state["first_increase"]))
+        self.status, self.message = status, str(as_scalar(state["message"]))
 
 
 # ------------------------------------------------------------------------ data

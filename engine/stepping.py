@@ -55,13 +55,53 @@ class Record:
             return default
 
 
+#: What each status means.  A trainer reports ``"running"`` until it stops, then one of the
+#: stopping statuses; the dashboard's runner adds its own (``"ready"``, ``"error"``,
+#: ``"done"``) for runs that have not stepped yet or that stopped without saying why.
+STATUS_MEANINGS: Mapping[str, str] = {
+    "ready": "built, not stepped yet (the runner's)",
+    "running": "can step further (every trainer's status until it stops)",
+    "converged": "its convergence test holds (increase < tol, or |grad| <= tol)",
+    "stalled": "no step lowers the objective any more, or no TAP chain converged",
+    "max_sweeps": "stopped at the cap on sweeps (FVBM and the MPLE race)",
+    "max_iter": "stopped at the cap on iterations (gradient methods, bound majorization, EM)",
+    "max_iterations": "stopped at the cap on Frank-Wolfe iterations",
+    "max_epochs": "stopped at the cap on epochs (RBM, TAP)",
+    "max_hidden": "stopped at the cap on hidden units (Frank-Wolfe)",
+    "early_stopped": "stopped by the validation rule (Frank-Wolfe, the train/validation gap grew)",
+    "diverged": "the parameters or the objective became non-finite",
+    "error": "a step raised; the message holds the exception (the runner's)",
+    "done": "finished without naming a reason (the runner's)",
+}
+
+#: The closed set of statuses a Trainer or the runner may report.
+STATUSES = frozenset(STATUS_MEANINGS)
+
+#: The statuses of a run that can still step.
+ACTIVE_STATUSES = frozenset({"ready", "running"})
+
+
 @runtime_checkable
 class Trainer(Protocol):
-    """The protocol every trainer follows (see DESIGN.md, "The Trainer protocol")."""
+    """The protocol every trainer follows (see DESIGN.md, "The Trainer protocol").
+
+    Besides the members below, a trainer may offer ``steps(k) -> list[Record]``: up to
+    ``k`` steps in one call, fewer if it becomes done, one Record per step (only the last
+    needs to carry the arrays).  The runner uses it to batch fast steps, so that it comes
+    back to Python (and lets the UI thread have the GIL) about every 50 ms, not every step.
+    """
 
     @property
     def done(self) -> bool:
         """True once the trainer's stopping rule holds (or it failed, see ``status``)."""
+
+    @property
+    def status(self) -> str:
+        """One of :data:`STATUSES`: ``"running"`` until the trainer stops, then why."""
+
+    @property
+    def message(self) -> str:
+        """A human-readable sentence on the status (``""`` while running)."""
 
     def step(self) -> Record:
         """Do one natural unit of work and report it."""

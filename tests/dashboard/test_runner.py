@@ -8,6 +8,7 @@ import time
 import pytest
 
 from dashboard.runner import Runner
+from engine.stepping import Record
 from fakes import BatchTrainer, DivergingTrainer, FakeTrainer
 
 
@@ -297,3 +298,68 @@ def test_a_finished_run_frees_its_slot():
         runner.close()
         other.close()
         SLOTS.set_limit(None)
+
+
+# --------------------------------------------------------------- nothing shown is stale
+class SparseArraysTrainer(FakeTrainer):
+    """Only every ``arrays_every``-th Record carries the arrays; the others are scalars."""
+
+    def __init__(self, *, arrays_every: int, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.arrays_every = arrays_every
+
+    def step(self) -> Record:
+        record = super().step()
+        return record if self.sweep % self.arrays_every == 0 else Record(dict(record.scalars))
+
+
+def shown(records):
+    """``[(name, sweep, carries M)]``: what a drain delivered, in its order."""
+    return [(n, r["sweep"], "M" in r) for n, r in records]
+
+
+def test_a_tiny_buffer_never_loses_a_runs_final_record_or_its_newest_arrays(make_runner):
+    # "early" converges at sweep 5, its last Record carrying M; "long" streams 400 sweeps
+    # (M every 30th) through a buffer of 3 and nobody drains until the race is over
+    trainers = {"early": FakeTrainer(max_sweeps=5), "long": SparseArraysTrainer(arrays_every=30, max_sweeps=400)}
+    runner = make_runner(lambda: trainers, buffer_size=3)
+    runner.play()
+    assert runner.wait_idle(60.0) and not runner.active
+    records = runner.drain()
+    assert shown(records) == [("early", 5, True), ("long", 390, True),  # kept aside, then the buffer
+                              ("long", 398, False), ("long", 399, False), ("long", 400, False)]
+    assert runner.latest("early")["M"][0, 0] == 5.0  # the converged run's heatmap is not stale
+    assert runner.states["early"].status == runner.states["long"].status == "max_sweeps"
+    assert runner.dropped == 405 - 5  # thinned scalars are counted, rescued Records are not
+    assert runner.drain() == []  # delivered once
+
+
+def test_each_drain_of_a_slow_consumer_has_every_runs_newest_record_and_arrays(make_runner):
+    trainers = {"a": SparseArraysTrainer(arrays_every=20), "b": SparseArraysTrainer(arrays_every=1000),
+                "c": FakeTrainer(max_sweeps=10)}
+    runner = make_runner(lambda: trainers, buffer_size=4)
+    expected = [  # oldest first; a run that produced nothing since the last drain is absent
+        [("c", 10, True), ("a", 40, True), ("a", 49, False), ("b", 49, False), ("a", 50, False), ("b", 50, False)],
+        [("a", 99, False), ("b", 99, False), ("a", 100, True), ("b", 100, False)],
+        [("a", 140, True), ("a", 149, False), ("b", 149, False), ("a", 150, False), ("b", 150, False)],
+    ]
+    for want in expected:
+        for _ in range(50):
+            runner.step_once()  # one round of every active run each
+        assert runner.wait_idle(60.0)
+        assert shown(runner.drain()) == want
+    assert runner.dropped == (110 - 6) + (100 - 4) + (100 - 5)
+    assert runner.latest("a")["sweep"] == 150 and runner.latest("c")["sweep"] == 10
+    assert runner.latest("nobody") is None
+    runner.reset()  # a new generation: nothing of the old one is delivered or shown
+    assert runner.drain() == [] and runner.latest("a") is None
+
+
+def test_rescued_records_of_batched_steps_keep_their_order(make_runner):
+    trainers = {"early": BatchTrainer(max_sweeps=3), "long": BatchTrainer(max_sweeps=2000)}
+    runner = make_runner(lambda: trainers, buffer_size=2)
+    runner.play()
+    assert runner.wait_idle(60.0) and not runner.active
+    records = runner.drain()
+    assert [(n, r["sweep"]) for n, r in records] == [("early", 3), ("long", 1999), ("long", 2000)]
+    assert all("M" in r for _, r in records)
