@@ -327,12 +327,12 @@ class LabTools:
                                           filename=f"boltzlab-{lab.key}-plots.html", width=160,
                                           embed=False)
         self.message = StatusBadge("", "info", visible=False, name=f"{lab.key}-tools-message")
-        self.next_step = w.Button(label="Next step ▶", color="success", width=190,
-                                  height=56, visible=False, stylesheets=[
-                                      ":host .bk-btn { font-size: 1.5em; font-weight: bold; }"])
+        self.next_step = w.Button(label="Next step ▶", color="success", width=170, align="end",
+                                  height=48, visible=False, stylesheets=[
+                                      ":host .bk-btn { font-size: 1.3em; font-weight: bold; }"])
         self.changed = pn.pane.HTML("", visible=False, sizing_mode="stretch_width",
                                     name=f"{lab.key}-what-changed",
-                                    styles={"font-size": "1.45em", "line-height": "1.4"})
+                                    styles={"font-size": "1.2em", "line-height": "1.35"}, margin=(0, 10))
         self.root: pn.viewable.Viewable | None = None  # the lab's page, for the HTML export
         self._fonts: dict[str, dict[str, Any]] = {}  # plot fonts before presentation mode
         self._syncing_url = False
@@ -363,10 +363,6 @@ class LabTools:
         self._card = pn.Card(row, title="Share, save and export", collapsed=True,
                              sizing_mode="stretch_width", margin=(5, 5))
         return self._card
-
-    def presenter(self) -> pn.viewable.Viewable:
-        """The presentation-mode strip: a big Next-step button and what it changed."""
-        return pn.Row(self.next_step, self.changed, sizing_mode="stretch_width")
 
     def set_presenting(self, on: bool) -> None:
         """Presentation mode: the Next-step strip shows, the toolbar folds away, the plots'

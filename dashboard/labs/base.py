@@ -96,6 +96,7 @@ class Lab(pn.viewable.Viewer):
         self._callback: Any = None
         self._explaining: tuple[dict, dict] | None = None  # Next step in flight: the before
         self._page: pn.viewable.Viewable | None = None
+        self._header: pn.viewable.Viewable | None = None
         self.jobs = Jobs()
         self._build_transport()
         self.settings_msg = StatusBadge("", "error", visible=False, name=f"{self.key}-settings-message")
@@ -413,8 +414,16 @@ class Lab(pn.viewable.Viewer):
 
     # ------------------------------------------------------------------ the page
     def transport(self) -> pn.viewable.Viewable:
+        """Play, Pause, Step, Reset, speed, progress (and presentation mode's Next step)."""
         return pn.Row(self.play, self.pause, self.step, self.reset, self.speed, self.counter_pane,
-                      align="start", margin=0)
+                      self.tools.next_step, align="start", margin=0)
+
+    def set_presenting(self, on: bool) -> None:
+        """Presentation mode: larger everything, a Next step button, and the one-line
+        explanation folded away so that the main plot fits a 1280×720 projector."""
+        if self._header is not None:
+            self._header.visible = not on
+        self.tools.set_presenting(on)
 
     def header(self) -> pn.viewable.Viewable:
         """One sentence, and a *more* toggle that unfolds the explanation and equations."""
@@ -434,15 +443,16 @@ class Lab(pn.viewable.Viewer):
         line = pn.pane.Markdown(f"**{self.heading or self.title}.** {self.summary.strip()}",
                                 sizing_mode="stretch_width", margin=(0, 10),
                                 styles={"font-size": "1.05em"})
-        return pn.Column(pn.Row(line, toggle, sizing_mode="stretch_width"), more,
-                         sizing_mode="stretch_width", margin=(0, 0, 4, 0))
+        self._header = pn.Column(pn.Row(line, toggle, sizing_mode="stretch_width"), more,
+                                 sizing_mode="stretch_width", margin=(0, 0, 4, 0))
+        return self._header
 
     def __panel__(self) -> pn.viewable.Viewable:
         if self._page is None:
             left = pn.Column(self.tools.preset, self.tools.message.pane, self.controls_panel(),
                              self.settings_msg.pane, self.tools.panel(), width=340)
             more = self.more_views()
-            right = pn.Column(self.transport(), self.tools.presenter(),
+            right = pn.Column(self.transport(), self.tools.changed,
                               pn.Row(self.run_status.pane, *self.badges(), sizing_mode="stretch_width"),
                               self.main_view(), *([more] if more is not None else []),
                               sizing_mode="stretch_width")
