@@ -337,7 +337,7 @@ class LabTools:
         self._fonts: dict[str, dict[str, Any]] = {}  # plot fonts before presentation mode
         self._syncing_url = False
         self._presenting = False
-        self._card_was_collapsed = True
+        self._card_was_collapsed = False
 
         self.preset.param.watch(self._on_preset, "value")
         self.load.param.watch(self._on_load, "value")
@@ -359,8 +359,8 @@ class LabTools:
                      sizing_mode="stretch_width", styles={"flex-wrap": "wrap"})
         for widget in (self.copy_link, self.save, self.load, self.export_csv, self.export_html):
             widget.align = "end"
-        # folded by default: the first screen is for the controls and the main plot
-        self._card = pn.Card(row, title="Share, save and export", collapsed=True,
+        # under the controls, in the left column: the first screen's right side is the plot
+        self._card = pn.Card(row, title="Share, save and export", collapsed=False,
                              sizing_mode="stretch_width", margin=(5, 5))
         return self._card
 

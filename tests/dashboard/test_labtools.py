@@ -280,7 +280,6 @@ def test_presentation_mode_scales_plot_fonts_and_restores_them(make_lab):
     axis = lab.logpl.figure.yaxis[0]
     before = axis.axis_label_text_font_size
     title = lab.logpl.figure.title.text_font_size
-    lab.tools._card.collapsed = False  # the user had opened the toolbar
     lab.tools.set_presenting(True)
     assert axis.axis_label_text_font_size != before and lab.tools._card.collapsed
     assert lab.logpl.figure.title.text_font_size == title  # titles already fill the width
