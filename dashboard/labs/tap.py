@@ -2,6 +2,11 @@
 
 Paper: Tramel, Gabrié, Manoel, Caltagirone & Krzakala (2018), "Deterministic and
 generalized framework for unsupervised learning with restricted Boltzmann machines".
+
+The views draw from Records only.  What takes longer than a few milliseconds -- the
+Isomap of the solutions (Fig. 6), the data Isomap (Fig. 7) and the denoising (Fig. 8) --
+runs as analysis jobs (:mod:`dashboard.jobs`, functions of :mod:`dashboard.labs.tap_setup`)
+and is drawn on a later tick; the views say "Computing…" meanwhile.
 """
 
 from __future__ import annotations
@@ -9,22 +14,24 @@ from __future__ import annotations
 import functools
 import math
 import time
+from typing import Any
 
 import numpy as np
 import panel as pn
 from bokeh.models import ColumnDataSource, HoverTool
 from bokeh.plotting import figure
 
-from dashboard.labs.tap_setup import DATASETS, EXACT_LIMIT, History, isomap_of_history, load_images, trainer_factory
-from dashboard.labtools import LabTools, Preset, intro_card
-from dashboard.runner import Runner, attach, play_or_tell
+from dashboard.labs.base import RADIO, Lab, held, label
+from dashboard.labs.tap_setup import (DATASETS, EXACT_LIMIT, History, data_embedding, denoise_curve, denoise_digit,
+                                      load_images, solution_embedding)
+from dashboard.labs.tap_setup import trainer_factory as build_trainers
+from dashboard.labtools import Preset
 from dashboard.views import LiveCurve, StatusBadge
 from dashboard.views.histogram import HistogramSlices
 from dashboard.views.image_grid import ImageGrid
 from dashboard.views.scatter import EmbeddingScatter
 from engine import tap_analysis
 
-RADIO = dict(color="primary", variant="outline")
 # one step trains a few mini-batches (about 1/8 of an epoch) and then evaluates
 SPEEDS = {"1 step/s": 1.0, "5 steps/s": 5.0, "as fast as possible": None}
 FIELDS_SHOWN = 100  # receptive fields drawn at most
@@ -99,197 +106,101 @@ PRESETS = [
            "receptive field that changes can be pointed at; damping 0.5 keeps the TAP iterations converging."),
 ]
 
-
-def _held(method):
-    """Run a UI handler inside one ``pn.io.hold`` (see dashboard.labs.fvbm._held)."""
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
-        with pn.io.hold(freeze=True):
-            return method(self, *args, **kwargs)
-    return wrapper
+RANK_ROWS = 1000  # training digits behind "rank by mean activation" (a 1000 x Nv x Nh product: ~5-8 ms on MNIST)
+FIELDS_SECONDS = 1.0  # images re-layout parts of the page in the browser: at most once a second
+EMBED_SECONDS = 5.0  # while training, the solutions' Isomap (~3 s on MNIST) is refitted at most this often
+COMPUTING = "Computing…"
 
 
-def _label(text: str) -> pn.pane.Markdown:
-    return pn.pane.Markdown(f"**{text}**", margin=(6, 10, -8, 10))
+class TAPLab(Lab):
+    """A TAP machine trained live, with its TAP solutions counted, histogrammed and mapped."""
 
-
-class TAPLab:
-    """Controls + live views around one :class:`Runner` (one per browser session)."""
-
-    title = "TAP"
     key = "tap"
+    title = "TAP"
+    heading = "TAP machines: an RBM trained through its TAP free energy, live"
+    summary = ("A TAP machine trains an RBM by ascending its TAP log-likelihood (eq. 39): watch the number of "
+               "TAP solutions grow from 1 and their free energies spread as the weights grow.")
+    intro, equations, watch = INTRO, EQUATIONS, WATCH
     presets = PRESETS
+    speeds = SPEEDS
+    default_speed = "as fast as possible"
+    watch_scalar = "tap_log_likelihood"
+    counter_width = 150
 
-    def __init__(self) -> None:
-        self._applying = False  # apply_settings sets many widgets, then rebuilds once
-        self._highlight: int | None = None  # presentation mode: the hidden unit outlined
-        self._data_key: str | None = None
-        self._build_widgets()
-        self._build_views()
-        self.history = History()
-        self.runner = Runner(self._factory(), watch="tap_log_likelihood")
-        self.runner.set_speed(SPEEDS[self.speed.value])
-        self._callback = None
-        self._last: dict = {}
-        self._status_time = 0.0
-        self._status_key: tuple = ()
-        self._embedding_dirty = False
-        self._data_map = None
-        self._fields_time = 0.0
-        self._epoch_now = 0.0
-        self._quiet = False  # set while the lab itself moves the epoch widgets
-        self._prepare_data()
-        self._rebuild()
-        self.tools = LabTools(self)
-
-    # ------------------------------------------------------------------ LabTools contract
-    def settings(self) -> dict:
-        """The widgets whose values define a run (URL, presets, checkpoints)."""
-        return {"data": self.data, "n_hidden": self.n_hidden, "prior_hid": self.prior_hid, "gamma": self.gamma,
-                "eps": self.eps, "eta": self.eta, "batch": self.batch, "K": self.K, "damping": self.damping,
-                "seed": self.seed, "speed": self.speed}
-
-    @_held
-    def apply_settings(self, values: dict) -> None:
-        """Set many widgets, then rebuild the run once; ``ValueError`` if the values make no
-        valid run (the widgets keep the new values, the run the old one).  A change of data
-        set brings that set's defaults for the settings ``values`` does not name."""
-        widgets = self.settings()
-        data = values.get("data", self.data.value)
-        defaults = {k: v for k, v in DEFAULTS[data].items() if k not in values} if data != self.data.value else {}
-        self._applying = True
-        try:
-            for name, value in {**defaults, **values}.items():
-                widgets[name].value = value
-        finally:
-            self._applying = False
-        self._prepare_data()
-        self._rebuild(strict=True)
-
-    @_held
-    def redraw(self, records) -> None:
-        """Clear the views and replay ``records`` (a loaded checkpoint's history: scalars on
-        every row, the newest arrays on the last), then draw the analysis of that model."""
-        self._clear()
-        self.on_records(records)
-        if self.history.snapshots:
-            self._show_histograms()
-            self._show_embedding()
-        self._show_fields()
-        self._status_time = 0.0
-        self._refresh_status()
-
-    def step_once(self) -> None:
-        self._step()
-
-    def refresh_status(self) -> None:
-        self._refresh_status()
-
-    def describe_change(self, name, before, after, before_arrays, after_arrays) -> str | None:
-        """Presentation mode: what one step did in the paper's terms -- the TAP
-        log-likelihood (eq. 39), the unique TAP solutions, and the hidden unit whose weights
-        (a column of W, eq. 40) moved most, outlined in the receptive fields."""
-        if "epoch" not in after:
-            return None
-        batches = int(after.get("iteration", 0) - before.get("iteration", 0))
-        parts = [f"<b>Epoch {before.get('epoch', 0.0):.2f} → {after['epoch']:.2f}</b> "
-                 f"({batches} mini-batch{'es' if batches != 1 else ''} of M = {self.batch.value})"]
-        ll = after.get("tap_log_likelihood")
-        if ll is not None and math.isfinite(ll):
-            text = f"TAP log-likelihood {ll:.4f} per unit"
-            old = before.get("tap_log_likelihood")
-            if old is not None and math.isfinite(old):
-                gain = ll - old
-                text += f" ({'▲' if gain >= 0 else '▼'} {abs(gain):.2g})"
-            parts.append(text)
-        if "n_solutions" in after:
-            n = int(after["n_solutions"])
-            k = self.K.value
-            if "n_solutions" in before:
-                m = int(before["n_solutions"])
-                verb = "appeared" if n > m else "merged away" if n < m else ""
-                text = f"unique TAP solutions {m} → <b>{n}</b> of K = {k}"
-                if verb:
-                    text += f" ({abs(n - m)} {verb})"
-            else:
-                text = f"<b>{n}</b> unique TAP solution{'s' if n != 1 else ''} from K = {k} starts"
-            parts.append(text)
-        unit = ""
-        W1 = after_arrays.get("W")
-        W0 = before_arrays.get("W", self._initial_W)
-        if W1 is not None and W0 is not None and np.shape(W0) == np.shape(W1):
-            moved = np.linalg.norm(np.asarray(W1) - np.asarray(W0), axis=0)
-            if np.all(np.isfinite(moved)) and moved.max() > 0:
-                j = int(np.argmax(moved))
-                self._highlight = j
-                shown = self._show_fields(W1, after_arrays.get("b_hid"))
-                where = ("outlined in orange in the receptive fields" if shown
-                         else f"not among the {FIELDS_SHOWN} fields drawn")
-                unit = f"Hidden unit {j}'s weights moved most (by {moved[j]:.3g} in ℓ₂ norm; {where})."
-        head, *rest = parts
-        text = f"{head}: " + "; ".join(rest) + "." if rest else f"{head}."
-        return text + (f"<br>{unit}" if unit else "")
-
-    # ------------------------------------------------------------------ widgets
-    def _build_widgets(self) -> None:
+    # ------------------------------------------------------------------ controls
+    def build_controls(self) -> None:
         w = pn.widgets
+        d = DEFAULTS[DEFAULT_DATA]
         self.data = w.RadioButtonGroup(label="Data", options=DATASETS, value=DEFAULT_DATA, **RADIO)
-        self.n_hidden = w.IntInput(label="Hidden units Nh", value=DEFAULTS[DEFAULT_DATA]["n_hidden"], start=1, end=1000, width=140)
+        self.n_hidden = w.IntInput(label="Hidden units Nh", value=d["n_hidden"], start=1, end=1000, width=140)
         self.prior_hid = w.RadioButtonGroup(label="Hidden prior", options={"Bernoulli {0,1}": "bernoulli",
                                                                            "Spin {−1,+1}": "spin"},
                                             value="bernoulli", **RADIO)
-        self.gamma = w.FloatInput(label="Step γ", value=DEFAULTS[DEFAULT_DATA]["gamma"], start=1e-5, end=1.0, step=0.001, width=100)
+        self.gamma = w.FloatInput(label="Step γ", value=d["gamma"], start=1e-5, end=1.0, step=0.001, width=100)
         self.eps = w.FloatInput(label="ℓ₂ strength ε", value=0.001, start=0.0, end=1.0, step=0.001, width=100)
         self.eta = w.FloatInput(label="Momentum η", value=0.5, start=0.0, end=0.99, step=0.05, width=100)
-        self.batch = w.IntInput(label="Mini-batch M", value=DEFAULTS[DEFAULT_DATA]["batch"], start=1, end=5000, width=100)
+        self.batch = w.IntInput(label="Mini-batch M", value=d["batch"], start=1, end=5000, width=100)
         self.K = w.IntInput(label="Solutions K", value=100, start=1, end=2000, width=100)
         self.damping = w.FloatInput(label="Damping", value=0.0, start=0.0, end=0.95, step=0.05, width=100)
         self.seed = w.IntInput(label="Seed", value=0, start=0, width=100)
-        self.settings_msg = StatusBadge("", "error", visible=False)
+        self.data_info = pn.pane.Markdown("", styles={"font-size": "0.9em"})
+        self._prepared: tuple[str, Any] | None = None  # the data set chosen: (key, tap_setup.load_images(key))
+        self._data_key: str | None = None  # ... and the current run's (the views', set by clear())
+        self.images = None
 
-        self.play = w.Button(label="▶ Play", color="success", width=90)
-        self.pause = w.Button(label="❚❚ Pause", color="warning", width=90, disabled=True)
-        self.step = w.Button(label="Step", color="primary", width=80)
-        self.reset = w.Button(label="↺ Reset", color="default", width=90)
-        self.speed = w.Select(label="Speed", options=list(SPEEDS), value="as fast as possible", width=170)
+    def controls(self) -> dict[str, Any]:
+        return {"data": self.data, "n_hidden": self.n_hidden, "prior_hid": self.prior_hid, "gamma": self.gamma,
+                "eps": self.eps, "eta": self.eta, "batch": self.batch, "K": self.K, "damping": self.damping,
+                "seed": self.seed}
 
-        self.data.param.watch(lambda e: self._on_data(), "value")
-        for widget in (self.n_hidden, self.prior_hid, self.gamma, self.eps, self.eta, self.batch, self.K,
-                       self.damping, self.seed):
-            widget.param.watch(lambda e: self._rebuild(), "value")
-        # presentation mode's outline marks what the last Next step changed: gone on any other button
-        for widget in (self.play, self.step, self.reset):
-            widget.on_click(lambda e: self._clear_highlight())
-        self.play.on_click(lambda e: self._play())
-        self.pause.on_click(lambda e: self._pause())
-        self.step.on_click(lambda e: self._step())
-        self.reset.on_click(lambda e: self._reset())
-        self.speed.param.watch(lambda e: self.runner.set_speed(SPEEDS[e.new]), "value")
+    def controls_panel(self) -> pn.viewable.Viewable:
+        data_card = pn.Card(label("Data"), self.data, self.data_info, title="1. Data", collapsible=False,
+                            sizing_mode="stretch_width")
+        model_card = pn.Card(pn.Row(self.n_hidden, self.seed), label("Hidden prior"), self.prior_hid,
+                             pn.Row(self.gamma, self.eps, self.eta), pn.Row(self.batch, self.K, self.damping),
+                             title="2. Model and training (Table 1)", collapsible=False,
+                             sizing_mode="stretch_width")
+        return pn.Column(data_card, model_card, sizing_mode="stretch_width", margin=0)
 
-        self.rank_by = w.RadioButtonGroup(label="Rank", options={"by spread (ℓ₀.₁, most localized first)": "spread",
-                                                                 "by mean activation": "activation"},
-                                          value="spread", **RADIO)
-        self.rank_by.param.watch(lambda e: self._show_fields(), "value")
-        # an IntSlider over snapshots: a DiscreteSlider whose options grow every epoch
-        # froze Chromium for seconds on each update (measured)
-        self.epoch_slider = w.IntSlider(label="Snapshot shown (0 = first epoch; the right end follows training)",
-                                        start=0, end=1, value=0, width=420)
-        self.epoch_slider.param.watch(lambda e: None if self._quiet else self._show_embedding(), "value")
-        self.denoise_index = w.IntSlider(label="Held-out digit", start=0, end=10, value=0, width=220)
-        self.denoise_p = w.FloatSlider(label="Flip probability p", start=0.0, end=0.5, step=0.05, value=0.1, width=220)
-        self.denoise_curve_button = w.Button(label="Compute MCC vs p", color="primary", width=170)
-        for widget in (self.denoise_index, self.denoise_p):
-            widget.param.watch(lambda e: self._show_denoising(), "value")
-        self.denoise_curve_button.on_click(lambda e: self._denoise_curve())
+    def prepare(self, changed: set[str], strict: bool = False) -> None:
+        """Load the data set when it changed (the views follow once the new run is installed,
+        in :meth:`clear`: a refused setting keeps the old run, drawn on its own data)."""
+        key = self.data.value
+        if self._prepared is not None and self._prepared[0] == key:
+            return
+        images = load_images(key)
+        self._prepared = (key, images)
+        n, v, t = images.split_sizes
+        shape = images.image_shape
+        self.data_info.object = (f"**{images.name}**: {n:,} training, {v:,} validation and {t:,} test digits of "
+                                 f"{shape[0]}×{shape[1]} binary pixels.")
+
+    def implied(self, values) -> dict[str, Any]:
+        """A change of data set brings that set's default model settings."""
+        data = values.get("data")
+        if data is None or data == self._data_key:  # the data set of the current run
+            return {}
+        return dict(DEFAULTS.get(data, {}))
+
+    def trainer_factory(self):
+        return build_trainers(self.data.value, n_hidden=self.n_hidden.value, prior_hid=self.prior_hid.value,
+                              learning_rate=self.gamma.value, weight_decay=self.eps.value, momentum=self.eta.value,
+                              batch_size=self.batch.value, n_chains=self.K.value, damping=self.damping.value,
+                              seed=self.seed.value)
 
     # ------------------------------------------------------------------ views
-    def _build_views(self) -> None:
+    def build_views(self) -> None:
+        self._highlight: int | None = None  # presentation mode: the hidden unit outlined
+        self._last: dict[str, Any] = {}  # the newest Record's arrays, epoch, solutions count and damping
+        self._idle_text: dict[Any, str] = {}  # a view's "empty" text while it says "Computing…"
+        self._quiet = False  # set while the lab itself moves its sliders
+        self.history = History()
         self.ll_curve = LiveCurve("TAP log-likelihood per unit (Fig. 3)", "epoch",
                                   "TAP log-likelihood per unit (nats)", y2_label="unique TAP solutions (dashed)",
                                   name="tap-ll", height=330)
         self.ll_curve.add_line("ll", "TAP log-likelihood / (Nv + Nh)", "#1f77b4")
         self.ll_curve.add_line("count", "unique solutions", "#2ca02c", axis="right", dash="dashed")
-        # Figure 5, top: every solution's free energy per epoch, the Helmholtz estimate, the count
+        # Figure 5, top: every solution's free energy per epoch, the Helmholtz estimate
         self.fe_points = ColumnDataSource({"x": [], "y": []}, name="fe-points")
         self.fe_line = ColumnDataSource({"x": [], "y": []}, name="fe-helmholtz")
         fig = figure(title="Free energies of the TAP solutions (Fig. 5)", height=330,
@@ -323,37 +234,43 @@ class TAPLab:
                                 tile_label="hidden unit")
         self.truth = LiveCurve("Ground truth (Nh ≤ 20): exact vs estimates", "epoch",
                                "log-likelihood per digit (nats)", name="truth", height=330, legend_cols=2)
-        for key, label, color, dash in (("exact", "exact", "#000000", "solid"), ("tap", "TAP (eq. 39)", "#1f77b4", "solid"),
-                                        ("ais", "AIS (20 runs, 1,001 βs)", "#ff7f0e", "dashed"),
-                                        ("pl", "pseudo-likelihood", "#2ca02c", "dotted")):
-            self.truth.add_line(key, label, color, dash=dash)
+        for key, text, color, dash in (("exact", "exact", "#000000", "solid"), ("tap", "TAP (eq. 39)", "#1f77b4", "solid"),
+                                       ("ais", "AIS (20 runs, 1,001 βs)", "#ff7f0e", "dashed"),
+                                       ("pl", "pseudo-likelihood", "#2ca02c", "dotted")):
+            self.truth.add_line(key, text, color, dash=dash)
         self.denoise_grid = ImageGrid("clean · noisy · TAP · OPE · 1-NN", kind="pixels", name="denoise",
                                       height=170, empty_text="", tile_label="image")
         self.mcc_curve = LiveCurve("Denoising: MCC vs flip probability p (Fig. 8)", "flip probability p",
                                    "Matthews correlation (MCC)", name="mcc", height=300, legend_cols=3)
-        for key, label, color in (("tap", "TAP", "#1f77b4"), ("ope", "OPE (eq. 46)", "#444444"),
-                                  ("nn", "1-NN", "#ff7f0e")):
-            self.mcc_curve.add_line(key, label, color)
+        for key, text, color in (("tap", "TAP", "#1f77b4"), ("ope", "OPE (eq. 46)", "#444444"),
+                                 ("nn", "1-NN", "#ff7f0e")):
+            self.mcc_curve.add_line(key, text, color)
         for curve in (self.ll_curve, self.truth, self.mcc_curve):  # half-width plots: titles that fit
             curve.figure.title.text_font_size = "11pt"
-        self.counter = pn.pane.HTML("Epoch 0", name="epoch-counter", css_classes=["epoch-counter"],
-                                    styles={"font-size": "1.4em", "font-weight": "bold"}, width=150)
-        self.run_status = StatusBadge("Ready: press ▶ Play to train", "idle", width=330)
-        self.solutions_status = StatusBadge("No TAP solutions yet", "idle", width=420)
-        self.data_info = pn.pane.Markdown("", styles={"font-size": "0.9em"})
+        self.solutions_status = StatusBadge("No TAP solutions yet", "idle", width=420, name="tap-solutions")
         self.denoise_note = pn.pane.Markdown("", styles={"font-size": "0.9em"})
 
-    # ------------------------------------------------------------------ layout
-    def panel(self) -> pn.viewable.Viewable:
-        data_card = pn.Card(_label("Data"), self.data, self.data_info, title="1. Data", collapsible=False,
-                            sizing_mode="stretch_width")
-        model_card = pn.Card(pn.Row(self.n_hidden, self.seed), _label("Hidden prior"), self.prior_hid,
-                             pn.Row(self.gamma, self.eps, self.eta), pn.Row(self.batch, self.K, self.damping),
-                             self.settings_msg.pane, title="2. Model and training (Table 1)", collapsible=False,
-                             sizing_mode="stretch_width")
-        controls = pn.Column(data_card, model_card, width=360)
-        bar = pn.Row(self.play, self.pause, self.step, self.reset, self.speed, self.counter, align="center")
-        badges = pn.Row(self.run_status.pane, self.solutions_status.pane, sizing_mode="stretch_width")
+        w = pn.widgets
+        self.rank_by = w.RadioButtonGroup(label="Rank", options={"by spread (ℓ₀.₁, most localized first)": "spread",
+                                                                 "by mean activation": "activation"},
+                                          value="spread", **RADIO)
+        self.rank_by.param.watch(lambda e: self._show_fields(), "value")
+        # an IntSlider over snapshots: a DiscreteSlider whose options grow every epoch
+        # froze Chromium for seconds on each update (measured)
+        self.epoch_slider = w.IntSlider(label="Snapshot shown (0 = first epoch; the right end follows training)",
+                                        start=0, end=1, value=0, width=420)
+        self.epoch_slider.param.watch(self._on_epoch_slider, "value")
+        self.denoise_index = w.IntSlider(label="Held-out digit", start=0, end=10, value=0, width=220)
+        self.denoise_p = w.FloatSlider(label="Flip probability p", start=0.0, end=0.5, step=0.05, value=0.1, width=220)
+        self.denoise_curve_button = w.Button(label="Compute MCC vs p", color="primary", width=170)
+        for widget in (self.denoise_index, self.denoise_p):
+            widget.param.watch(lambda e: None if self._quiet else self._show_denoising(), "value")
+        self.denoise_curve_button.on_click(lambda e: self._denoise_curve())
+
+    def main_view(self) -> pn.viewable.Viewable:
+        return pn.Row(self.ll_curve.view, self.fe_pane, sizing_mode="stretch_width")
+
+    def more_views(self) -> pn.viewable.Viewable:
         embed = pn.Column(self.epoch_slider, pn.Row(self.embedding.view, self.data_embedding.view,
                                                     sizing_mode="stretch_width"), sizing_mode="stretch_width")
         fields = pn.Column(self.rank_by, self.fields.view, sizing_mode="stretch_width")
@@ -362,80 +279,39 @@ class TAPLab:
                             self.denoise_note, pn.Row(self.denoise_grid.view, self.mcc_curve.view,
                                                       sizing_mode="stretch_width"),
                             sizing_mode="stretch_width")
-        right = pn.Column(bar, self.tools.presenter(), badges,
-                          pn.Row(self.ll_curve.view, self.fe_pane, sizing_mode="stretch_width"),
-                          pn.Row(self.hist.view, self.truth.view, sizing_mode="stretch_width"),
-                          embed, fields, denoise, sizing_mode="stretch_width")
-        page = pn.Column(
-            intro_card("TAP machines: an RBM trained through its TAP free energy, live", INTRO, EQUATIONS, WATCH),
-            self.tools.panel(), pn.Row(controls, right, sizing_mode="stretch_width"),
-            sizing_mode="stretch_width", name=self.title)
-        self.tools.root = page
-        return page
+        return pn.Column(pn.Row(self.hist.view, self.truth.view, sizing_mode="stretch_width"),
+                         embed, fields, denoise, sizing_mode="stretch_width")
 
-    def start(self) -> None:
-        if self._callback is None:
-            self._callback = attach(self.runner, self.on_records, 200)
+    def badges(self) -> list:
+        return [self.solutions_status.pane]
 
-    # ------------------------------------------------------------------ settings
-    def _factory(self):
-        return trainer_factory(self.data.value, n_hidden=self.n_hidden.value, prior_hid=self.prior_hid.value,
-                               learning_rate=self.gamma.value, weight_decay=self.eps.value, momentum=self.eta.value,
-                               batch_size=self.batch.value, n_chains=self.K.value, damping=self.damping.value,
-                               seed=self.seed.value)
-
-    @_held
-    def _on_data(self) -> None:
-        """The data set changed: its default model settings, then one rebuild."""
-        if self._applying:
+    def _show_data(self) -> None:
+        """Point the data-dependent views at the data set of the run just installed."""
+        self._data_key, images = self._prepared
+        if images is self.images:
             return
-        self._applying = True
+        self.images = images
+        self._rank_rows = images.X_train[:RANK_ROWS]
+        self.fields.image_shape = images.image_shape
+        self.denoise_grid.image_shape = images.image_shape
+        end = max(0, min(len(images.X_test), DENOISE_ROWS) - 1)
+        self._quiet = True  # no denoising of the previous model on the new data
         try:
-            for name, value in DEFAULTS[self.data.value].items():
-                getattr(self, name).value = value
+            self.denoise_index.param.update(end=end, value=min(self.denoise_index.value, end))
         finally:
-            self._applying = False
-        self._prepare_data()
-        self._rebuild()
+            self._quiet = False
 
-    def _prepare_data(self) -> None:
-        """Point the data-dependent views at the current data set (no retraining)."""
-        key = self.data.value
-        if key == self._data_key:
-            return
-        images = load_images(key)
-        n, v, t = images.split_sizes
-        shape = images.image_shape
-        self.data_info.object = (f"**{images.name}**: {n:,} training, {v:,} validation and {t:,} test digits of "
-                                 f"{shape[0]}×{shape[1]} binary pixels.")
-        self.fields.image_shape = shape
-        self._data_map = None
-        self.denoise_grid.image_shape = shape
-        self.denoise_index.end = max(0, min(len(images.X_test), DENOISE_ROWS) - 1)
-        self._data_key = key
-
-    @_held
-    def _rebuild(self, strict: bool = False) -> None:
-        if self._applying:
-            return
-        try:
-            factory = self._factory()
-            self.runner.reset(factory)
-        except ValueError as exc:
-            self.settings_msg.set("error", f"**Invalid setting:** {exc}")
-            self.settings_msg.pane.visible = True
-            if strict:
-                raise
-            return
-        self.settings_msg.pane.visible = False
-        self._clear()
-
-    def _clear(self) -> None:
+    def clear(self) -> None:
+        self._show_data()
         self.history = History()
         self._last = {}
         self._highlight = None
-        self._initial_W = self._trainer_W()
         self._epoch_now = 0.0
+        self._fit: tuple[list, list, int] | None = None  # the newest Fig. 6 job: (snapshots, coords, fit index)
+        self._embedding_dirty = False  # new snapshots since the last Isomap job was submitted
+        self._embed_time = -math.inf
+        self._fields_stale = False  # newer weights than the receptive fields drawn
+        self._fields_time = -math.inf
         self.ll_curve.clear()
         self.truth.clear()
         self.mcc_curve.clear()
@@ -444,65 +320,40 @@ class TAPLab:
         # exact answers need {0,1} units on both sides and a small hidden layer (see tap_setup)
         self.truth.view.visible = self.n_hidden.value <= EXACT_LIMIT and self.prior_hid.value == "bernoulli"
         self._quiet = True
-        self.epoch_slider.param.update(end=1, value=0)
-        self._quiet = False
+        try:
+            self.epoch_slider.param.update(end=1, value=0)
+        finally:
+            self._quiet = False
+        for view, text in self._idle_text.items():
+            view._empty.text = text
         self.hist.update({})
         self.embedding.update(None)
         self.data_embedding.update(None)
         self.fields.update(None)
         self.denoise_grid.update(None)
         self.denoise_note.object = "Train a little, then pick a digit and a flip probability."
-        self._refresh_status()
 
-    def _trainer_W(self) -> np.ndarray | None:
-        """The new trainer's initial weights (presentation mode compares the first step with
-        them); read once after a reset, while the runner is idle."""
-        try:
-            return np.asarray(self.runner.trainers["TAP"].params[0])
-        except Exception:  # e.g. a remote trainer without `params`
-            return None
+    def _computing(self, view: Any, *, always: bool = True) -> None:
+        """Say "Computing…" in ``view`` until a job's result replaces it: over what it shows
+        (``always``: the user asked for something new), or only while it shows nothing (a
+        live refit keeps the previous picture unlabelled)."""
+        if not always and len(view.source.data["x"]):
+            return
+        self._idle_text.setdefault(view, view._empty.text)
+        view._empty.text = COMPUTING
+        view._empty.visible = True
 
-    def _clear_highlight(self) -> None:
-        if self._highlight is not None:
-            self._highlight = None
-            self._show_fields()
-
-    # ------------------------------------------------------------------ buttons
-    @_held
-    def _play(self) -> None:
-        busy = play_or_tell(self.runner)
-        self._refresh_status()
-        if busy:
-            self.run_status.set("warn", busy)
-
-    @_held
-    def _pause(self) -> None:
-        self.runner.pause()
-        self._refresh_status()
-
-    @_held
-    def _step(self) -> None:
-        self.runner.step_once()
-        self._refresh_status()
-
-    @_held
-    def _reset(self) -> None:
-        self.runner.reset()
-        self._clear()
+    def _failed(self, view: Any, exc: BaseException) -> None:
+        """A job's error, said in the view that waited for it (instead of failing the tick)."""
+        self._idle_text.setdefault(view, view._empty.text)
+        view._empty.text = f"Could not compute this: {type(exc).__name__}: {exc}"[:120]
+        view._empty.visible = True
 
     # ------------------------------------------------------------------ live updates
-    def on_records(self, records) -> None:
+    def show(self, records) -> None:
         recs = [r for name, r in records if name == "TAP"]
-        if recs:
-            self._stream(recs)
-        key = (self.runner.playing, tuple(s.status for s in self.runner.states.values()))
-        now = time.monotonic()
-        if key != self._status_key or now - self._status_time > 1.0:
-            self._refresh_status()
-            self._status_key, self._status_time = key, now
-
-    def _stream(self, recs) -> None:
-        epoch = np.array([r.scalars["epoch"] for r in recs], dtype=float)
+        if not recs:
+            return
         ll = [(r.scalars["epoch"], r.scalars["tap_log_likelihood"]) for r in recs if "tap_log_likelihood" in r.scalars]
         if ll:
             xs, ys = zip(*ll)
@@ -511,16 +362,16 @@ class TAPLab:
         if counts:
             xs, ys = zip(*counts)
             self.ll_curve.stream("count", xs, ys)
-        new_epoch = False
+        new_snapshot = False
         for r in recs:
             s = r.scalars
             if "solution_free_energies" in r.arrays:
                 fe = np.asarray(r.arrays["solution_free_energies"], dtype=float)
-                self.fe_points.stream({"x": np.full(fe.size, s["epoch"]), "y": fe}, rollover=20_000)
-                new_epoch |= self.history.add(r)
+                _append(self.fe_points, {"x": np.full(fe.size, s["epoch"]), "y": fe}, 20_000)
+                new_snapshot |= self.history.add(r)
             # the Helmholtz estimate is a scalar: a loaded checkpoint's history redraws all of it
             if "helmholtz_free_energy" in s:
-                self.fe_line.stream({"x": [s["epoch"]], "y": [s["helmholtz_free_energy"]]}, rollover=5000)
+                _append(self.fe_line, {"x": [s["epoch"]], "y": [s["helmholtz_free_energy"]]}, 5000)
             if "ll_exact" in s:
                 for key, name in (("exact", "ll_exact"), ("tap", "ll_tap"), ("ais", "ll_ais"),
                                   ("pl", "pseudo_likelihood")):
@@ -529,29 +380,32 @@ class TAPLab:
             if "W" in r.arrays:
                 self._last = {**r.arrays, "epoch": s["epoch"], "n_solutions": s.get("n_solutions"),
                               "damping": s.get("damping")}
-        self._epoch_now = float(epoch[-1])
-        if new_epoch:
+                self._fields_stale = True
+        self._epoch_now = float(recs[-1].scalars["epoch"])
+        if new_snapshot:
             self._update_epoch_widgets()
             self._embedding_dirty = True
-        # images and text re-layout parts of the page in the browser: at most once a second
-        if "W" in self._last and time.monotonic() - self._fields_time > 1.0:
+
+    def on_tick(self) -> None:
+        """Draw the receptive fields when due; start the Isomap jobs when due."""
+        if self._fields_stale and time.monotonic() - self._fields_time >= FIELDS_SECONDS:
             self._show_fields()
-        if self._embedding_dirty and (not self.runner.playing or time.monotonic() - getattr(self, "_embed_time", 0) > 5):
-            self._show_embedding()
+        self._submit_embedding()
+
+    def busy(self) -> bool:
+        return self._embedding_dirty or self._fields_stale
 
     def _update_epoch_widgets(self) -> None:
         self._quiet = True
         try:
-            self._move_epoch_widgets()
+            last = len(self.history.snapshots) - 1
+            slider = self.epoch_slider
+            follow = slider.value >= slider.end - 1 or slider.value == 0 and last <= 1
+            slider.param.update(end=max(1, last),  # a slider needs end > start
+                                value=last if follow else min(slider.value, last))
         finally:
             self._quiet = False
         self._show_histograms()
-
-    def _move_epoch_widgets(self) -> None:
-        last = len(self.history.snapshots) - 1
-        follow = self.epoch_slider.value >= self.epoch_slider.end - 1 or self.epoch_slider.value == 0 and last <= 1
-        end = max(1, last)  # a slider needs end > start
-        self.epoch_slider.param.update(end=end, value=last if follow else min(self.epoch_slider.value, last))
 
     def _show_histograms(self) -> None:
         """Figure 5's slices: the first snapshot, two in between and the latest."""
@@ -559,124 +413,242 @@ class TAPLab:
         picks = sorted({round(f * (len(snaps) - 1)) for f in (0.0, 1 / 3, 2 / 3, 1.0)}) if snaps else []
         self.hist.update({f"epoch {snaps[i].epoch:.2f}": snaps[i].free_energies for i in picks})
 
-    def _show_embedding(self) -> None:
+    # ------------------------------------------------------------------ Isomap views (jobs)
+    def _shown_snapshot(self) -> int:
+        return min(self.epoch_slider.value, len(self.history.snapshots) - 1)
+
+    def _submit_embedding(self) -> None:
+        """Start the Isomap jobs of Figs. 6-7 for the newest snapshots: at once when paused,
+        every EMBED_SECONDS while training (each fit takes seconds and shares the cores
+        with training), never two fits of Fig. 6 at a time."""
+        if not self._embedding_dirty or self.jobs.running("isomap"):
+            return
+        snaps = self.history.snapshots
+        if not snaps:
+            self._embedding_dirty = False
+            return
+        now = time.monotonic()
+        if self.runner.playing and now - self._embed_time < EMBED_SECONDS:
+            return
         self._embedding_dirty = False
-        self._embed_time = time.monotonic()
+        self._embed_time = now
+        shown = [(s.epoch, s.free_energies) for s in snaps]
+        solutions = [np.hstack([s.solutions_vis, s.solutions_hid]) for s in snaps]
+        self._computing(self.embedding, always=False)
+        self.jobs.submit("isomap", solution_embedding, solutions, then=functools.partial(self._draw_embedding, shown),
+                         error=functools.partial(self._failed, self.embedding))
+        self._submit_data_embedding(always=False)
+
+    def _submit_data_embedding(self, always: bool = True) -> None:
         snaps = self.history.snapshots
         if not snaps:
             return
-        index = min(self.epoch_slider.value, len(snaps) - 1)
-        fitted = isomap_of_history(self.history)
-        snap = snaps[index]
-        self.embedding.update(fitted.coords[index], snap.free_energies,
-                              labels=[f"solution {i}" for i in range(len(snap.free_energies))])
-        self.embedding.figure.title.text = f"TAP solutions at epoch {snap.epoch:.2f} (Fig. 6)"
-        self.embedding.figure.xaxis[0].axis_label = f"Isomap 1 (fitted at epoch {snaps[fitted.fit_epoch].epoch:.2f})"
-        images = load_images(self.data.value)
-        y = images.y_train[:1000]
-        if self._data_map is None:  # fitted once per data set (the costly part)
-            self._data_map = tap_analysis.DataMap(images.X_train[:1000])
-        both = self._data_map.embed(snap.solutions_vis)
-        self.data_embedding.update(both.data_coords, y[both.data_index], labels=[f"digit {d}" for d in y[both.data_index]],
-                                   overlay_xy=both.solution_coords)
+        self._computing(self.data_embedding, always=always)
+        self.jobs.submit("isomap-data", data_embedding, self._data_key, snaps[self._shown_snapshot()].solutions_vis,
+                         then=self._draw_data_embedding, error=functools.partial(self._failed, self.data_embedding))
 
-    def _show_fields(self, W: np.ndarray | None = None, b_hid: np.ndarray | None = None) -> bool:
-        """Draw the receptive fields (the current model's, or ``W``), ranked, the
-        presentation-mode unit outlined; True when that unit is among those drawn."""
+    def _draw_embedding(self, shown: list, result: tuple[list, int]) -> None:
+        coords, fit_index = result
+        self._fit = (shown, coords, fit_index)
+        self._draw_fit()
+        self._submit_embedding()  # snapshots that came in while it was computed
+
+    def _draw_fit(self) -> None:
+        shown, coords, fit_index = self._fit
+        index = min(self.epoch_slider.value, len(shown) - 1)
+        epoch, free_energies = shown[index]
+        self.embedding.update(coords[index], free_energies,
+                              labels=[f"solution {i}" for i in range(len(free_energies))])
+        self.embedding.figure.title.text = f"TAP solutions at epoch {epoch:.2f} (Fig. 6)"
+        self.embedding.figure.xaxis[0].axis_label = f"Isomap 1 (fitted at epoch {shown[fit_index][0]:.2f})"
+
+    def _draw_data_embedding(self, result: dict) -> None:
+        digits = result["digits"]
+        self.data_embedding.update(result["data_coords"], digits, labels=[f"digit {d}" for d in digits],
+                                   overlay_xy=result["solution_coords"])
+
+    @held
+    def _on_epoch_slider(self, event) -> None:
+        if self._quiet or not self.history.snapshots:
+            return
+        if self._fit is None:
+            self._embedding_dirty = True
+            self._submit_embedding()
+            return
+        self._draw_fit()
+        self._submit_data_embedding()
+
+    # ------------------------------------------------------------------ receptive fields
+    def _field_order(self, W: np.ndarray, b_hid: np.ndarray | None) -> tuple[np.ndarray, str]:
+        """The hidden units in the order drawn (rank_by), and how they are ranked."""
+        if self.rank_by.value == "activation" and b_hid is not None:
+            # measured ~5-8 ms for 1000 MNIST digits and 100 units: cheap enough for the UI thread
+            means = (1.0 / (1.0 + np.exp(-(self._rank_rows @ W + b_hid)))).mean(0)
+            order, _ = tap_analysis.rank_receptive_fields(W, hidden_means=means, by="activation")
+            return np.asarray(order), "by mean activation"
+        order, _ = tap_analysis.rank_receptive_fields(W, by="spread")
+        return np.asarray(order), "by spread"
+
+    def _show_fields(self, W: np.ndarray | None = None, b_hid: np.ndarray | None = None) -> None:
+        """Draw the receptive fields (the newest Record's, or ``W``), ranked, the
+        presentation-mode unit outlined."""
+        self._fields_stale = False
         self._fields_time = time.monotonic()
         if W is None:
             W, b_hid = self._last.get("W"), self._last.get("b_hid")
         if W is None:
-            return False
+            return
         W = np.asarray(W, dtype=float)
-        images = load_images(self.data.value)
-        by = self.rank_by.value
-        if by == "activation" and b_hid is not None:
-            means = (1.0 / (1.0 + np.exp(-(images.X_train[:1000] @ W + b_hid)))).mean(0)
-            order, _ = tap_analysis.rank_receptive_fields(W, hidden_means=means, by="activation")
-        else:
-            order, _ = tap_analysis.rank_receptive_fields(W, by="spread")
+        order, what = self._field_order(W, b_hid)
         rank = np.empty(len(order), dtype=int)
-        rank[np.asarray(order)] = np.arange(len(order))
-        what = "by spread" if by == "spread" else "by mean activation"
+        rank[order] = np.arange(len(order))
         labels = [f"hidden unit {j}, rank {rank[j] + 1} {what}" for j in range(W.shape[1])]
         highlight = self._highlight if self._highlight is not None and self._highlight < W.shape[1] else None
         self.fields.update(W, order=order, limit=FIELDS_SHOWN, highlight=highlight, labels=labels)
-        return highlight is not None and rank[highlight] < FIELDS_SHOWN
 
-    # ------------------------------------------------------------------ denoising
-    def _denoiser(self):
-        W, b_vis, b_hid = self._last["W"], self._last["b_vis"], self._last["b_hid"]
+    # ------------------------------------------------------------------ denoising (jobs)
+    def _model(self) -> tuple:
+        """The newest Record's model, and the damping the denoiser uses."""
+        return self._last["W"], self._last["b_vis"], self._last["b_hid"], max(0.5, self.damping.value)
 
-        return tap_analysis.tap_denoiser(W, b_vis, b_hid, damping=max(0.5, self.damping.value))
-
-    @_held
+    @held
     def _show_denoising(self) -> None:
         if "W" not in self._last:
             self.denoise_note.object = "Train a little first: the denoiser is the current model."
             return
-        images = load_images(self.data.value)
-        x = images.X_test[self.denoise_index.value: self.denoise_index.value + 1]
-        p = float(self.denoise_p.value)
-        y = tap_analysis.binary_symmetric_channel(x, p, seed=self.denoise_index.value)
-        m = images.X_train.mean(0)
-        tap_est = self._denoiser()(y, p)
-        ope = tap_analysis.ope_denoise(y, m, p)
-        nn = tap_analysis.nearest_neighbour_denoise(y, images.X_train)
-        tiles = np.vstack([x, y, tap_est, ope, nn]).T
-        self.denoise_grid.update(tiles, n_cols=5, labels=["clean test digit", f"noisy: pixels flipped with p = {p:g}",
-                                                          "TAP posterior mean", "optimal pointwise estimator (eq. 46)",
-                                                          "nearest training digit (1-NN)"])
-        self.denoise_note.object = (f"Digit {images.y_test[self.denoise_index.value]} with p = {p:g}: "
-                                    "posterior means ⟨x⟩ (white 0, black 1) of the TAP machine with the channel field "
-                                    "added to the visible prior, of the optimal pointwise estimator, and the nearest "
-                                    "training digit.")
+        index, p = self.denoise_index.value, float(self.denoise_p.value)
+        self._computing(self.denoise_grid)
+        self.denoise_note.object = f"Denoising held-out digit {index} with p = {p:g}: computing…"
+        self.jobs.submit("denoise", denoise_digit, self._data_key, index, p, *self._model(),
+                         then=functools.partial(self._draw_denoising, p),
+                         error=functools.partial(self._failed, self.denoise_grid))
 
-    @_held
+    def _draw_denoising(self, p: float, result: dict) -> None:
+        self.denoise_grid.update(result["tiles"], n_cols=5, labels=[
+            "clean test digit", f"noisy: pixels flipped with p = {p:g}", "TAP posterior mean",
+            "optimal pointwise estimator (eq. 46)", "nearest training digit (1-NN)"])
+        self.denoise_note.object = (f"Digit {result['digit']} with p = {p:g}: posterior means ⟨x⟩ (white 0, black 1) "
+                                    "of the TAP machine with the channel field added to the visible prior, of the "
+                                    "optimal pointwise estimator, and the nearest training digit.")
+
+    @held
     def _denoise_curve(self) -> None:
         if "W" not in self._last:
             self.denoise_note.object = "Train a little first: the denoiser is the current model."
             return
-        images = load_images(self.data.value)
-        X = images.X_test[:DENOISE_ROWS]
-        curve = tap_analysis.denoising_curve(X, images.X_train, DENOISE_PS, seed=0, tap_denoiser=self._denoiser())
+        rows = min(len(self.images.X_test), DENOISE_ROWS)
+        self._computing(self.mcc_curve)
+        self.jobs.submit("denoise-curve", denoise_curve, self._data_key, rows, list(DENOISE_PS), *self._model(),
+                         then=functools.partial(self._draw_mcc, rows, self._last["epoch"]),
+                         error=functools.partial(self._failed, self.mcc_curve))
+
+    def _draw_mcc(self, rows: int, epoch: float, curve: dict) -> None:
         # replace (not stream): a clear and a stream in one hold reached the browser as an append
         for key, name in (("tap", "mcc_tap"), ("ope", "mcc_ope"), ("nn", "mcc_1nn")):
             self.mcc_curve.sources[key].data = {"x": list(curve["p"]), "y": list(curve[name])}
         self.mcc_curve._empty.visible = False
-        self.mcc_curve.figure.title.text = f"MCC vs p, {len(X)} test digits, epoch {self._last['epoch']:.2f} (Fig. 8)"
+        self.mcc_curve.figure.title.text = f"MCC vs p, {rows} test digits, epoch {epoch:.2f} (Fig. 8)"
         self._show_denoising()
 
     # ------------------------------------------------------------------ status
-    def _refresh_status(self) -> None:
-        self.counter.object = f"Epoch {self._epoch_now:.2f}"
-        runner = self.runner
-        playing = runner.playing
-        self.play.disabled = playing or not runner.active
-        self.pause.disabled = not playing
-        states = runner.states
-        state = states.get("TAP")
-        if state is not None and state.status in ("diverged", "error"):
-            self.run_status.set("error", state.message or state.status)
-        elif playing:
-            self.run_status.set("info", "Training…")
-        elif state is not None and not runner.active:
-            self.run_status.set("ok", f"Finished: {state.message or state.status}")
-        elif self.history.snapshots or self._last:
-            self.run_status.set("idle", "Paused")
-        else:
-            self.run_status.set("idle", "Ready: press ▶ Play to train")
+    def counter(self) -> str:
+        return f"Epoch {self._epoch_now:.2f}"
+
+    def refresh_badges(self) -> None:
         snaps = self.history.snapshots
-        if snaps:
-            s = snaps[-1]
-            n = len(s.free_energies)
-            frac = n / max(1, self.K.value)
-            level = "warn" if frac > 0.5 else "ok"
-            damping = self._last.get("damping")
-            raised = (f"; damping raised to {damping:.2f} so the TAP iterations converge"
-                      if damping is not None and damping > self.damping.value + 1e-9 else "")
-            self.solutions_status.set(level, f"{n} unique TAP solution{'s' if n != 1 else ''} from {self.K.value} starts ({frac:.0%})"
-                                      + (": many distinct solutions, a spin-glass warning sign" if frac > 0.5 else "")
-                                      + raised)
-        else:
+        if not snaps:
             self.solutions_status.set("idle", "No TAP solutions yet")
+            return
+        n = len(snaps[-1].free_energies)
+        k = self.K.value
+        frac = n / max(1, k)
+        damping = self._last.get("damping")
+        raised = (f"; damping raised to {damping:.2f} so the TAP iterations converge"
+                  if damping is not None and damping > self.damping.value + 1e-9 else "")
+        self.solutions_status.set("warn" if frac > 0.5 else "ok",
+                                  f"{n} unique TAP solution{'s' if n != 1 else ''} from {k} starts ({frac:.0%})"
+                                  + (": many distinct solutions, a spin-glass warning sign" if frac > 0.5 else "")
+                                  + raised)
+
+    # ------------------------------------------------------------------ presentation
+    def describe_change(self, name, before, after, before_arrays, after_arrays) -> str | None:
+        """What one step did in the paper's terms: the TAP log-likelihood (eq. 39), the
+        unique TAP solutions, and the hidden unit whose weights (a column of W, eq. 40)
+        moved most (on the first step, with no earlier Record: the strongest one)."""
+        if "epoch" not in after:
+            return None
+        batches = int(after.get("iteration", 0) - before.get("iteration", 0))
+        parts = [f"<b>Epoch {before.get('epoch', 0.0):.2f} → {after['epoch']:.2f}</b> "
+                 f"({batches} mini-batch{'es' if batches != 1 else ''} of M = {self.batch.value})"]
+        ll = after.get("tap_log_likelihood")
+        if ll is not None and math.isfinite(ll):
+            text = f"TAP log-likelihood {ll:.4f} per unit"
+            old = before.get("tap_log_likelihood")
+            if old is not None and math.isfinite(old):
+                gain = ll - old
+                text += f" ({'▲' if gain >= 0 else '▼'} {abs(gain):.2g})"
+            parts.append(text)
+        if "n_solutions" in after:
+            n = int(after["n_solutions"])
+            k = self.K.value
+            if "n_solutions" in before:
+                m = int(before["n_solutions"])
+                verb = "appeared" if n > m else "merged away" if n < m else ""
+                text = f"unique TAP solutions {m} → <b>{n}</b> of K = {k}"
+                if verb:
+                    text += f" ({abs(n - m)} {verb})"
+            else:
+                text = f"<b>{n}</b> unique TAP solution{'s' if n != 1 else ''} from K = {k} starts"
+            parts.append(text)
+        head, *rest = parts
+        text = f"{head}: " + "; ".join(rest) + "." if rest else f"{head}."
+        moved = _moved_unit(before_arrays, after_arrays)
+        if moved is None:
+            return text
+        j, size, compared = moved
+        order, _ = self._field_order(np.asarray(after_arrays["W"], dtype=float), after_arrays.get("b_hid"))
+        where = ("outlined in orange in the receptive fields" if j in set(order[:FIELDS_SHOWN].tolist())
+                 else f"not among the {FIELDS_SHOWN} fields drawn")
+        if compared:
+            unit = f"Hidden unit {j}'s weights moved most (by {size:.3g} in ℓ₂ norm; {where})."
+        else:
+            unit = f"Hidden unit {j} has the strongest weights after this first step (ℓ₂ norm {size:.3g}; {where})."
+        return f"{text}<br>{unit}"
+
+    def highlight(self, name, before, after, before_arrays, after_arrays) -> None:
+        """Outline, in the receptive fields, the hidden unit :meth:`describe_change` names."""
+        moved = _moved_unit(before_arrays, after_arrays)
+        if moved is not None:
+            self._highlight = moved[0]
+            self._show_fields(after_arrays["W"], after_arrays.get("b_hid"))
+
+    def clear_highlight(self) -> None:
+        if self._highlight is not None:
+            self._highlight = None
+            self._show_fields()
+
+
+def _moved_unit(before_arrays, after_arrays) -> tuple[int, float, bool] | None:
+    """``(j, size, compared)``: the hidden unit whose weights moved most between two
+    Records (ℓ₂ norm of its column's change, ``compared=True``), or, with no earlier weights
+    (the first step), the unit with the largest weights (``compared=False``); None without W."""
+    W1 = after_arrays.get("W")
+    if W1 is None:
+        return None
+    W1 = np.asarray(W1, dtype=float)
+    W0 = before_arrays.get("W")
+    compared = W0 is not None and np.shape(W0) == W1.shape
+    size = np.linalg.norm(W1 - np.asarray(W0, dtype=float) if compared else W1, axis=0)
+    if size.size == 0 or not np.all(np.isfinite(size)) or size.max() <= 0:
+        return None
+    j = int(np.argmax(size))
+    return j, float(size[j]), compared
+
+
+def _append(source: ColumnDataSource, data: dict, rollover: int) -> None:
+    """Stream ``data`` into ``source``; assign when it is empty (a clear and a stream in one
+    held batch reached the browser as the old data plus the new, see LiveCurve.stream)."""
+    if len(source.data["x"]) == 0:
+        source.data = {k: np.asarray(v)[-rollover:] for k, v in data.items()}
+    else:
+        source.stream(data, rollover=rollover)

@@ -1,10 +1,17 @@
 """Panel-free helpers of the TAP lab: data sets, the trainer factory, the ground-truth
-wrapper and the per-epoch history the views are drawn from."""
+wrapper, the per-epoch history the views are drawn from, and the lab's analysis *jobs*.
+
+The jobs (:func:`solution_embedding`, :func:`data_embedding`, :func:`denoise_digit`,
+:func:`denoise_curve`) are what takes too long for the UI thread: module-level functions
+of plain arrays and values returning plain arrays and values, so :mod:`dashboard.jobs` can
+run them in a worker process (they are pickled by reference) or a thread.
+"""
 
 from __future__ import annotations
 
 import functools
 import math
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -20,6 +27,7 @@ STEPS_PER_EPOCH = 8  # evaluations per epoch in the lab: each costs about one mi
 MAX_DAMPING = 0.9  # a stalled batch is redone with more damping, up to this
 EXACT_LIMIT = 20  # the ground-truth panel needs the smaller layer <= 20 units
 AIS_RUNS = 20  # live AIS: 20 runs on the 1,001-beta schedule
+DATA_MAP_ROWS = 1000  # training digits in the data Isomap (Fig. 7)
 
 
 @functools.lru_cache(maxsize=4)
@@ -50,6 +58,9 @@ class GroundTruthTrainer:
         self.units = trainer.n_visible + trainer.n_hidden
 
     def __getattr__(self, name: str) -> Any:  # done, status, message, n_hidden, state_dict, ...
+        if name == "trainer" or name.startswith("__"):
+            # not set yet (unpickling in a worker process looks up __setstate__ first): no recursion
+            raise AttributeError(name)
         return getattr(self.trainer, name)
 
     def step(self) -> Record:
@@ -150,7 +161,69 @@ class History:
                              float(record.scalars.get("helmholtz_free_energy", np.nan)))
 
 
-def isomap_of_history(history: History, seed: int = 0):
-    """Figure 6: one Isomap fitted on the latest snapshot's [a_v, a_h], applied to all."""
-    solutions = [np.hstack([s.solutions_vis, s.solutions_hid]) for s in history.snapshots]
-    return tap_analysis.fit_solution_embedding(solutions, seed=seed)
+# ---------------------------------------------------------------------- analysis jobs
+def solution_embedding(solutions: list[np.ndarray], seed: int = 0) -> tuple[list[np.ndarray], int]:
+    """Job, Figure 6: one Isomap fitted on the latest epoch's solutions [a_v, a_h] (one
+    (n_e, Nv + Nh) array per epoch, oldest first), applied to every epoch.
+
+    Returns ``(coords, fit_epoch)``: one (n_e, 2) array per epoch and the index of the
+    epoch the map was fitted on.  Takes seconds on MNIST (about 3 s for 100 solutions).
+    """
+    fitted = tap_analysis.fit_solution_embedding(list(solutions), seed=seed)
+    return [np.asarray(c, dtype=float) for c in fitted.coords], int(fitted.fit_epoch)
+
+
+_DATA_MAP_LOCK = threading.Lock()
+
+
+@functools.lru_cache(maxsize=2)
+def _data_map(data_key: str) -> tap_analysis.DataMap:
+    return tap_analysis.DataMap(load_images(data_key).X_train[:DATA_MAP_ROWS])
+
+
+def data_map(data_key: str) -> tap_analysis.DataMap:
+    """The Isomap of the first DATA_MAP_ROWS training digits of ``data_key``, fitted once
+    per data set and process (the costly part of Figure 7: about a second on MNIST)."""
+    with _DATA_MAP_LOCK:  # two jobs at once fit it once
+        return _data_map(data_key)
+
+
+def data_embedding(data_key: str, solutions_vis: np.ndarray) -> dict[str, np.ndarray]:
+    """Job, Figure 7: the training digits of ``data_key`` and the solutions' visible
+    magnetizations ``solutions_vis`` (n, Nv) in one Isomap space.
+
+    Returns ``{"data_coords": (m, 2), "digits": (m,) labels of those rows,
+    "solution_coords": (n, 2)}``.
+    """
+    both = data_map(data_key).embed(np.asarray(solutions_vis, dtype=float))
+    y = load_images(data_key).y_train[:DATA_MAP_ROWS]
+    return {"data_coords": np.asarray(both.data_coords, dtype=float),
+            "digits": np.asarray(y[both.data_index]),
+            "solution_coords": np.asarray(both.solution_coords, dtype=float)}
+
+
+def denoise_digit(data_key: str, index: int, p: float, W: np.ndarray, b_vis: np.ndarray, b_hid: np.ndarray,
+                  damping: float) -> dict[str, Any]:
+    """Job, §VII.4: held-out digit ``index`` of ``data_key`` through a binary symmetric
+    channel with flip probability ``p``, denoised by the TAP machine (W, b_vis, b_hid), the
+    optimal pointwise estimator (eq. 46) and the nearest training digit.
+
+    Returns ``{"tiles": (Nv, 5) clean, noisy, TAP, OPE, 1-NN; "digit": its label}``.
+    """
+    images = load_images(data_key)
+    x = images.X_test[index: index + 1]
+    y = tap_analysis.binary_symmetric_channel(x, p, seed=index)
+    tap_est = tap_analysis.tap_denoiser(W, b_vis, b_hid, damping=damping)(y, p)
+    ope = tap_analysis.ope_denoise(y, images.X_train.mean(0), p)
+    nn = tap_analysis.nearest_neighbour_denoise(y, images.X_train)
+    return {"tiles": np.vstack([x, y, tap_est, ope, nn]).T, "digit": int(images.y_test[index])}
+
+
+def denoise_curve(data_key: str, rows: int, ps: list[float], W: np.ndarray, b_vis: np.ndarray, b_hid: np.ndarray,
+                  damping: float) -> dict[str, list]:
+    """Job, Figure 8: MCC against the flip probability for the first ``rows`` held-out
+    digits of ``data_key``: TAP (this model), OPE and 1-NN (see
+    :func:`engine.tap_analysis.denoising_curve`, whose dict of lists it returns)."""
+    images = load_images(data_key)
+    return tap_analysis.denoising_curve(images.X_test[:rows], images.X_train, list(ps), seed=0,
+                                        tap_denoiser=tap_analysis.tap_denoiser(W, b_vis, b_hid, damping=damping))

@@ -93,10 +93,13 @@ def test_tap_presentation_mode_explains_each_step_and_outlines_a_unit(page: Page
     next_step = page.get_by_role("button", name="Next step ▶")
     expect(next_step).to_have_count(1, timeout=60_000)  # only the visible lab's
     next_step.click()
-    expect(page.get_by_text("weights moved most (by")).to_be_visible(timeout=60_000)
+    # the first step has no earlier weights to compare with: it outlines the strongest unit
+    expect(page.get_by_text("has the strongest weights after this first step")).to_be_visible(timeout=60_000)
+    wait_until(lambda: page.evaluate(JS_BOXES, "fields-box") == 1, timeout=30)
     next_step.click()
-    # the second step compares with the first: the count of solutions before → after
+    # the second step compares with the first: the count of solutions before → after, the unit that moved most
     expect(page.get_by_text(re.compile(r"solutions \d+ → \d+ of K = 100"))).to_be_visible(timeout=60_000)
+    expect(page.get_by_text("weights moved most (by")).to_be_visible(timeout=60_000)
     wait_until(lambda: page.evaluate(JS_BOXES, "fields-box") == 1, timeout=30)
     shot("tap-presenting")
     page.get_by_role("button", name="Step", exact=True).click()  # a plain step clears the outline

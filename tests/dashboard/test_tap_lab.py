@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import math
+import pickle
+import threading
+from concurrent.futures import Future
 
 import numpy as np
 import pytest
 
-from dashboard.labs.tap import DEFAULTS, TAPLab
+from dashboard import jobs
+from dashboard.labs import tap_setup
+from dashboard.labs.tap import COMPUTING, DEFAULTS, TAPLab
 from dashboard.labs.tap_setup import GroundTruthTrainer, History, trainer_factory
-from engine import rbm
+from engine import rbm, tap_analysis
 from engine.stepping import Record
 from tests.dashboard.test_fvbm_lab import pump
 
@@ -19,7 +24,16 @@ def lab():
     lab = TAPLab()
     lab.panel()
     yield lab
-    lab.runner.close()
+    lab.close()
+
+
+def steps(lab, k):
+    """k single steps, then one tick as the UI would (the analyses it starts are not awaited)."""
+    for _ in range(k):
+        lab.runner.step_once()
+    assert lab.runner.wait_idle(120)
+    lab.on_records(lab.runner.drain())
+    lab.refresh_status()
 
 
 def test_small_models_get_exact_ais_and_pseudo_likelihood_beside_tap():
@@ -34,6 +48,13 @@ def test_small_models_get_exact_ais_and_pseudo_likelihood_beside_tap():
     assert abs(s["ll_ais"] - s["ll_exact"]) < 0.5  # near-independent units: AIS is easy here
     assert s["pseudo_likelihood"] == pytest.approx(rbm.pseudo_log_likelihood_exact(model, trainer._V_eval))
     assert math.isfinite(s["ll_tap"])
+
+
+def test_the_ground_truth_trainer_travels_to_a_worker_process():
+    trainer = trainer_factory("digits", n_hidden=6, batch_size=50, n_chains=20)()["TAP"]
+    copy = pickle.loads(pickle.dumps(trainer))  # as the distributed runner ships it
+    assert isinstance(copy, GroundTruthTrainer) and copy.n_hidden == 6
+    assert copy.step().scalars["ll_exact"] == pytest.approx(trainer.step().scalars["ll_exact"])
 
 
 def test_large_models_train_without_the_ground_truth_wrapper():
@@ -87,7 +108,7 @@ def test_playing_fills_every_view(lab):
     lab._pause()
     lab.runner.wait_idle()
     pump(lab)
-    lab._show_embedding()
+    assert lab.jobs.wait(180)  # the Isomap jobs of the newest snapshots
     assert lab.ll_curve.n_points("ll") >= 5 and lab.ll_curve.n_points("count") >= 5  # ~8 steps per epoch
     assert lab.truth.n_points("exact") >= 5 and lab.truth.n_points("ais") >= 5
     assert len(lab.fe_points.data["x"]) >= lab.ll_curve.n_points("ll")
@@ -95,8 +116,9 @@ def test_playing_fills_every_view(lab):
     assert len(lab.embedding.source.data["x"]) == len(lab.history.snapshots[-1].free_energies)
     assert len(lab.data_embedding.source.data["x"]) == 1000
     assert any(len(b.data["left"]) for b in lab.hist._bars)
-    assert lab.counter.object.startswith("Epoch ") and float(lab.counter.object.split()[1]) >= 1.0
+    assert lab.counter_pane.object.startswith("Epoch ") and float(lab.counter_pane.object.split()[1]) >= 1.0
     lab._denoise_curve()
+    assert lab.jobs.wait(180)  # the MCC curve, then the single digit through the model
     assert lab.mcc_curve.n_points("tap") == 7
     assert lab.denoise_grid.n_tiles == 5
 
@@ -107,3 +129,102 @@ def test_switching_data_applies_its_defaults_and_resets(lab):
     assert lab.fields.image_shape == (8, 8)
     assert lab.truth.view.visible  # Nh = 16 <= 20: exact answers beside TAP
     assert lab.ll_curve.n_points("ll") == 0
+
+
+def test_switching_data_with_named_settings_keeps_them(lab):
+    lab.apply_settings({"data": "digits", "n_hidden": 5})
+    assert lab.n_hidden.value == 5 and lab.batch.value == DEFAULTS["digits"]["batch"]
+    assert lab.runner.trainers["TAP"].n_hidden == 5
+    lab.apply_settings({"gamma": 0.02})  # the same data set: no defaults come back
+    assert lab.n_hidden.value == 5 and lab.gamma.value == 0.02
+
+
+SMALL = {"data": "digits", "n_hidden": 6, "batch": 50, "K": 20, "gamma": 0.05, "seed": 3}
+
+
+def test_the_tick_only_submits_the_heavy_analyses(lab, monkeypatch):
+    """Isomap fits and denoising are jobs: a tick (or a click) submits them and returns; the
+    views say "Computing…" until a later tick hands the results over."""
+    lab.apply_settings(SMALL)
+    submitted = []
+
+    def record(fn, *args):
+        submitted.append(fn)
+        return Future()  # never done: nothing may be drawn before it is
+
+    monkeypatch.setattr(jobs, "submit", record)
+    steps(lab, 2)
+    assert tap_setup.solution_embedding in submitted and tap_setup.data_embedding in submitted
+    assert lab.ll_curve.n_points("ll") == 2 and lab.fields.n_tiles == 6  # cheap views: drawn at once
+    for view in (lab.embedding, lab.data_embedding):
+        assert len(view.source.data["x"]) == 0 and view._empty.visible and view._empty.text == COMPUTING
+    fits = submitted.count(tap_setup.solution_embedding)
+    steps(lab, 1)  # a newer snapshot while a fit is in flight: it waits for that fit
+    assert submitted.count(tap_setup.solution_embedding) == fits and lab.busy()
+    lab._denoise_curve()
+    lab.denoise_p.value = 0.2
+    assert tap_setup.denoise_curve in submitted and tap_setup.denoise_digit in submitted
+    assert lab.mcc_curve.n_points("tap") == 0 and lab.denoise_grid.n_tiles == 0
+    assert lab.mcc_curve._empty.text == COMPUTING and lab.denoise_grid._empty.text == COMPUTING
+    lab._reset()  # a new run: the views forget "Computing…" and the jobs are dropped
+    assert lab.embedding._empty.text != COMPUTING and not lab.jobs.running()
+
+
+def test_heavy_analyses_never_run_on_the_ui_thread(lab, monkeypatch):
+    calls = []
+    release = threading.Event()  # the analyses wait for it: drawn only after it is set
+
+    def off_ui(fn):
+        def guarded(*args, **kwargs):
+            calls.append(fn.__name__)
+            assert threading.current_thread() is not threading.main_thread(), f"{fn.__name__} on the UI thread"
+            assert release.wait(120)
+            return fn(*args, **kwargs)
+        return guarded
+
+    for name in ("fit_solution_embedding", "DataMap", "denoising_curve", "tap_denoiser"):
+        monkeypatch.setattr(tap_analysis, name, off_ui(getattr(tap_analysis, name)))
+    tap_setup._data_map.cache_clear()  # the data map is fitted in the job, once per data set
+    lab.apply_settings(SMALL)
+    steps(lab, 2)
+    assert lab.jobs.running("isomap") and lab.jobs.running("isomap-data")  # submitted, not drawn ...
+    assert len(lab.embedding.source.data["x"]) == 0 and len(lab.data_embedding.source.data["x"]) == 0
+    release.set()
+    assert lab.jobs.wait(120)  # ... until a later tick hands the results over
+    assert len(lab.embedding.source.data["x"]) == len(lab.history.snapshots[-1].free_energies)
+    assert len(lab.data_embedding.source.data["x"]) == 1000
+    assert "Isomap 1 (fitted at epoch" in lab.embedding.figure.xaxis[0].axis_label
+    lab.epoch_slider.value = 0  # an earlier snapshot: drawn from the fit, its digits' map in a job
+    assert lab.jobs.wait(120)
+    lab._denoise_curve()
+    assert lab.jobs.wait(180)
+    assert lab.mcc_curve.n_points("tap") == 7 and lab.denoise_grid.n_tiles == 5
+    assert {"fit_solution_embedding", "DataMap", "denoising_curve", "tap_denoiser"} <= set(calls)
+    lab.rank_by.value = "activation"  # ranking by mean activation is cheap (ms): drawn at once
+    assert lab.fields.n_tiles == 6 and "by mean activation" in lab.fields.tiles.data["label"][0]
+
+
+def test_a_failed_analysis_is_said_in_its_view_and_training_goes_on(lab, monkeypatch):
+    def broken(solutions, seed=0):
+        raise ValueError("no map today")
+
+    monkeypatch.setattr("dashboard.labs.tap.solution_embedding", broken)
+    lab.apply_settings(SMALL)
+    steps(lab, 1)
+    assert lab.jobs.wait(120)  # the error goes to the view, not out of the tick
+    assert "no map today" in lab.embedding._empty.text and lab.embedding._empty.visible
+    assert len(lab.data_embedding.source.data["x"]) == 1000  # the other analysis is drawn
+    steps(lab, 1)
+    assert lab.runner.states["TAP"].steps == 2 and lab.ll_curve.n_points("ll") == 2
+
+
+def test_a_refused_data_switch_keeps_the_old_run_drawn_on_its_own_data(lab):
+    steps(lab, 1)
+    with pytest.raises(ValueError):
+        lab.apply_settings({"data": "digits", "K": 0})
+    assert lab.settings_msg.pane.visible and lab.data.value == "digits"
+    assert lab.runner.trainers["TAP"].n_visible == 784 and lab.fields.image_shape == (28, 28)
+    steps(lab, 1)  # the MNIST run goes on and its fields are drawn as 28x28 tiles
+    assert lab.fields.n_tiles == DEFAULTS["mnist"]["n_hidden"] and lab.ll_curve.n_points("ll") == 2
+    lab.K.value = 20  # a valid setting: now the digits run, with the digits' views
+    assert lab.runner.trainers["TAP"].n_visible == 64 and lab.fields.image_shape == (8, 8)

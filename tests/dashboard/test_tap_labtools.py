@@ -38,14 +38,26 @@ def make_lab():
 
     yield make
     for lab in labs:
-        lab.runner.close()
+        lab.close()
 
 
 def steps(lab, k):
+    """k single steps, one tick as the UI would, then the analyses that tick started."""
     for _ in range(k):
         lab.runner.step_once()
-    assert lab.runner.wait_idle(60)
+    assert lab.runner.wait_idle(120)
     lab.on_records(lab.runner.drain())
+    assert lab.jobs.wait(120)
+    lab.refresh_status()
+
+
+def next_step(lab):
+    """Presentation mode's Next step: it returns at once; a later tick says what changed."""
+    lab.next_step()
+    assert lab.runner.wait_idle(120)
+    lab.on_records(lab.runner.drain())
+    assert lab.jobs.wait(120)
+    return lab.tools.changed.object
 
 
 def comparable(rows):
@@ -77,7 +89,7 @@ def test_loaded_checkpoint_continues_exactly_and_redraws_the_analysis(make_lab, 
     assert any(len(b.data["left"]) for b in other.hist._bars)
     assert len(other.embedding.source.data["x"]) >= 1
     assert len(other.data_embedding.source.data["x"]) == 1000
-    assert other.counter.object.startswith("Epoch ") and other.counter.object != "Epoch 0.00"
+    assert other.counter_pane.object.startswith("Epoch ") and other.counter_pane.object != "Epoch 0.00"
     steps(other, 3)
     assert comparable(other.runner.history.rows["TAP"]) == uninterrupted
 
@@ -151,15 +163,16 @@ def test_next_step_says_what_changed_and_outlines_the_unit(make_lab):
     lab = make_lab()
     lab.tools.set_presenting(True)
     assert lab.tools.next_step.visible
-    text = lab.tools.step_and_explain()
-    assert "Epoch 0.00 →" in text and "unique TAP solution" in text and "moved most" in text
-    lab.on_records(lab.runner.drain())
-    text = lab.tools.step_and_explain()
+    # the first step has no earlier weights in any Record: it names the strongest unit
+    text = next_step(lab)
+    assert "Epoch 0.00 →" in text and "unique TAP solution" in text and "strongest weights" in text
+    assert len(lab.fields.box.data["left"]) == 1
+    text = next_step(lab)
     assert "unique TAP solutions" in text and "→" in text and "TAP log-likelihood" in text
     assert ("▲" in text) or ("▼" in text)
     assert lab.tools.changed.object == text and lab.tools.changed.visible
     unit = lab._highlight
-    assert unit is not None and f"Hidden unit {unit}'s" in text
+    assert unit is not None and f"Hidden unit {unit}'s weights moved most" in text
     assert len(lab.fields.box.data["left"]) == 1  # the orange outline in the receptive fields
     # ... around the tile whose hover names that unit
     tiles, box = lab.fields.tiles.data, lab.fields.box.data
@@ -167,9 +180,13 @@ def test_next_step_says_what_changed_and_outlines_the_unit(make_lab):
     assert tiles["x"][k] == pytest.approx((box["left"][0] + box["right"][0]) / 2)
     assert tiles["y"][k] == pytest.approx((box["top"][0] + box["bottom"][0]) / 2)
     lab.on_records(lab.runner.drain())
+    lab._show_fields()
     assert len(lab.fields.box.data["left"]) == 1  # the next redraw keeps it
-    lab._clear_highlight()
+    lab.clear_highlight()
     assert lab.fields.box.data["left"] == []
+    next_step(lab)
+    lab._step()  # a plain step clears the outline
+    assert lab.fields.box.data["left"] == [] and lab._highlight is None
 
 
 def test_every_plot_has_a_title_axis_labels_and_a_hover(make_lab):
