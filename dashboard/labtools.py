@@ -488,7 +488,15 @@ class LabTools:
             self.load_bytes(event.new, filename=self.load.filename or "checkpoint.npz")
 
     def load_bytes(self, content: bytes, filename: str = "checkpoint.npz") -> bool:
-        """Load a checkpoint; on any error keep (or restore) the current run and say why."""
+        """Load a checkpoint; on any error keep (or restore) the current run and say why.
+        The lab hears of it before and after (``Lab.loading``)."""
+        with self.lab.loading() as outcome:
+            outcome.ok = self._load_bytes(content, filename)
+            if outcome.ok and outcome.note:
+                self.show("ok", f"{self.message.text}  \n{outcome.note}")
+        return outcome.ok
+
+    def _load_bytes(self, content: bytes, filename: str) -> bool:
         try:
             ckpt = read_checkpoint(content, lab=self.lab.key)
             values, _ = self.decode(ckpt.settings, strict=True)

@@ -23,10 +23,12 @@ settings change, the non-blocking *Next step*, and the page skeleton.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import time
-from typing import Any, Callable, ClassVar, Mapping
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar, Iterator, Mapping
 
 import panel as pn
 
@@ -67,6 +69,14 @@ def by_run(records: list[tuple[str, Record]]) -> dict[str, list[Record]]:
     for name, record in records:
         out.setdefault(name, []).append(record)
     return out
+
+
+@dataclass
+class LoadOutcome:
+    """How a checkpoint load went (see :meth:`Lab.loading`)."""
+
+    ok: bool = False
+    note: str = ""
 
 
 class Lab(pn.viewable.Viewer):
@@ -165,6 +175,12 @@ class Lab(pn.viewable.Viewer):
     def busy(self) -> bool:
         """True while the lab has something in flight besides the runner (faster ticks)."""
         return False
+
+    @contextlib.contextmanager
+    def loading(self) -> Iterator[LoadOutcome]:
+        """Around a checkpoint load: the lab may hold back what ``clear()`` would discard
+        until the load has succeeded (``outcome.ok``), and add a ``note`` to its message."""
+        yield LoadOutcome()
 
     def counter(self) -> str:
         """The progress text beside the transport bar, e.g. ``"Sweep 12"``."""

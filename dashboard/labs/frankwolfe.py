@@ -1,32 +1,41 @@
 """The Frank-Wolfe lab: an RBM that grows one hidden unit at a time.
 
 Paper: Ping, Liu & Ihler (2016), "Learning Infinite RBMs with Frank-Wolfe" (NIPS).
+
+Besides the Frank-Wolfe run (the base's runner) the lab owns a second runner, the CD pair
+forked from the grown model ("Train CD from here", §4): drained on the base's tick
+(:meth:`FrankWolfeLab.on_tick`), not part of a checkpoint, reset by a checkpoint that loads
+(:class:`FrankWolfeTools`).  The Frank-Wolfe model's log-likelihood at the fork, when its
+Record was not evaluated, is an analysis job (``frankwolfe_setup.train_log_likelihood``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
-import inspect
 import time
+from typing import Any
 
 import numpy as np
 import panel as pn
-from bokeh.models import ColumnDataSource, CustomJSHover, HoverTool, Label, Span
+from bokeh.models import ColumnDataSource, Label, Span
 
-from dashboard.labs.frankwolfe_setup import (
-    CD_EPOCHS, CD_K, DATASETS, DEFAULTS, EVALUATIONS, cd_factory, fw_curves, fw_factory, log_likelihood_of,
-)
+from dashboard.labs.base import RADIO, Lab, held, label
+from dashboard.labs.frankwolfe_setup import (CD_EPOCHS, CD_K, DATASETS, DEFAULTS, EVALUATIONS, cd_factory,
+                                             fw_curves, fw_factory, log_likelihood_of, train_log_likelihood)
 from dashboard.labs.tap_setup import load_images
-from dashboard.labtools import LabTools, Preset, intro_card
-from dashboard.runner import Runner, attach, play_or_tell
+from dashboard.labtools import Preset
+from dashboard.runner import Runner, play_or_tell
 from dashboard.views import LiveCurve, StatusBadge
 from dashboard.views.image_grid import ImageGrid
 
-RADIO = dict(color="primary", variant="outline")
 SPEEDS = {"1 unit/s": 1.0, "2 units/s": 2.0, "5 units/s": 5.0, "as fast as possible": None}
 DEFAULT_DATA = "mnist"
-FIELDS_PER_SECOND = 2.0  # receptive-field grid redraws at most this often while playing
+FIELDS_SECONDS = 0.5  # while playing, the receptive-field grid redraws at most this often
 OUTLINE = "#f0a000"  # the receptive-field grid outlines the newest unit in this colour
+FW = "FW"  # the Frank-Wolfe run
+CD_FROM_FW = "CD (FW init)"  # the fork's runs (frankwolfe_setup.cd_factory)
+CD_IDLE = "Pause, then press “Train CD from here” to compare with CD"
 
 INTRO = """
 Ping, Liu & Ihler (2016) give an RBM a *distribution* q(w) over hidden-unit weights (eq. 5);
@@ -88,189 +97,48 @@ PRESETS = [
            "dashed unit count saws between 3 and 4, a sparse model (Next step names the unit removed)."),
 ]
 
-UNIT_HOVER_JS = """
-const g = geom.data;
-if (!g.n.length || g.n[0] < 1) { return "–"; }
-const tw = g.tw[0], th = g.th[0], nc = g.nc[0], h = g.h[0], n = g.n[0];
-const c = Math.floor(special_vars.x / (tw + 1)), r = Math.floor((h - special_vars.y) / (th + 1));
-const k = r * nc + c;
-if (c < 0 || c >= nc || r < 0 || k >= n) { return "–"; }
-return "#" + (k + 1) + " of " + n + (k == g.newest[0] ? " (the newest, outlined)" : "");
-"""
 
+class FrankWolfeLab(Lab):
+    """Algorithm 1 live, and the CD pair forked from the grown model (one per browser session)."""
 
-def _held(method):
-    """Run a UI handler inside one ``pn.io.hold`` (see dashboard.labs.fvbm._held)."""
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
-        with pn.io.hold(freeze=True):
-            return method(self, *args, **kwargs)
-    return wrapper
-
-
-def _label(text: str) -> pn.pane.Markdown:
-    return pn.pane.Markdown(f"**{text}**", margin=(8, 10, 0, 10))
-
-
-class FrankWolfeTools(LabTools):
-    """:class:`LabTools` that also says what a load does to the CD comparison.
-
-    A checkpoint holds the Frank-Wolfe run only (``runner.snapshot()``); the CD pair of
-    card 3 is a fork of it, cheap to make again: a load that succeeds resets the fork (a
-    new fork from the loaded model with the same seed and epochs gives the same CD runs),
-    a load that fails leaves it running.
-    """
+    key = "frankwolfe"
+    title = "Frank-Wolfe"
+    heading = "Frank-Wolfe: an RBM that grows one hidden unit at a time"
+    summary = ("Algorithm 1 of Ping, Liu & Ihler (2016) inserts the best new hidden unit at every "
+               "iteration and the log-likelihood climbs as the RBM grows; pause, then train CD from the "
+               "grown model to compare.")
+    intro, equations, watch = INTRO, EQUATIONS, WATCH
+    presets = PRESETS
+    speeds = SPEEDS
+    default_speed = "as fast as possible"
+    watch_scalar = "inner_objective"
+    view_settings = frozenset({"cd_epochs"})  # the length of the next CD fork: the run stays
+    counter_width = 200
 
     CD_NOTE = ("The CD comparison (card 3) is not part of a checkpoint: press “Train CD from here” "
                "to fork it again from the loaded model.")
 
-    def load_bytes(self, content: bytes, filename: str = "checkpoint.npz") -> bool:
-        self.lab._loading = True
+    @contextlib.contextmanager
+    def loading(self):
+        """A checkpoint holds the Frank-Wolfe run only; the CD pair is a fork of it, cheap to
+        make again: a load that succeeds resets the fork (and says so), a load that fails
+        leaves it running (``clear()`` keeps it while ``_loading``)."""
+        self._loading = True
         try:
-            ok = super().load_bytes(content, filename)
+            with super().loading() as outcome:
+                outcome.note = self.CD_NOTE  # added to the message of a load that succeeds
+                yield outcome
         finally:
-            self.lab._loading = False
-        if ok:
-            self.lab._reset_cd(self.CD_NOTE)
-            self.show("ok", f"{self.message.text}  \n{self.CD_NOTE}")
-        return ok
+            self._loading = False
+        if outcome.ok:
+            self._reset_cd(self.CD_NOTE)
 
-
-class FrankWolfeLab:
-    """Controls + live views around two runners: Frank-Wolfe, and the CD pair forked from it."""
-
-    title = "Frank-Wolfe"
-    key = "frankwolfe"
-    presets = PRESETS
-
-    def __init__(self) -> None:
-        self._applying = False  # apply_settings sets many widgets, then rebuilds once
-        self._loading = False  # a checkpoint load in progress: keep the CD fork until it succeeds
-        self._callbacks: list = []
-        self._last: dict = {}
-        self._fields_time = 0.0
-        self._fields_dirty = False
-        self._status_time = 0.0
-        self._fork: dict | None = None
+    # ------------------------------------------------------------------ controls
+    def build_controls(self) -> None:
+        self._loading = False  # a checkpoint load in progress: the CD fork stays until it succeeds
+        self._run_settings: dict[str, Any] = {}  # data, seed, evaluate, eval_every of the current run
+        self._fork: dict[str, Any] | None = None
         self.cd_runner: Runner | None = None
-        self._build_widgets()
-        self._build_views()
-        self.runner = Runner(self._factory(), watch="inner_objective")
-        self.runner.set_speed(SPEEDS[self.speed.value])
-        self._on_data()
-        self.tools = FrankWolfeTools(self)
-
-    # ------------------------------------------------------------------ LabTools contract
-    def settings(self) -> dict:
-        """The widgets whose values define a run (URL, presets, checkpoints): the data, every
-        Frank-Wolfe setting with its seed, the CD fork's epochs and the speed."""
-        return {"data": self.data, "reg": self.reg, "bias_lr": self.bias_lr, "samples": self.samples,
-                "max_hidden": self.max_hidden, "evaluate": self.evaluate, "eval_every": self.eval_every,
-                "seed": self.seed, "away": self.away, "cd_epochs": self.cd_epochs, "speed": self.speed}
-
-    @_held
-    def apply_settings(self, values: dict) -> None:
-        """Set many widgets, then rebuild the run once; ``ValueError`` if the values make no
-        valid run (the widgets keep the new values, the runner the old run).
-
-        A change of data set first applies that set's defaults (as choosing it does), then
-        the given values.
-        """
-        widgets = self.settings()
-        unknown = sorted(set(values) - set(widgets))
-        if unknown:
-            raise ValueError(f"The Frank-Wolfe lab has no settings {unknown}.")
-        self._applying = True
-        try:
-            data = values.get("data", self.data.value)
-            if data != self.data.value:
-                self.data.value = data
-                for name, value in DEFAULTS[data].items():
-                    widgets[name].value = value
-            for name, value in values.items():
-                widgets[name].value = value
-        finally:
-            self._applying = False
-        self._show_data()
-        self._rebuild(strict=True)
-
-    @_held
-    def redraw(self, records) -> None:
-        """Clear the views and replay ``records`` (a loaded checkpoint's history: scalars,
-        and the newest W, b on the last record)."""
-        self._clear()
-        self.on_records(records)
-        self._show_fields()
-        self._status_time = 0.0
-        self._refresh_status()
-
-    def step_once(self) -> None:
-        self._step()
-
-    def refresh_status(self) -> None:
-        self._refresh_status()
-
-    def describe_change(self, name, before, after, before_arrays, after_arrays) -> str | None:
-        """Presentation mode: the unit this iteration inserted (outlined in the grid, circled on
-        the curves) or removed, its eq. 9 objective, the eq. 10 bias change, the log-likelihood."""
-        if name != "FW" or "iteration" not in after:
-            return None
-        t = int(after["iteration"])
-        n = int(after["n_hidden"])
-        j_star = float(after.get("inner_objective", np.nan))
-        removed = int(after.get("removed_unit", -1))
-        if removed >= 0:
-            text = (f"<b>Iteration {t}: away step (§3.2)</b>: hidden unit <b>#{removed + 1} removed</b>, "
-                    f"it hurt more than the best new unit would help (eq. 9: J(w<sub>{removed + 1}</sub>) "
-                    f"&gt; −J(w*) = {-j_star:.4g}); {n} units left")
-        else:
-            text = (f"<b>Iteration {t}</b>: hidden unit <b>#{n} inserted</b> (outlined in "
-                    f"<span style='color:{OUTLINE}'>orange</span>, the last tile of the receptive "
-                    f"fields), the minimiser w* of eq. 9 with J(w*) = <b>{j_star:.4g}</b> "
-                    f"(lower: a more useful unit)")
-        if after.get("bias_change") is not None:
-            text += f"; the eq. 10 steps moved the visible biases by ‖Δb‖ = {after['bias_change']:.3g}"
-        ll = after.get("test_log_likelihood")
-        if ll is not None and np.isfinite(ll):
-            previous = self._previous("test_log_likelihood")
-            if previous is None:
-                text += f"; test log-likelihood <b>{ll:.3f}</b> nats"
-            else:
-                gain = ll - previous
-                text += (f"; test log-likelihood {previous:.3f} → <b>{ll:.3f}</b> nats "
-                         f"({'▲' if gain >= 0 else '▼'} {abs(gain):.3g})")
-        else:
-            text += f"; log-likelihood not evaluated this step (every {self.eval_every.value})"
-        if after.get("selected_hidden", -1) >= 0 and before.get("selected_hidden", -1) < 0:
-            text += f"; the §4 stopping rule fired: selected size {int(after['selected_hidden'])} units"
-        text += "."
-        # the highlight: the new unit's tile in the grid, this step's points on the curves
-        W = after_arrays.get("W")
-        if W is not None:
-            self._draw_fields(np.asarray(W), None if removed >= 0 else np.shape(W)[1] - 1)
-        self._mark(t, j_star, ll if ll is not None and np.isfinite(ll) else None)
-        return text
-
-    def _previous(self, key: str) -> float | None:
-        """The newest value of ``key`` before the last Record (an earlier evaluation)."""
-        rows = self.runner.history.rows.get("FW", [])
-        for row in reversed(rows[:-1]):
-            value = row.get(key)
-            if value is not None and np.isfinite(value):
-                return float(value)
-        return None
-
-    def _mark(self, t: float | None, inner: float | None = None, ll: float | None = None) -> None:
-        """Circle iteration ``t`` on the eq. 9 curve and the test log-likelihood (None: clear)."""
-        ok = t is not None and inner is not None and np.isfinite(inner)
-        self.mark_inner.data = {"x": [t] if ok else [], "y": [inner] if ok else []}
-        self.mark_ll.data = {"x": [t] if t is not None and ll is not None else [], "y": [ll] if ll is not None else []}
-        for item, source in ((self.mark_inner_item, self.mark_inner), (self.mark_ll_item, self.mark_ll)):
-            if item is not None:
-                item.visible = bool(len(source.data["x"]))
-
-    # ------------------------------------------------------------------ widgets
-    def _build_widgets(self) -> None:
         w = pn.widgets
         d = DEFAULTS[DEFAULT_DATA]
         self.data = w.RadioButtonGroup(label="Data", options=DATASETS, value=DEFAULT_DATA, **RADIO)
@@ -282,36 +150,64 @@ class FrankWolfeLab:
         self.eval_every = w.IntInput(label="Evaluate every", value=d["eval_every"], start=1, end=1000, width=140)
         self.seed = w.IntInput(label="Seed", value=0, start=0, width=140)
         self.away = w.Checkbox(label="Away steps (may remove a harmful unit, §3.2)", value=False)
-        self.settings_msg = StatusBadge("", "error", visible=False)
-
-        self.play = w.Button(label="▶ Play", color="success", width=90)
-        self.pause = w.Button(label="❚❚ Pause", color="warning", width=90, disabled=True)
-        self.step = w.Button(label="Step", color="primary", width=80)
-        self.reset = w.Button(label="↺ Reset", color="default", width=90)
-        self.speed = w.Select(label="Speed", options=list(SPEEDS), value="as fast as possible", width=170)
-        self.fork = w.Button(label="Train CD from here", color="primary", width=190, disabled=True)
-        self.cd_epochs = w.IntInput(label="CD epochs", value=CD_EPOCHS, start=1, end=500, width=110)
-
-        self.data.param.watch(lambda e: self._on_data_widget(), "value")
-        for widget in (self.reg, self.bias_lr, self.samples, self.max_hidden, self.evaluate, self.eval_every,
-                       self.seed, self.away):
-            widget.param.watch(lambda e: self._rebuild(), "value")
-        self.play.on_click(lambda e: self._play())
-        self.pause.on_click(lambda e: self._pause())
-        self.step.on_click(lambda e: self._step())
-        self.reset.on_click(lambda e: self._reset())
+        self.data_info = pn.pane.Markdown("", styles={"font-size": "0.9em"})
+        self.fork = w.Button(label="Train CD from here", color="primary", width=180, disabled=True)
+        self.cd_epochs = w.IntInput(label="CD epochs", value=CD_EPOCHS, start=1, end=500, width=100)
+        self.cd_status = StatusBadge(CD_IDLE, "idle")
         self.fork.on_click(lambda e: self._fork_cd())
-        self.speed.param.watch(lambda e: self.runner.set_speed(SPEEDS[e.new]), "value")
+
+    def controls(self) -> dict[str, Any]:
+        """The data, every Frank-Wolfe setting with its seed, and the CD fork's epochs."""
+        return {"data": self.data, "reg": self.reg, "bias_lr": self.bias_lr, "samples": self.samples,
+                "max_hidden": self.max_hidden, "evaluate": self.evaluate, "eval_every": self.eval_every,
+                "seed": self.seed, "away": self.away, "cd_epochs": self.cd_epochs}
+
+    def controls_panel(self) -> pn.viewable.Viewable:
+        data_card = pn.Card(label("Data"), self.data, self.data_info, title="1. Data", collapsible=False,
+                            sizing_mode="stretch_width")
+        model_card = pn.Card(pn.Row(self.reg, self.bias_lr), pn.Row(self.samples, self.max_hidden),
+                             self.evaluate, pn.Row(self.eval_every, self.seed), self.away,
+                             title="2. Frank-Wolfe (Algorithm 1)", collapsible=False, sizing_mode="stretch_width")
+        cd_card = pn.Card(pn.Row(self.fork, self.cd_epochs), self.cd_status.pane,
+                          title="3. Compare with CD (§4)", collapsible=False, sizing_mode="stretch_width")
+        return pn.Column(data_card, model_card, cd_card, sizing_mode="stretch_width", margin=0)
+
+    def prepare(self, changed: set[str], strict: bool = False) -> None:
+        """Describe the chosen data set (bundled, loaded once per process)."""
+        if "data" not in changed:
+            return
+        images = load_images(self.data.value)
+        n, v, t = images.split_sizes
+        shape = images.image_shape
+        self.data_info.object = (f"**{images.name}**: {n:,} training, {v:,} validation (the stopping rule) and "
+                                 f"{t:,} test digits of {shape[0]}×{shape[1]} binary pixels.")
+
+    def implied(self, values) -> dict[str, Any]:
+        """A change of data set brings that set's default settings (the given values win)."""
+        data = values.get("data")
+        if data is None or data == self._run_settings.get("data"):
+            return {}
+        return dict(DEFAULTS.get(data, {}))
+
+    def trainer_factory(self):
+        factory = fw_factory(self.data.value, reg=self.reg.value, bias_lr=self.bias_lr.value,
+                             samples=self.samples.value, max_hidden=self.max_hidden.value,
+                             evaluate=self.evaluate.value, eval_every=self.eval_every.value,
+                             away_steps=self.away.value, seed=self.seed.value)
+        # valid: these settings make the run (a refused change leaves the widgets, not the run, moved)
+        self._run_settings = {"data": self.data.value, "seed": self.seed.value, "evaluate": self.evaluate.value,
+                              "eval_every": self.eval_every.value}
+        return factory
 
     # ------------------------------------------------------------------ views
-    def _build_views(self) -> None:
+    def build_views(self) -> None:
         # short titles and labels: the two curves share the width beside the controls
         self.ll_curve = LiveCurve("Log-likelihood vs. units (Fig. 1)", "Frank-Wolfe iteration t",
                                   "log-likelihood per digit (nats)", y2_label="hidden units (dashed)",
                                   name="fw-ll", height=340, legend_cols=4)
-        for key, label, color, dash in (("train", "train", "#1f77b4", "solid"), ("valid", "validation", "#ff7f0e", "solid"),
-                                        ("test", "test", "#2ca02c", "solid")):
-            self.ll_curve.add_line(key, label, color, dash=dash)
+        for key, text, color in (("train", "train", "#1f77b4"), ("valid", "validation", "#ff7f0e"),
+                                 ("test", "test", "#2ca02c")):
+            self.ll_curve.add_line(key, text, color)
         self.ll_curve.add_line("units", "hidden units", "#555555", axis="right", dash="dashed")
         self.selected_span = Span(location=0, dimension="height", line_color="#d62728", line_dash="dashed",
                                   line_width=2, visible=False)
@@ -335,7 +231,7 @@ class FrankWolfeLab:
         self._mark(None)
         self.fields = ImageGrid("Receptive fields in insertion order; the newest unit outlined", name="fw-fields",
                                 height=600, width=680)
-        self._add_fields_hover()
+        self._fields_shown: tuple | None = None
         self.cd_curve = LiveCurve(f"CD-{CD_K} after the fork (§4)", "CD epoch",
                                   "train log-likelihood per digit (nats)", name="fw-cd", height=340)
         self.cd_curve.add_line("fw", "CD from Frank-Wolfe", "#1f77b4")
@@ -343,236 +239,60 @@ class FrankWolfeLab:
         self.fork_line = self.cd_curve.add_hline(None, color="#555", text="Frank-Wolfe at the fork")
         self.cd_curve._empty.text = "Pause, then “Train CD from here”"  # not ▶ Play: a workaround,
         # LiveCurve has no public setter for its empty-plot text
-        self.counter = pn.pane.HTML("Hidden units: 0", name="fw-counter",
-                                    styles={"font-size": "1.4em", "font-weight": "bold"}, width=200)
-        self.run_status = StatusBadge("Ready: press ▶ Play to grow the RBM", "idle", width=330)
-        self.select_status = StatusBadge("Stopping rule (§4): not fired yet", "idle", width=430)
-        self.cd_status = StatusBadge("Pause, then press “Train CD from here” to compare with CD", "idle")
-        self.data_info = pn.pane.Markdown("", styles={"font-size": "0.9em"})
+        self.select_status = StatusBadge("Stopping rule (§4): not fired yet", "idle")
 
-    def _add_fields_hover(self) -> None:
-        """Hovering a tile names its hidden unit: through the grid's own hover (tile labels)
-        where the view has one, else through a hover tool of this lab's own."""
-        self._grid_labels = "labels" in inspect.signature(self.fields.update).parameters
-        fig = self.fields.figure
-        if any(isinstance(tool, HoverTool) for tool in fig.tools):
-            return
-        self.fields_geometry = ColumnDataSource({"tw": [1], "th": [1], "nc": [1], "h": [1], "n": [0], "newest": [-1]})
-        image = next(r for r in fig.renderers if type(r.glyph).__name__ == "Image")
-        unit = CustomJSHover(code=UNIT_HOVER_JS, args={"geom": self.fields_geometry})
-        fig.add_tools(HoverTool(renderers=[image], tooltips=[("hidden unit", "$x{unit}"),
-                                                             ("weight / max |w| of the unit", "@image{0.00}")],
-                                formatters={"$x": unit}))
+    def main_view(self) -> pn.viewable.Viewable:
+        """The log-likelihood (train / validation / test) and the units against the iteration,
+        beside the new unit's eq. 9 objective."""
+        return pn.Row(self.ll_curve.view, self.inner_curve.view, sizing_mode="stretch_width")
 
-    def _draw_fields(self, W: np.ndarray | None, newest: int | None) -> None:
-        if self._grid_labels and W is not None and np.size(W):
-            n = W.shape[1]
-            labels = [f"hidden unit #{j + 1} of {n}" + (" (the newest, outlined)" if j == newest else "")
-                      for j in range(n)]
-            self.fields.update(W, highlight=newest, labels=labels)
-        else:
-            self.fields.update(W, highlight=newest)
-        geometry = getattr(self, "fields_geometry", None)
-        if geometry is not None and W is not None and np.size(W):
-            th, tw = self.fields._tile_shape(W.shape[0])
-            geometry.data = {"tw": [tw], "th": [th], "nc": [self.fields.n_cols],
-                             "h": [float(self.fields.source.data["dh"][0])], "n": [self.fields.n_tiles],
-                             "newest": [-1 if newest is None else newest]}
+    def more_views(self) -> pn.viewable.Viewable:
+        return pn.Row(self.fields.view, self.cd_curve.view, sizing_mode="stretch_width")
 
-    # ------------------------------------------------------------------ layout
-    def panel(self) -> pn.viewable.Viewable:
-        data_card = pn.Card(_label("Data"), self.data, self.data_info, title="1. Data", collapsible=False,
-                            sizing_mode="stretch_width")
-        model_card = pn.Card(pn.Row(self.reg, self.bias_lr), pn.Row(self.samples, self.max_hidden),
-                             self.evaluate, pn.Row(self.eval_every, self.seed), self.away, self.settings_msg.pane,
-                             title="2. Frank-Wolfe (Algorithm 1)", collapsible=False, sizing_mode="stretch_width")
-        cd_card = pn.Card(pn.Row(self.fork, self.cd_epochs), self.cd_status.pane,
-                          title="3. Compare with CD (§4)", collapsible=False, sizing_mode="stretch_width")
-        controls = pn.Column(data_card, model_card, cd_card, width=360)
-        bar = pn.Row(self.play, self.pause, self.step, self.reset, self.speed, self.counter, align="center")
-        badges = pn.Row(self.run_status.pane, self.select_status.pane, sizing_mode="stretch_width")
-        right = pn.Column(bar, self.tools.presenter(), badges,
-                          pn.Row(self.ll_curve.view, self.inner_curve.view, sizing_mode="stretch_width"),
-                          pn.Row(self.fields.view, self.cd_curve.view, sizing_mode="stretch_width"),
-                          sizing_mode="stretch_width")
-        page = pn.Column(
-            intro_card("Frank-Wolfe: an RBM that grows one hidden unit at a time", INTRO, EQUATIONS, WATCH),
-            self.tools.panel(), pn.Row(controls, right, sizing_mode="stretch_width"),
-            sizing_mode="stretch_width", name=self.title)
-        self.tools.root = page
-        return page
+    def badges(self) -> list:
+        return [self.select_status.pane]
 
-    def start(self) -> None:
-        if not self._callbacks:
-            self._callbacks.append(attach(self.runner, self.on_records, 200))
-
-    # ------------------------------------------------------------------ settings
-    def _factory(self):
-        return fw_factory(self.data.value, reg=self.reg.value, bias_lr=self.bias_lr.value, samples=self.samples.value,
-                          max_hidden=self.max_hidden.value, evaluate=self.evaluate.value,
-                          eval_every=self.eval_every.value, away_steps=self.away.value, seed=self.seed.value)
-
-    def _on_data_widget(self) -> None:
-        if not self._applying:
-            self._on_data()
-
-    @_held
-    def _on_data(self) -> None:
-        """A data set was chosen: its default settings, then one rebuild."""
-        self._applying = True
-        try:
-            for name, value in DEFAULTS[self.data.value].items():
-                getattr(self, name).value = value
-        finally:
-            self._applying = False
-        self._show_data()
-        self._rebuild()
-
-    def _show_data(self) -> None:
-        images = load_images(self.data.value)
-        n, v, t = images.split_sizes
-        shape = images.image_shape
-        self.data_info.object = (f"**{images.name}**: {n:,} training, {v:,} validation (the stopping rule) and "
-                                 f"{t:,} test digits of {shape[0]}×{shape[1]} binary pixels.")
-        self.fields.image_shape = shape
-
-    @_held
-    def _rebuild(self, strict: bool = False) -> None:
-        if self._applying:
-            return
-        try:
-            factory = self._factory()
-            self.runner.reset(factory)
-        except ValueError as exc:
-            self.settings_msg.set("error", f"**Invalid setting:** {exc}")
-            self.settings_msg.pane.visible = True
-            if strict:
-                raise
-            return
-        self.settings_msg.pane.visible = False
-        self._clear()
-
-    def _clear(self) -> None:
-        self._last = {}
+    def clear(self) -> None:
+        self._last: dict[str, Any] = {}  # the newest numbers and arrays (W, b_vis, b_hid) the Records carried
+        self._tests: list[tuple[int, float]] = []  # (iteration, test log-likelihood): the last two evaluations
+        self._fields_dirty = False
+        self._fields_time = 0.0
         self.ll_curve.clear()
         self.inner_curve.clear()
         self.selected_span.visible = self.selected_label.visible = False
         self._mark(None)
+        self.fields.image_shape = load_images(self._run_settings["data"]).image_shape
         self._draw_fields(None, None)
         if not self._loading:  # a checkpoint load resets the fork only once it has succeeded
             self._reset_cd()
-        self._refresh_status()
-
-    def _reset_cd(self, note: str | None = None) -> None:
-        self._stop_cd()
-        self.cd_curve.clear()
-        self.fork_line.visible = False
-        self._fork = None
-        self.cd_status.set("idle", note or "Pause, then press “Train CD from here” to compare with CD")
-
-    # ------------------------------------------------------------------ buttons
-    @_held
-    def _play(self) -> None:
-        self._mark(None)
-        busy = play_or_tell(self.runner)
-        self._refresh_status()
-        if busy:
-            self.run_status.set("warn", busy)
-
-    @_held
-    def _pause(self) -> None:
-        self.runner.pause()
-        self._refresh_status()
-
-    @_held
-    def _step(self) -> None:
-        self._mark(None)
-        self.runner.step_once()
-        self._refresh_status()
-
-    @_held
-    def _reset(self) -> None:
-        self.runner.reset()
-        self._clear()
-
-    @_held
-    def _fork_cd(self) -> None:
-        """Fork the current model into CD-10 beside a random start of the same size."""
-        if "W" not in self._last or self._last["W"].shape[1] == 0:
-            self.cd_status.set("warn", "Grow at least one hidden unit first.")
-            return
-        self.runner.pause()
-        params = (self._last["W"], self._last["b_vis"], self._last["b_hid"])
-        try:
-            factory = cd_factory(self.data.value, params, epochs=self.cd_epochs.value, seed=self.seed.value)
-        except ValueError as exc:
-            self.cd_status.set("error", f"**Cannot start CD:** {exc}")
-            return
-        self._stop_cd()
-        self.cd_curve.clear()
-        self.cd_runner = Runner(factory)
-        # one epoch per call: RBMTrainer.steps(k) evaluates only its last epoch, and the
-        # comparison needs the likelihood of every epoch (an epoch is long enough anyway)
-        self.cd_runner.max_batch = 1
-        n_hidden = params[0].shape[1]
-        train_ll = self._last.get("train")
-        self.fork_line.location = train_ll
-        self.fork_line.visible = train_ll is not None
-        self._fork = {"n_hidden": n_hidden, "iteration": int(self._last.get("iteration", 0))}
-        if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
-            self._callbacks.append(attach(self.cd_runner, self.on_cd_records, 300))
-        busy = play_or_tell(self.cd_runner)
-        if busy:
-            self.cd_status.set("warn", busy)
-        else:
-            self.cd_status.set("info", f"CD-{CD_K} with {n_hidden} hidden units: from the Frank-Wolfe model "
-                                       f"(iteration {self._fork['iteration']}) and from a random start…")
-        self._refresh_status()
-
-    def _stop_cd(self) -> None:
-        if self.cd_runner is not None:
-            self.cd_runner.close(timeout=0.5)
-            self.cd_runner = None
-            # the CD runner's periodic callback is left to drain an idle runner (cheap)
 
     # ------------------------------------------------------------------ live updates
-    def on_records(self, records) -> None:
-        recs = [r for name, r in records if name == "FW"]
-        if recs:
-            self._stream(recs)
-        now = time.monotonic()
-        if self._fields_dirty and (not self.runner.playing or now - self._fields_time >= 1.0 / FIELDS_PER_SECOND):
-            self._show_fields()
-        if recs or now - self._status_time > 1.0:
-            self._refresh_status()
-            self._status_time = now
-
-    def _stream(self, recs) -> None:
+    def show(self, records) -> None:
+        recs = [r for name, r in records if name == FW]
+        if not recs:
+            return
         curves = [fw_curves(r) for r in recs]
-        its = [c["iteration"] for c in curves]
-        self.ll_curve.stream("units", its, [c["n_hidden"] for c in curves])
+        self.ll_curve.stream("units", [c["iteration"] for c in curves], [c["n_hidden"] for c in curves])
         for split in ("train", "valid", "test"):
-            pts = [(c["iteration"], c[split]) for c in curves if split in c]
-            if pts:
-                xs, ys = zip(*pts)
-                self.ll_curve.stream(split, xs, ys)
-        inner = [(c["iteration"], c["inner"]) for c in curves if c["inner"] is not None and np.isfinite(c["inner"])]
-        if inner:
-            xs, ys = zip(*inner)
-            self.inner_curve.stream("inner", xs, ys)
-        bias = [(c["iteration"], c["bias_change"]) for c in curves if c["bias_change"] is not None]
-        if bias:
-            xs, ys = zip(*bias)
-            self.inner_curve.stream("bias", xs, ys)
-        last = recs[-1]
-        s = last.scalars
-        keep = {k: last.arrays[k] for k in ("W", "b_vis", "b_hid") if k in last.arrays}
+            self._stream(self.ll_curve, split, [(c["iteration"], c[split]) for c in curves if split in c])
+        self._stream(self.inner_curve, "inner", [(c["iteration"], c["inner"]) for c in curves
+                                                 if c["inner"] is not None and np.isfinite(c["inner"])])
+        self._stream(self.inner_curve, "bias", [(c["iteration"], c["bias_change"]) for c in curves
+                                                if c["bias_change"] is not None])
+        s = recs[-1].scalars
         # int(): a checkpoint's history carries every scalar as a float
-        self._last = {**self._last, **keep, "iteration": int(s["iteration"]), "n_hidden": int(s["n_hidden"]),
-                      "removed": int(s.get("removed_unit", -1)), "away": bool(s.get("away_step", False))}
+        self._last.update(iteration=int(s["iteration"]), n_hidden=int(s["n_hidden"]),
+                          removed=int(s.get("removed_unit", -1)), away=bool(s.get("away_step", False)))
+        with_arrays = [r for r in recs if "W" in r.arrays]
+        if with_arrays:  # the model to draw and to fork: the newest the Records carried
+            newest = with_arrays[-1]
+            self._last.update({k: newest.arrays[k] for k in ("W", "b_vis", "b_hid") if k in newest.arrays})
+            self._last["arrays_iteration"] = int(newest.scalars["iteration"])
         for c in curves:
             if "train" in c:
-                self._last["train"] = c["train"]
+                self._last["train"] = (int(c["iteration"]), c["train"])
+            if "test" in c:
+                self._tests = [*self._tests[-1:], (int(c["iteration"]), c["test"])]
         for r in recs:
             sel = r.scalars.get("selected_hidden", -1)
             if sel is not None and sel >= 0 and not self.selected_span.visible:
@@ -583,62 +303,254 @@ class FrankWolfeLab:
                 self._last["selected"] = (int(sel), int(r.scalars["iteration"]))
         self._fields_dirty = True
 
+    @staticmethod
+    def _stream(curve: LiveCurve, key: str, points: list) -> None:
+        if points:
+            xs, ys = zip(*points)
+            curve.stream(key, xs, ys)
+
+    def on_tick(self) -> None:
+        """Draw the receptive fields when due; drain the CD fork's runner; start its job again
+        if a failed checkpoint load cancelled it."""
+        playing = self.runner.playing
+        if self._fields_dirty and (not playing or time.monotonic() - self._fields_time >= FIELDS_SECONDS):
+            self._show_fields()
+        if self.cd_runner is not None:
+            self.on_cd_records(self.cd_runner.drain())
+        fork = self._fork
+        if fork is not None and fork["ll"] is None and not self._loading and not self.jobs.running("fork-ll"):
+            self._submit_fork_ll()
+
+    def busy(self) -> bool:
+        cd = self.cd_runner
+        fork = self._fork
+        unsummarised = fork is not None and not fork["finished"] and cd is not None and not cd.active
+        return self._fields_dirty or (cd is not None and cd.playing) or unsummarised
+
     def _show_fields(self) -> None:
         self._fields_dirty = False
         self._fields_time = time.monotonic()
         W = self._last.get("W")
-        if W is None or W.shape[1] == 0:
-            self._draw_fields(None, None)
-            return
-        newest = None if self._last.get("away") else W.shape[1] - 1
+        newest = None if W is None or self._last.get("away") else W.shape[1] - 1
         self._draw_fields(W, newest)
 
-    def on_cd_records(self, records) -> None:
-        for name, r in records:
-            ll = log_likelihood_of(r)
-            if ll is None:
-                continue
-            key = "fw" if name == "CD (FW init)" else "random"
-            self.cd_curve.stream(key, [r.scalars["epoch"]], [ll])
-        runner = self.cd_runner
-        if runner is not None and not runner.active and self._fork is not None:
-            self.cd_status.set("ok", self._cd_summary())
-
-    def _cd_summary(self) -> str:
-        ends = {}
-        for key, label in (("fw", "from Frank-Wolfe"), ("random", "from random")):
-            ys = self.cd_curve.sources[key].data["y"]
-            if len(ys):
-                ends[label] = float(ys[-1])
-        text = f"CD-{CD_K} done ({self._fork['n_hidden']} units). Final training log-likelihood: " + ", ".join(
-            f"{k} {v:.2f}" for k, v in ends.items())
-        if len(ends) == 2:
-            better = "Frank-Wolfe" if ends["from Frank-Wolfe"] > ends["from random"] else "random"
-            text += f". The {better} start ends higher."
-        return text
+    def _draw_fields(self, W: np.ndarray | None, newest: int | None) -> None:
+        shown = self._fields_shown
+        if W is not None and shown is not None and shown[0] is W and shown[1] == newest:
+            return  # already drawn (a Next step's highlight after the tick drew the same model)
+        self._fields_shown = None if W is None else (W, newest)
+        if W is None or not np.size(W):
+            self.fields.update(None)
+            return
+        n = W.shape[1]
+        labels = [f"hidden unit #{j + 1} of {n}" + (" (the newest, outlined)" if j == newest else "")
+                  for j in range(n)]
+        self.fields.update(W, highlight=newest, labels=labels)
 
     # ------------------------------------------------------------------ status
-    def _refresh_status(self) -> None:
-        runner = self.runner
-        playing = runner.playing
-        self.play.disabled = playing or not runner.active
-        self.pause.disabled = not playing
-        self.fork.disabled = playing or self._last.get("n_hidden", 0) < 1
-        n = self._last.get("n_hidden", 0)
-        self.counter.object = f"Hidden units: {n}"
-        state = runner.states.get("FW")
-        if state is not None and state.status in ("diverged", "error"):
-            self.run_status.set("error", state.message or state.status)
-        elif playing:
-            self.run_status.set("info", "Growing…")
-        elif state is not None and not runner.active:
-            self.run_status.set("ok", f"Finished: {state.message or state.status}")
-        elif self._last:
-            self.run_status.set("idle", "Paused")
-        else:
-            self.run_status.set("idle", "Ready: press ▶ Play to grow the RBM")
+    def counter(self) -> str:
+        return f"Hidden units: {self._last.get('n_hidden', 0)}"
+
+    def refresh_badges(self) -> None:
+        self.fork.disabled = self.runner.playing or self._last.get("n_hidden", 0) < 1
         if "selected" in self._last:
             sel, it = self._last["selected"]
             self.select_status.set("ok", f"Stopping rule (§4) fired at iteration {it}: selected size {sel} hidden units")
         else:
             self.select_status.set("idle", "Stopping rule (§4): the train/validation gap has not grown yet")
+
+    # ------------------------------------------------------------------ the CD fork (§4)
+    @held
+    def _fork_cd(self) -> None:
+        """Fork the current model (the newest Record's W, b) into CD-10 beside a random start
+        of the same size."""
+        W = self._last.get("W")
+        if W is None or W.shape[1] == 0:
+            self.cd_status.set("warn", "Grow at least one hidden unit first.")
+            return
+        self.runner.pause()
+        run = self._run_settings
+        params = (W, self._last["b_vis"], self._last["b_hid"])
+        epochs = self.cd_epochs.value
+        try:
+            factory = cd_factory(run["data"], params, epochs=epochs, seed=run["seed"])
+        except ValueError as exc:
+            self.cd_status.set("error", f"**Cannot start CD:** {exc}")
+            return
+        self._stop_cd()
+        self.cd_curve.clear()
+        self.cd_runner = Runner(factory)  # cheap: the trainers are built on their first step
+        # one epoch per call: RBMTrainer.steps(k) evaluates only its last epoch, and the
+        # comparison needs the likelihood of every epoch (an epoch is long enough anyway)
+        self.cd_runner.max_batch = 1
+        iteration = self._last.get("arrays_iteration", self._last.get("iteration", 0))
+        fork = {"n_hidden": W.shape[1], "iteration": iteration, "epochs": epochs, "epoch": 0, "data": run["data"],
+                "evaluate": run["evaluate"], "seed": run["seed"], "params": params, "ll": None, "finished": False,
+                "busy": None}
+        self._fork = fork
+        train = self._last.get("train")
+        if train is not None and train[0] == iteration:  # this iteration was evaluated: its Record says
+            self._show_fork_ll(fork, {"value": train[1], "from_record": True})
+        else:
+            self.fork_line.visible = False
+            self._submit_fork_ll()
+        fork["busy"] = play_or_tell(self.cd_runner)
+        self._refresh_cd_status()
+        self.refresh_status()
+
+    def _submit_fork_ll(self) -> None:
+        """Job: the forked model's training log-likelihood (its Record was not evaluated)."""
+        fork = self._fork
+        W, b_vis, b_hid = fork["params"]
+        self.jobs.submit("fork-ll", train_log_likelihood, fork["data"], W, b_vis, b_hid, fork["evaluate"],
+                         fork["seed"], then=functools.partial(self._show_fork_ll, fork),
+                         error=functools.partial(self._fork_ll_failed, fork))
+        self._refresh_cd_status()
+
+    def _show_fork_ll(self, fork: dict, result: dict) -> None:
+        if fork is not self._fork:  # a newer fork, or none
+            return
+        fork["ll"] = result
+        self.fork_line.location = result["value"]
+        self.fork_line.visible = True
+        self._refresh_cd_status()
+
+    def _fork_ll_failed(self, fork: dict, exc: BaseException) -> None:
+        if fork is self._fork:
+            fork["ll"] = {"error": f"{type(exc).__name__}: {exc}"}
+            self._refresh_cd_status()
+
+    def on_cd_records(self, records) -> None:
+        """Draw the CD pair's Records; once both runs stop, say how they ended."""
+        fork, runner = self._fork, self.cd_runner
+        for name, r in records:
+            if fork is not None:
+                fork["epoch"] = max(fork["epoch"], int(round(r.scalars.get("epoch", 0))))
+            ll = log_likelihood_of(r)
+            if ll is not None:
+                self.cd_curve.stream("fw" if name == CD_FROM_FW else "random", [r.scalars["epoch"]], [ll])
+        if fork is None or runner is None:
+            return
+        if not runner.active and (records or not fork["finished"]):
+            # (again when Records come after the summary: drained after it, published before the stop)
+            fork["finished"] = True
+            self._refresh_cd_status()
+        elif records:
+            self._refresh_cd_status()
+
+    def _refresh_cd_status(self, note: str | None = None) -> None:
+        fork, runner = self._fork, self.cd_runner
+        if fork is None or runner is None:
+            self.cd_status.set("idle", note or CD_IDLE)
+            return
+        failed = {n: s for n, s in runner.states.items() if s.status in ("error", "diverged")}
+        if failed:
+            text = "; ".join(f"{n}: {s.message or s.status}" for n, s in failed.items())
+            self.cd_status.set("error", f"**CD stopped:** {text}")
+        elif fork["finished"]:
+            self.cd_status.set("ok", self._cd_summary() + self._fork_ll_text())
+        elif fork["busy"] and not runner.playing:
+            self.cd_status.set("warn", fork["busy"])
+        else:
+            self.cd_status.set("info", f"CD-{CD_K} with {fork['n_hidden']} hidden units: from the Frank-Wolfe "
+                                       f"model (iteration {fork['iteration']}) and from a random start, epoch "
+                                       f"{fork['epoch']} of {fork['epochs']}…" + self._fork_ll_text())
+
+    def _fork_ll_text(self) -> str:
+        ll = self._fork["ll"]
+        if ll is None:
+            return " Frank-Wolfe at the fork: computing its log-likelihood…"
+        if "error" in ll:
+            return f" Frank-Wolfe at the fork: its log-likelihood could not be computed ({ll['error']})."
+        return f" Frank-Wolfe at the fork: {ll['value']:.2f} (dashed)."
+
+    def _cd_summary(self) -> str:
+        ends = {}
+        for key, text in (("fw", "from Frank-Wolfe"), ("random", "from random")):
+            ys = self.cd_curve.sources[key].data["y"]
+            if len(ys):
+                ends[text] = float(ys[-1])
+        text = f"CD-{CD_K} done ({self._fork['n_hidden']} units). Final training log-likelihood: " + ", ".join(
+            f"{k} {v:.2f}" for k, v in ends.items()) + "."
+        if len(ends) == 2:
+            better = "Frank-Wolfe" if ends["from Frank-Wolfe"] > ends["from random"] else "random"
+            text += f" The {better} start ends higher."
+        return text
+
+    def _stop_cd(self) -> None:
+        if self.cd_runner is not None:
+            self.cd_runner.close(timeout=0)  # never waits: a step in flight ends in its own thread
+            self.cd_runner = None
+
+    def _reset_cd(self, note: str | None = None) -> None:
+        self._stop_cd()
+        self.jobs.cancel("fork-ll")
+        self.cd_curve.clear()
+        self.fork_line.visible = False
+        self._fork = None
+        self._refresh_cd_status(note)
+
+    def close(self) -> None:
+        self._stop_cd()
+        super().close()
+
+    # ------------------------------------------------------------------ presentation
+    def describe_change(self, name, before, after, before_arrays, after_arrays) -> str | None:
+        """The unit this iteration inserted (outlined in the grid, circled on the curves) or
+        removed, its eq. 9 objective, the eq. 10 bias change, the log-likelihood."""
+        if name != FW or "iteration" not in after:
+            return None
+        t = int(after["iteration"])
+        n = int(after["n_hidden"])
+        j_star = float(after.get("inner_objective", np.nan))
+        removed = int(after.get("removed_unit", -1))
+        if removed >= 0:
+            text = (f"<b>Iteration {t}: away step (§3.2)</b>: hidden unit <b>#{removed + 1} removed</b>, "
+                    f"it hurt more than the best new unit would help (eq. 9: J(w<sub>{removed + 1}</sub>) "
+                    f"&gt; −J(w*) = {-j_star:.4g}); {n} units left")
+        else:
+            text = (f"<b>Iteration {t}</b>: hidden unit <b>#{n} inserted</b> (outlined in "
+                    f"<span style='color:{OUTLINE}'>orange</span>, the last tile of the receptive "
+                    f"fields), the minimiser w* of eq. 9 with J(w*) = <b>{j_star:.4g}</b> "
+                    f"(lower: a more useful unit)")
+        if after.get("bias_change") is not None:
+            text += f"; the eq. 10 steps moved the visible biases by ‖Δb‖ = {after['bias_change']:.3g}"
+        ll = after.get("test_log_likelihood")
+        if ll is not None and np.isfinite(ll):
+            previous = [v for it, v in self._tests if it < t]
+            if not previous:
+                text += f"; test log-likelihood <b>{ll:.3f}</b> nats"
+            else:
+                gain = ll - previous[-1]
+                text += (f"; test log-likelihood {previous[-1]:.3f} → <b>{ll:.3f}</b> nats "
+                         f"({'▲' if gain >= 0 else '▼'} {abs(gain):.3g})")
+        else:
+            text += f"; log-likelihood not evaluated this step (every {self._run_settings['eval_every']})"
+        if after.get("selected_hidden", -1) >= 0 and before.get("selected_hidden", -1) < 0:
+            text += f"; the §4 stopping rule fired: selected size {int(after['selected_hidden'])} units"
+        return text + "."
+
+    def highlight(self, name, before, after, before_arrays, after_arrays) -> None:
+        """Outline the inserted unit's tile in the grid (none after a removal) and circle this
+        iteration's points on the eq. 9 curve and the test log-likelihood."""
+        if name != FW or "iteration" not in after:
+            return
+        W = after_arrays.get("W")
+        removed = int(after.get("removed_unit", -1)) >= 0
+        if W is not None:
+            self._draw_fields(W, None if removed else np.shape(W)[1] - 1)
+        ll = after.get("test_log_likelihood")
+        self._mark(int(after["iteration"]), float(after.get("inner_objective", np.nan)),
+                   ll if ll is not None and np.isfinite(ll) else None)
+
+    def clear_highlight(self) -> None:
+        self._mark(None)
+
+    def _mark(self, t: float | None, inner: float | None = None, ll: float | None = None) -> None:
+        """Circle iteration ``t`` on the eq. 9 curve and the test log-likelihood (None: clear)."""
+        ok = t is not None and inner is not None and np.isfinite(inner)
+        self.mark_inner.data = {"x": [t] if ok else [], "y": [inner] if ok else []}
+        self.mark_ll.data = {"x": [t] if t is not None and ll is not None else [], "y": [ll] if ll is not None else []}
+        for item, source in ((self.mark_inner_item, self.mark_inner), (self.mark_ll_item, self.mark_ll)):
+            if item is not None:
+                item.visible = bool(len(source.data["x"]))

@@ -1,5 +1,10 @@
 """Panel-free helpers of the Frank-Wolfe lab: data, the trainer factories (Frank-Wolfe, and
-the CD pair forked from it) and how a Record's numbers are read."""
+the CD pair forked from it), how a Record's numbers are read, and the lab's analysis *job*.
+
+The job (:func:`train_log_likelihood`) is a module-level function of plain arrays and values
+returning plain values, so :mod:`dashboard.jobs` can run it in a worker process (pickled by
+reference) or a thread, never on the UI thread.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import numpy as np
 
 from dashboard.labs.tap_setup import load_images
 from engine import frankwolfe, rbm
+from engine.kernels import rbm as rbm_kernels
 from engine.stepping import Record
 
 DATASETS = {"MNIST 28×28": "mnist", "8×8 digits": "digits"}
@@ -34,6 +40,7 @@ CD_K = 10  # the paper trains its CD runs with CD-10 (§4)
 CD_LEARNING_RATE = 0.05
 CD_BATCH = 50
 CD_EPOCHS = 20
+AIS_RUNS = 20  # the fork's log-likelihood job: AIS runs (as the trainers' live AIS)
 
 
 def splits(data_key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -59,23 +66,89 @@ def fw_factory(data_key: str, *, reg: float, bias_lr: float, samples: int, max_h
     return build
 
 
+class ForkedCD:
+    """One CD-10 run of the fork, built where it first steps.
+
+    Building an :class:`engine.rbm.RBMTrainer` checks and copies the training data and
+    computes its base rates: 0.1-0.3 s on MNIST, twice for the pair, and the fork is made
+    by a click.  So the trainer is built on its first ``step()``: in the CD runner's
+    thread, or on the Dask worker the runner ships it to (which then loads the bundled
+    data itself instead of receiving it pickled).  ``done``/``status``/``message`` answer
+    without building; any other attribute builds the trainer and reads it.
+    """
+
+    def __init__(self, data_key: str, n_hidden: int, init_params: tuple | None, options: Mapping[str, Any]) -> None:
+        self.data_key = data_key
+        self.n_hidden = n_hidden
+        self.init_params = init_params
+        self.options = dict(options)
+        self._trainer: rbm.RBMTrainer | None = None
+
+    @property
+    def trainer(self) -> rbm.RBMTrainer:
+        if self._trainer is None:
+            X, _, _ = splits(self.data_key)
+            self._trainer = rbm.RBMTrainer(X, self.n_hidden, init_params=self.init_params, **self.options)
+        return self._trainer
+
+    @property
+    def done(self) -> bool:
+        return self._trainer is not None and self._trainer.done
+
+    @property
+    def status(self) -> str:
+        return "running" if self._trainer is None else self._trainer.status
+
+    @property
+    def message(self) -> str:
+        return "" if self._trainer is None else self._trainer.message
+
+    def step(self) -> Record:
+        return self.trainer.step()
+
+    def steps(self, k: int) -> list[Record]:
+        return self.trainer.steps(k)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.trainer.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.trainer.load_state_dict(state)
+
+    def __getattr__(self, name: str) -> Any:  # rbm, k, evaluate, ... of the built trainer
+        if name.startswith("_"):  # pickle's probes, and nothing before __init__ has run
+            raise AttributeError(name)
+        return getattr(self.trainer, name)
+
+
 def cd_factory(data_key: str, params: tuple[np.ndarray, np.ndarray, np.ndarray], *, epochs: int = CD_EPOCHS,
                seed: int = 0) -> Callable[[], dict]:
     """``{"CD (FW init)", "CD (random init)"}``: CD-10 from the Frank-Wolfe model and from a
-    random start with as many hidden units, one epoch per step (§4, Fig. 1)."""
-    X, _, _ = splits(data_key)
+    random start with as many hidden units, one epoch per step (§4, Fig. 1).
+
+    Validates at once (cheaply: the trainers themselves are built on their first step,
+    see :class:`ForkedCD`)."""
+    n_visible = load_images(data_key).X_train.shape[1]
     W, b_vis, b_hid = (np.array(a, dtype=np.float64) for a in params)
+    if W.ndim != 2 or W.shape[0] != n_visible or W.shape[1] < 1:
+        raise ValueError(f"The forked W must have shape ({n_visible}, n_hidden >= 1). Got {W.shape}.")
+    if b_vis.shape != (n_visible,) or b_hid.shape != (W.shape[1],):
+        raise ValueError(f"The forked biases must have shapes ({n_visible},) and ({W.shape[1]},). "
+                         f"Got {b_vis.shape} and {b_hid.shape}.")
+    if not (np.all(np.isfinite(W)) and np.all(np.isfinite(b_vis)) and np.all(np.isfinite(b_hid))):
+        raise ValueError("The forked model has non-finite parameters.")
+    if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 1:
+        raise ValueError(f"The 'epochs' parameter of cd_factory must be an int >= 1. Got {epochs!r}.")
     n_hidden = W.shape[1]
     evaluate = "exact" if min(W.shape) <= rbm.MAX_EXACT_UNITS else "ais"
     common = dict(method="cd", k=CD_K, batch_size=CD_BATCH, learning_rate=CD_LEARNING_RATE, momentum=0.5,
-                  step_unit="epoch", evaluate=evaluate, max_epochs=epochs, eval_overhead=1e6,  # every epoch
+                  step_unit="epoch", evaluate=evaluate, max_epochs=int(epochs), eval_overhead=1e6,  # every epoch
                   seed=seed)
 
     def build() -> dict:
-        return {"CD (FW init)": rbm.RBMTrainer(X, n_hidden, init_params=(W, b_vis, b_hid), **common),
-                "CD (random init)": rbm.RBMTrainer(X, n_hidden, **common)}
+        return {"CD (FW init)": ForkedCD(data_key, n_hidden, (W, b_vis, b_hid), common),
+                "CD (random init)": ForkedCD(data_key, n_hidden, None, common)}
 
-    build()
     return build
 
 
@@ -99,3 +172,30 @@ def fw_curves(record: Record) -> Mapping[str, Any]:
         if value is not None and math.isfinite(value):
             out[split] = float(value)
     return out
+
+
+# ---------------------------------------------------------------------- analysis job
+def train_log_likelihood(data_key: str, W: np.ndarray, b_vis: np.ndarray, b_hid: np.ndarray,
+                         evaluate: str = "auto", seed: int = 0) -> dict[str, Any]:
+    """Job: the mean log-likelihood per training digit of the RBM (W, b_vis, b_hid) on the
+    bundled set ``data_key``, with the estimator a Frank-Wolfe run with ``evaluate`` uses
+    (exact log Z for "exact", or for "auto"/"none" while enumerating is cheap; else AIS with
+    20 runs on the live schedule and the data's base rates).
+
+    The Frank-Wolfe model at the CD fork: its Record carries this number only when that
+    iteration was evaluated (every ``eval_every``).  Exact on small models; AIS takes 0.05-0.5 s
+    (digits to MNIST at 100 units).  Returns ``{"value": float, "exact": bool}``.
+    """
+    X, _, _ = splits(data_key)
+    W, b_vis, b_hid = (np.ascontiguousarray(a, dtype=np.float64) for a in (W, b_vis, b_hid))
+    n_visible, n_hidden = W.shape
+    m = min(n_visible, n_hidden)
+    cheap = m <= rbm.MAX_EXACT_UNITS and 2**m * max(n_visible, n_hidden) <= frankwolfe.AUTO_EXACT_BUDGET
+    exact = (evaluate == "exact" and m <= rbm.MAX_EXACT_UNITS) or (evaluate != "ais" and cheap)
+    if exact:
+        log_z = rbm.log_partition_exact(W, b_vis, b_hid)
+    else:
+        log_z, _ = rbm.ais_log_partition(W, b_vis, b_hid, n_runs=AIS_RUNS, schedule=rbm.AIS_SCHEDULE_LIVE,
+                                         seed=seed, base_vis=rbm.base_rate_biases(X))
+    free = float(np.mean(rbm_kernels.free_energy(np.ascontiguousarray(X), W, b_vis, b_hid)))
+    return {"value": -free - float(log_z), "exact": bool(exact)}

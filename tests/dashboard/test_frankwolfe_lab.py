@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import pickle
+import time
+
 import numpy as np
 import pytest
 
 from dashboard.labs.frankwolfe import FrankWolfeLab
-from dashboard.labs.frankwolfe_setup import DEFAULTS, cd_factory, fw_curves, fw_factory, log_likelihood_of
+from dashboard.labs.frankwolfe_setup import (DEFAULTS, cd_factory, fw_curves, fw_factory, log_likelihood_of,
+                                             train_log_likelihood)
 from engine import rbm
 from engine.stepping import Record
 from tests.dashboard.test_fvbm_lab import pump
@@ -17,8 +21,26 @@ def lab():
     lab = FrankWolfeLab()
     lab.panel()
     yield lab
-    lab.runner.close()
-    lab._stop_cd()
+    lab.close()  # the Frank-Wolfe runner, the CD fork's runner and the jobs
+
+
+def steps(lab, k):
+    """k single steps, then one tick (and the jobs it started), as the UI would."""
+    for _ in range(k):
+        lab.runner.step_once()
+    assert lab.runner.wait_idle(60)
+    lab.on_records(lab.runner.drain())
+    assert lab.jobs.wait(60)
+
+
+def tick_until(lab, until, timeout=120.0):
+    """Refresh ticks (which drain the CD fork too) until ``until()`` holds."""
+    deadline = time.monotonic() + timeout
+    while not until():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+        lab.on_records(lab.runner.drain())
+    lab.on_records(lab.runner.drain())
 
 
 def test_the_lab_opens_on_mnist_with_its_defaults(lab):
@@ -45,7 +67,7 @@ def test_growing_fills_every_view_and_highlights_the_newest_unit(lab):
     assert lab.inner_curve.n_points("inner") >= 6
     assert np.all(np.asarray(lab.inner_curve.sources["inner"].data["y"]) <= 1e-9)  # w = 0 is feasible: J(w*) <= 0
     assert lab.fields.n_tiles == n and len(lab.fields.box.data["left"]) == 1  # the newest unit outlined
-    assert lab.counter.object == f"Hidden units: {n}"
+    assert lab.counter_pane.object == f"Hidden units: {n}"
     assert not lab.fork.disabled
 
 
@@ -59,19 +81,51 @@ def test_training_cd_from_here_runs_both_starts(lab):
     lab.runner.wait_idle()
     pump(lab)
     W = lab._last["W"]
+    np.testing.assert_array_equal(W, lab.runner.history.arrays["FW"]["W"])  # the newest Record's model
     lab._fork_cd()
-    assert lab.cd_runner is not None and lab.fork_line.visible
-    deadline = 120
-    import time
-    t0 = time.monotonic()
-    while lab.cd_runner.active and time.monotonic() - t0 < deadline:
-        time.sleep(0.2)
-        lab.on_cd_records(lab.cd_runner.drain())
-    lab.on_cd_records(lab.cd_runner.drain())
+    assert lab.cd_runner is not None and lab.fork_line.visible  # the last iteration was evaluated: no job
+    # the fork starts from the Frank-Wolfe model the Records carried
+    np.testing.assert_array_equal(lab.cd_runner.trainers["CD (FW init)"].init_params[0], W)
+    assert lab.busy()  # the base's tick runs at full rate while CD trains
+    # the base's tick drains the CD runner (on_tick): no periodic callback of its own
+    tick_until(lab, lambda: not lab.cd_runner.active and not lab.busy())
     assert lab.cd_curve.n_points("fw") == 3 and lab.cd_curve.n_points("random") == 3
     assert "CD-10 done (5 units)" in lab.cd_status.text
-    # the fork started from the Frank-Wolfe model itself: its first epoch's likelihood is near FW's
     assert W.shape == (64, 5)
+
+
+def test_the_model_at_an_unevaluated_fork_is_scored_by_a_job(lab):
+    lab.apply_settings({"data": "digits", "samples": 60, "max_hidden": 12, "eval_every": 2, "cd_epochs": 1})
+    steps(lab, 3)  # iteration 3: not evaluated (every 2)
+    assert "train_log_likelihood" not in lab.runner.history.rows["FW"][-1]
+    lab._fork_cd()
+    assert not lab.fork_line.visible and "computing" in lab.cd_status.text
+    assert lab.jobs.running("fork-ll")
+    tick_until(lab, lambda: not lab.jobs.running() and not lab.busy())
+    W, b_vis, b_hid = (lab.runner.history.arrays["FW"][k] for k in ("W", "b_vis", "b_hid"))
+    expected = train_log_likelihood("digits", W, b_vis, b_hid, "auto", 0)
+    assert expected["exact"] and lab.fork_line.visible and lab.fork_line.location == pytest.approx(expected["value"])
+    assert f"Frank-Wolfe at the fork: {expected['value']:.2f}" in lab.cd_status.text
+
+
+def test_the_fork_job_scores_like_the_frank_wolfe_run():
+    """The job's exact log-likelihood of a grown model equals the one its Record carries."""
+    trainer = fw_factory("digits", reg=0.2, bias_lr=0.05, samples=60, max_hidden=5, evaluate="exact")()["FW"]
+    for _ in range(3):
+        record = trainer.step()
+    a = record.arrays
+    out = train_log_likelihood("digits", a["W"], a["b_vis"], a["b_hid"], "exact", 0)
+    assert out["exact"] and out["value"] == pytest.approx(record.scalars["train_log_likelihood"], abs=1e-9)
+
+
+def test_the_cd_trainers_are_built_where_they_step_not_by_the_click():
+    model = rbm.RBM.random(784, 6, seed=1, scale=0.5)
+    pair = cd_factory("mnist", (model.W, model.b_vis, model.b_hid), epochs=1)()
+    fw = pair["CD (FW init)"]
+    assert fw._trainer is None and not fw.done and fw.status == "running"  # what the runner reads
+    assert len(pickle.dumps(pair)) < 200_000  # shipped to a worker without the 3,500 digits
+    with pytest.raises(ValueError, match="shape"):
+        cd_factory("digits", (model.W, model.b_vis, model.b_hid))
 
 
 def test_cd_pair_starts_from_the_given_model_and_from_random():

@@ -37,15 +37,27 @@ def make_lab():
 
     yield make
     for lab in labs:
-        lab.runner.close()
-        lab._stop_cd()
+        lab.close()  # the Frank-Wolfe runner, the CD fork's runner and the jobs
 
 
 def steps(lab, k):
+    """k single steps, then one tick (and the jobs it started), as the UI would."""
     for _ in range(k):
         lab.runner.step_once()
     assert lab.runner.wait_idle(60)
     lab.on_records(lab.runner.drain())
+    assert lab.jobs.wait(60)
+
+
+def explain(lab):
+    """Presentation mode's Next step: it returns at once; the tick after the step has come
+    back says what changed (and highlights it)."""
+    lab.next_step()
+    assert lab.tools.changed.object == "Computing this step…"
+    assert lab.runner.wait_idle(60)
+    lab.on_records(lab.runner.drain())
+    assert lab.jobs.wait(60)
+    return lab.tools.changed.object
 
 
 def comparable(rows):
@@ -81,7 +93,7 @@ def test_loaded_checkpoint_continues_exactly_like_an_uninterrupted_run(make_lab,
     # the views are redrawn from the checkpoint's history and newest arrays
     n = int(uninterrupted[2]["n_hidden"])
     assert other.ll_curve.n_points("units") == 3 and other.inner_curve.n_points("inner") == 3
-    assert other.fields.n_tiles == n and other.counter.object == f"Hidden units: {n}"
+    assert other.fields.n_tiles == n and other.counter_pane.object == f"Hidden units: {n}"
     assert other.runner.states["FW"].steps == 3 and not other.fork.disabled
     steps(other, 4)
     assert comparable(other.runner.history.rows["FW"]) == uninterrupted
@@ -143,6 +155,12 @@ def test_checkpoint_that_does_not_fit_the_trainer_is_rolled_back(make_lab):
     for key, value in state.items():
         np.testing.assert_array_equal(np.asarray(restored[key]), np.asarray(value), err_msg=key)
     assert lab.cd_runner is cd  # a failed load leaves the CD fork alone
+    # ... and its log-likelihood job (iteration 3 was not evaluated), cancelled by the redraw, starts again
+    assert lab._fork is not None and lab._fork["ll"] is None
+    lab.on_records(lab.runner.drain())
+    assert lab.jobs.wait(60)
+    lab.on_records(lab.runner.drain())
+    assert lab.fork_line.visible and "Frank-Wolfe at the fork: -" in lab.cd_status.text
 
 
 # ---------------------------------------------------------------- (c) presets
@@ -204,20 +222,17 @@ def test_next_step_names_the_inserted_unit_and_highlights_it(make_lab):
     lab = make_lab({**SMALL, "eval_every": 1})
     lab.tools.set_presenting(True)
     assert lab.tools.next_step.visible
-    text = lab.tools.step_and_explain()
+    text = explain(lab)
     assert "Iteration 1" in text and "#1 inserted" in text and "eq. 9" in text and "J(w*)" in text
     assert "‖Δb‖" in text and "test log-likelihood" in text and "→" not in text
     assert lab.fields.n_tiles == 1 and len(lab.fields.box.data["left"]) == 1  # outlined
     assert lab.mark_inner.data["x"] == [1] and lab.mark_ll.data["x"] == [1] and lab.mark_inner_item.visible
-    text = lab.tools.step_and_explain()
+    text = explain(lab)
     assert "Iteration 2" in text and "#2 inserted" in text and "→" in text and ("▲" in text or "▼" in text)
     assert lab.fields.n_tiles == 2 and lab.fields.box.data["left"]
     assert lab.mark_inner.data["x"] == [2] and lab.tools.changed.object == text
-    if hasattr(lab.fields, "tiles"):  # the grid's own hover names each tile
-        assert list(lab.fields.tiles.data["label"]) == ["hidden unit #1 of 2",
-                                                        "hidden unit #2 of 2 (the newest, outlined)"]
-    else:  # the lab's own hover reads the grid's geometry
-        assert lab.fields_geometry.data["n"] == [2] and lab.fields_geometry.data["newest"] == [1]
+    # the grid's hover names each tile
+    assert list(lab.fields.tiles.data["label"]) == ["hidden unit #1 of 2", "hidden unit #2 of 2 (the newest, outlined)"]
     lab._play()  # playing clears the marks
     lab._pause()
     assert lab.mark_inner.data["x"] == [] and not lab.mark_inner_item.visible
@@ -225,7 +240,7 @@ def test_next_step_names_the_inserted_unit_and_highlights_it(make_lab):
 
 def test_next_step_on_an_unevaluated_step_and_on_an_away_step(make_lab):
     lab = make_lab({**AWAY, "eval_every": 2})
-    texts = [lab.tools.step_and_explain() for _ in range(3)]
+    texts = [explain(lab) for _ in range(3)]
     assert "not evaluated this step (every 2)" in texts[0]
     assert "removed" in texts[2] and "away step" in texts[2] and "§3.2" in texts[2], texts
     assert not lab.fields.box.data["left"]  # nothing new to outline after a removal
