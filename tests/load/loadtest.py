@@ -2,13 +2,15 @@
 
     python -m tests.load.loadtest --sessions 8 --seconds 60 [--lab FVBM|TAP|Frank-Wolfe|Bound]
                                   [--port P] [--json out.json] [--sample-every S] [--speed LABEL]
-                                  [--rounds R] [--no-warmup] [--settle SECONDS]
+                                  [--rounds R] [--no-warmup] [--settle SECONDS] [--workers W]
+                                  [--no-measure] [--liveness-every S] [--root-every S]
+                                  [--step-probes K]
     python -m tests.load.loadtest --sessions 1 --seconds 1800      # the soak run
 
 What it does
 ------------
-1. Starts ``python -m dashboard.cli serve --port P --address 127.0.0.1`` (the real CLI) and
-   polls ``/liveness``.
+1. Starts ``python -m dashboard.cli serve --port P --address 127.0.0.1 [--workers W]`` (the
+   real CLI; ``--workers`` only when given) and polls ``/liveness``.
 2. Warm-up: one browser session opens the lab, trains it for a few seconds and closes; the
    tool then waits until the server has discarded that session (see "Settling" below).
    Only then is the **baseline** RSS taken.  Why after a warm-up: the first session imports
@@ -22,6 +24,11 @@ What it does
    given seconds.  When a run stops by itself (e.g. the FVBM converges after ~900 sweeps),
    the session presses "↺ Reset" and "▶ Play" again so training is continuous (counted as
    ``restarts``).  Then the context is closed.
+   Measuring (issue 14; off with ``--no-measure``): once every session plays, two threads GET
+   ``/liveness`` and ``/`` (see below), and a **probe** page opens: the "late page" and the
+   Step probe.  The sessions keep training past their seconds until the probe is done (at
+   most ``HOLD_LIMIT`` s more, counted in ``trained_seconds``), so every measure is taken
+   under the full load; the HTTP threads stop when the first session stops training.
 4. Settling: Bokeh discards a closed session only after it has been unused for
    ``unused_session_lifetime`` (15 s) and the check runs every ``check_unused_sessions``
    (17 s): Bokeh's defaults, which ``pn.serve`` keeps.  So a closed tab's runners are stopped
@@ -57,22 +64,55 @@ What it measures
   mode) these are merged with the server RSS into one ``timeline`` so boundedness is
   visible: RSS, JS heap and points should level off, not grow with time.
 
-Everything is bounded: N sessions, the given seconds, the settle limit, and a page-load
-timeout; the server binds 127.0.0.1 and is stopped at the end.
+* ``liveness_ms`` and ``root_ms`` {median, p95, n, failures}: a plain HTTP client
+  (``http.client``, a new loopback connection per request, one thread per path) GETs
+  ``/liveness`` every ``--liveness-every`` s (0.5) and ``/`` every ``--root-every`` s (5), at
+  most one request in flight per path (the next as soon as a slow one answered), from the
+  moment every session plays until the first one stops training.  Each time runs from sending
+  the request to having read the whole body; a failure (no answer in 10 s, a refused
+  connection or a status other than 200) is counted, not timed.  Why ``/`` less often:
+  ``GET /`` is a real page load for the server: it builds a Bokeh session with the first lab,
+  its runner thread and refresh tick (~0.6 s of the server's one busy core on an idle machine),
+  which Bokeh discards only 15-32 s later, unconnected.  Every 0.5 s, that alone kept the
+  server's core busy (2 sessions x 20 s: /liveness median 3.7 s, 50 threads, RSS +470 MB, and
+  the sessions' websockets timed out).  Even every 5 s it adds load and 3-6 live sessions
+  (threads, RSS) of its own;
+* ``late_page_seconds``: with all N sessions training, the probe page's time from navigation
+  (``page.goto``) until it is usable by the criterion of ``page_load_seconds`` (the lab's tab
+  opened, its ▶ Play enabled, the update hook installed); the largest over rounds;
+* ``step_to_plot_ms`` {median, p95, n, missed}: in the probe page (under the same load) the lab
+  plays until its main plot (``Lab.plot``) got data, is paused, and once the plot is quiet its
+  Step button is clicked ``--step-probes`` times (5).  Each time is measured in the page with
+  ``performance.now()``: from the ``click`` event on the Step button (a capturing listener on
+  ``window``, before Bokeh's own handler sends it) to the first change the server's patch makes
+  to the data of a ColumnDataSource of that plot (``doc.on_change``: stream, patch or new
+  data), i.e. the round trip click -> server -> step -> refresh tick -> patch applied in the
+  page, without the repaint.  A step whose patch did not come in ``STEP_TIMEOUT_S`` is
+  ``missed`` (e.g. a run that had already finished).  A dedicated page, not the N sessions:
+  pausing those would change their updates/s and steps.
+  Percentiles: p95 is the nearest-rank one (an observed value; with n < 20 the largest).
+
+Everything is bounded: N sessions, the given seconds, the settle limit, the hold limit, the
+HTTP request count and a page-load timeout; the server binds 127.0.0.1, every request goes to
+it, and it is stopped at the end.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import http.client
 import json
+import math
 import os
 import re
 import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,12 +126,16 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  "--disable-sync", "--no-first-run", "--enable-precise-memory-info"]
 VIEWPORT = {"width": 1500, "height": 1700}
 PAGE_TIMEOUT_MS = 300_000  # 8 pages, each building all 4 labs, on 2 shared cores take minutes
+HOLD_LIMIT = 600.0  # at most this many seconds past --seconds the sessions train on for the probe
+STEP_TIMEOUT_S = 30.0  # a Step whose plot patch has not come by then is missed
+HTTP_TIMEOUT_S = 10.0  # one measured GET
 
 
 @dataclass(frozen=True)
 class Lab:
     tab: str
     steps_js: str  # a JS expression: the steps of the current run (a number) or null
+    plot: str  # the main plot's name: its ColumnDataSources are named "<plot>:<line>"
 
 
 def _counter(prefix: str) -> str:
@@ -106,9 +150,9 @@ def _counter(prefix: str) -> str:
 
 
 LABS = {
-    "FVBM": Lab("FVBM", _counter("Sweep ")),
-    "TAP": Lab("TAP", _counter("Epoch ")),
-    "Frank-Wolfe": Lab("Frank-Wolfe", _counter("Hidden units: ")),
+    "FVBM": Lab("FVBM", _counter("Sweep "), "logpl"),
+    "TAP": Lab("TAP", _counter("Epoch "), "tap-ll"),
+    "Frank-Wolfe": Lab("Frank-Wolfe", _counter("Hidden units: "), "fw-ll"),
     # the race has no counter: the longest by-iteration line is the steps of the race
     "Bound": Lab("Bound", """(() => {
   let n = null;
@@ -117,18 +161,33 @@ LABS = {
       if (typeof m.name === 'string' && m.name.startsWith('race-by-iteration:') && m.data && m.data.x)
         n = Math.max(n ?? 0, m.data.x.length);
   return n;
-})()"""),
+})()""", "race-by-iteration"),
 }
 
-# Count server patches that change a ColumnDataSource, one per websocket message.
-JS_HOOK = """() => {
+# Count server patches that change a ColumnDataSource, one per websocket message.  Also note
+# when the data of the main plot's sources (named "<plot>:...") last changed, and, for the Step
+# probe, the time of a click on a "Step" button and of the first such change after it.
+JS_HOOK = """(plot) => {
   if (window.__loadtest) return true;
   if (!(window.Bokeh && Bokeh.documents && Bokeh.documents.length)) return false;
-  const s = window.__loadtest = {updates: 0, events: 0, pending: false};
+  const s = window.__loadtest = {updates: 0, events: 0, pending: false,
+                                 plot_changes: 0, plot_at: null, armed: false, clicked: null, patched: null};
+  const prefix = plot + ':';
+  window.addEventListener('click', (ev) => {  // capturing: before the button's own handler
+    if (s.armed && s.clicked === null &&
+        ev.composedPath().some(el => el.tagName === 'BUTTON' && el.textContent.trim() === 'Step'))
+      s.clicked = performance.now();
+  }, true);
   const onChange = (ev) => {
-    if (ev.sync) return;  // a change made in the page, going to the server
     const m = ev.model;
     if (!(m && typeof m.get_length === 'function')) return;  // not a data source
+    if (typeof m.name === 'string' && m.name.startsWith(prefix) && (ev.attr === undefined || ev.attr === 'data')) {
+      const now = performance.now();
+      s.plot_changes++;
+      s.plot_at = now;
+      if (s.armed && s.clicked !== null && s.patched === null) s.patched = now;
+    }
+    if (ev.sync) return;  // a change made in the page, going to the server
     s.events++;
     if (!s.pending) {
       s.pending = true;
@@ -156,6 +215,17 @@ JS_SAMPLE = """() => {
       if (typeof m.get_length === 'function') { points += m.get_length() ?? 0; sources++; }
   const heap = performance.memory ? performance.memory.usedJSHeapSize : null;
   return {updates: window.__loadtest ? window.__loadtest.updates : 0, points, sources, heap};
+}"""
+# The Step probe: arm (forget the last click and patch), then wait for both.
+JS_ARM = """() => { const s = window.__loadtest; s.armed = true; s.clicked = null; s.patched = null; }"""
+JS_STEP_MS = """() => {
+  const s = window.__loadtest;
+  return s.clicked !== null && s.patched !== null ? {ms: s.patched - s.clicked} : null;
+}"""
+# ms since the main plot's data last changed (null: never)
+JS_PLOT_AGE = """() => {
+  const s = window.__loadtest;
+  return s.plot_at === null ? null : performance.now() - s.plot_at;
 }"""
 
 
@@ -305,7 +375,76 @@ class Server:
             self._log.close()
 
 
+class HttpProbe:
+    """GET ``path`` of a loopback server every ``every`` s in a thread, at most ``limit`` times,
+    timing each request (a new connection each: a plain client, no proxy, no redirects)."""
+
+    def __init__(self, url: str, path: str, every: float, limit: int) -> None:
+        parts = urllib.parse.urlsplit(url)
+        if parts.hostname not in ("127.0.0.1", "localhost", "::1"):
+            raise ValueError(f"The HTTP probe goes to the loopback only. Got {url!r}.")
+        self.host, self.port, self.path = parts.hostname, parts.port, path
+        self.every, self.limit = every, limit
+        self.ms: list[float] = []
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"loadtest-get{path}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Ask the thread to stop; it ends within one request (HTTP_TIMEOUT_S)."""
+        self._stop.set()
+
+    def join(self) -> None:
+        self._thread.join(HTTP_TIMEOUT_S + 5)
+
+    def _get(self) -> float:
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=HTTP_TIMEOUT_S)
+        try:
+            start = time.perf_counter()
+            conn.request("GET", self.path)
+            response = conn.getresponse()
+            response.read()
+            took = 1000 * (time.perf_counter() - start)
+        finally:
+            conn.close()
+        if response.status != 200:
+            raise http.client.HTTPException(f"HTTP {response.status}")
+        return took
+
+    def _run(self) -> None:
+        next_at = time.monotonic()
+        while not self._stop.is_set() and len(self.ms) + len(self.failures) < self.limit:
+            try:
+                self.ms.append(self._get())
+            except (OSError, http.client.HTTPException) as exc:
+                self.failures.append(f"{type(exc).__name__}: {exc}")
+            next_at = max(next_at + self.every, time.monotonic())  # one in flight; no catch-up burst
+            self._stop.wait(next_at - time.monotonic())
+
+
 # ------------------------------------------------------------------ browser sessions
+
+
+class Load:
+    """What the N sessions of a round tell the measuring task, and back: every session plays
+    (or failed to), the probe is done (the sessions may stop), one session stopped training."""
+
+    def __init__(self, sessions: int, hold: bool) -> None:
+        self.waiting = sessions
+        self.training = asyncio.Event()
+        self.measured = asyncio.Event()
+        self.over = asyncio.Event()
+        if not hold:
+            self.measured.set()
+
+    def started(self) -> None:
+        """Called once by each session: it plays, or it failed before."""
+        self.waiting -= 1
+        if self.waiting <= 0:
+            self.training.set()
 
 
 async def _open_lab(page, url: str, lab: Lab) -> None:
@@ -317,7 +456,7 @@ async def _open_lab(page, url: str, lab: Lab) -> None:
     play = page.get_by_role("button", name="▶ Play", exact=True)
     await expect(play).to_have_count(1, timeout=PAGE_TIMEOUT_MS)  # only the visible lab's buttons count
     await expect(play).to_be_enabled(timeout=PAGE_TIMEOUT_MS)
-    await page.wait_for_function(JS_HOOK, timeout=PAGE_TIMEOUT_MS)  # installs the update counter
+    await page.wait_for_function(JS_HOOK, arg=lab.plot, timeout=PAGE_TIMEOUT_MS)  # installs the update counter
 
 
 async def _press_play(page) -> None:
@@ -337,8 +476,9 @@ async def _steps(page, lab: Lab) -> float | None:
 
 
 async def run_session(index: int, browser, url: str, lab: Lab, seconds: float, sample_every: float,
-                      speed: str | None, t0: float) -> dict:
-    """One browser session: open the lab, play for ``seconds``, sample, close."""
+                      speed: str | None, t0: float, load: Load | None = None) -> dict:
+    """One browser session: open the lab, play for ``seconds`` (and, with a ``load``, on until
+    its probe is done, at most ``HOLD_LIMIT`` s more), sample, close."""
     from playwright.async_api import expect
 
     rec: dict = {"session": index, "loaded": False, "served": False, "errors": [], "console_errors": [],
@@ -357,6 +497,14 @@ async def run_session(index: int, browser, url: str, lab: Lab, seconds: float, s
     page.on("console", lambda msg: msg.type == "error" and error(msg.text, "console_errors"))
     page.on("requestfailed", lambda req: error(f"{req.url} ({req.failure})", "failed_requests"))
     steps_done = 0.0  # steps of the runs finished before a restart
+    started = False
+
+    def start_load() -> None:
+        nonlocal started
+        if load is not None and not started:
+            started = True
+            load.started()
+
     try:
         opened = time.monotonic()
         await _open_lab(page, url, lab)
@@ -366,11 +514,13 @@ async def run_session(index: int, browser, url: str, lab: Lab, seconds: float, s
             await _select_speed(page, speed)
         await _press_play(page)
         start = time.monotonic()
+        start_load()
         first = await page.evaluate(JS_STATE)
         next_sample = start
         while True:
             now = time.monotonic()
-            if now - start >= seconds:
+            if now - start >= seconds and (load is None or load.measured.is_set()
+                                           or now - start >= seconds + HOLD_LIMIT):
                 break
             if now >= next_sample:
                 sample = await page.evaluate(JS_SAMPLE)
@@ -387,7 +537,10 @@ async def run_session(index: int, browser, url: str, lab: Lab, seconds: float, s
                 await expect(page.get_by_role("button", name="▶ Play", exact=True)).to_be_enabled(timeout=60_000)
                 await _press_play(page)
                 rec["restarts"] += 1
-            await asyncio.sleep(max(0.0, min(1.0, start + seconds - time.monotonic())))
+            left = start + seconds - time.monotonic()
+            await asyncio.sleep(min(1.0, left) if left > 0 else 0.5)  # <= 0: held for the probe
+        if load is not None:
+            load.over.set()
         end = await page.evaluate(JS_SAMPLE)
         trained = time.monotonic() - start
         steps = await _steps(page, lab)
@@ -402,8 +555,97 @@ async def run_session(index: int, browser, url: str, lab: Lab, seconds: float, s
         error(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
     finally:
         recording = False  # closing a page may log websocket noise: not the app's error
+        start_load()
+        if load is not None:
+            load.over.set()
         await context.close()
     return rec
+
+
+async def _plot_quiet(page, quiet_ms: float = 1000.0, limit: float = 10.0) -> bool:
+    """Wait (at most ``limit`` s) until the main plot's data has not changed for ``quiet_ms``."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        age = await page.evaluate(JS_PLOT_AGE)
+        if age is not None and age >= quiet_ms:
+            return True
+        await asyncio.sleep(0.2)
+    return False
+
+
+async def run_probe(browser, url: str, lab: Lab, steps: int) -> dict:
+    """The probe page, opened while the N sessions train: the late page's load time, then
+    ``steps`` Step clicks on the paused lab, each timed in the page to its first plot patch."""
+    from playwright.async_api import TimeoutError as PlaywrightTimeout
+    from playwright.async_api import expect
+
+    rec: dict = {"late_page_seconds": None, "step_ms": [], "missed": 0, "errors": [],
+                 "console_errors": [], "failed_requests": []}
+    recording = True
+
+    def error(text: str, kind: str = "errors") -> None:
+        if recording:
+            rec[kind].append(text)
+
+    context = await browser.new_context(viewport=VIEWPORT)
+    page = await context.new_page()
+    page.on("pageerror", lambda exc: error(f"pageerror: {exc}"))
+    page.on("console", lambda msg: msg.type == "error" and error(msg.text, "console_errors"))
+    page.on("requestfailed", lambda req: error(f"{req.url} ({req.failure})", "failed_requests"))
+    try:
+        opened = time.monotonic()
+        await _open_lab(page, url, lab)
+        rec["late_page_seconds"] = round(time.monotonic() - opened, 2)
+        # a run that has data, then paused: Step continues it (as a person would use it)
+        await _press_play(page)
+        await page.wait_for_function("() => window.__loadtest.plot_changes > 0", timeout=PAGE_TIMEOUT_MS)
+        pause = page.get_by_role("button", name="❚❚ Pause", exact=True)
+        if await pause.is_enabled():  # (a short run, e.g. a race, may have finished already)
+            await pause.click()
+        await expect(page.get_by_role("button", name="▶ Play", exact=True)).to_be_enabled(timeout=60_000)
+        step = page.get_by_role("button", name="Step", exact=True)
+        for _ in range(steps):
+            await _plot_quiet(page)  # the last tick of the run (or step) before has come
+            await page.evaluate(JS_ARM)
+            await step.click()
+            try:
+                done = await page.wait_for_function(JS_STEP_MS, timeout=1000 * STEP_TIMEOUT_S)
+            except PlaywrightTimeout:  # no patch came
+                rec["missed"] += 1
+                continue
+            rec["step_ms"].append(round((await done.json_value())["ms"], 1))
+    except Exception as exc:
+        error(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    finally:
+        recording = False
+        await context.close()
+    return rec
+
+
+async def _measure(browser, server: Server, lab: Lab, load: Load, seconds: float,
+                   every: dict[str, float], steps: int) -> dict:
+    """Once every session plays: GET /liveness and / in threads, and the probe page; the
+    sessions are released when the probe is done; the threads stop when a session stops."""
+    try:
+        await load.training.wait()  # bounded: each session either plays or fails
+        probes = {name: HttpProbe(server.url, path, every[name], int((seconds + HOLD_LIMIT) / every[name]) + 1)
+                  for name, path in (("liveness", "/liveness"), ("root", "/"))}
+        for probe in probes.values():
+            probe.start()
+        try:
+            rec = await asyncio.wait_for(run_probe(browser, server.url, lab, steps), HOLD_LIMIT)
+        except asyncio.TimeoutError:
+            rec = {"late_page_seconds": None, "step_ms": [], "missed": 0, "console_errors": [],
+                   "failed_requests": [], "errors": [f"the probe did not finish in {HOLD_LIMIT:.0f} s"]}
+        load.measured.set()
+        await load.over.wait()  # bounded: the sessions hold at most HOLD_LIMIT s
+        for probe in probes.values():
+            probe.stop()
+        for probe in probes.values():
+            await asyncio.to_thread(probe.join)
+        return {**rec, "http": {name: probe for name, probe in probes.items()}}
+    finally:
+        load.measured.set()
 
 
 async def _warm_up(browser, url: str, lab: Lab, seconds: float = 3.0) -> list[str]:
@@ -444,6 +686,35 @@ def _counts(items) -> dict[str, int]:
     for item in items:
         out[item] = out.get(item, 0) + 1
     return out
+
+
+def _percentiles(values: list[float]) -> dict:
+    """Median and nearest-rank 95th percentile (an observed value) of ``values``, and their count."""
+    values = sorted(v for v in values if v is not None)
+    if not values:
+        return {"median": None, "p95": None, "n": 0}
+    return {"median": round(statistics.median(values), 1),
+            "p95": round(values[max(0, math.ceil(0.95 * len(values)) - 1)], 1), "n": len(values)}
+
+
+def _measure_report(measures: list[dict], measure: bool) -> dict:
+    """The issue-14 keys, over all rounds (None when not measured)."""
+    if not measure:
+        return {"liveness_ms": None, "root_ms": None, "step_to_plot_ms": None, "late_page_seconds": None,
+                "http_failures": None}
+    http = {}
+    for name in ("liveness", "root"):
+        probes = [m["http"][name] for m in measures]
+        http[name] = {**_percentiles([ms for p in probes for ms in p.ms]),
+                      "failures": sum(len(p.failures) for p in probes)}
+    late = [m["late_page_seconds"] for m in measures if m["late_page_seconds"] is not None]
+    return {"liveness_ms": http["liveness"], "root_ms": http["root"],
+            "step_to_plot_ms": {**_percentiles([ms for m in measures for ms in m["step_ms"]]),
+                                "missed": sum(m["missed"] for m in measures)},
+            "late_page_seconds": max(late) if late else None,
+            # the distinct failures of the HTTP probes, counted (empty when all answered)
+            "http_failures": _counts(f"{name}: {f}" for m in measures for name, p in m["http"].items()
+                                     for f in p.failures)}
 
 
 def _spread(values: list[float]) -> dict | None:
@@ -487,12 +758,16 @@ def _soak_summary(timeline: list[dict]) -> dict:
 
 async def run(sessions: int = 8, seconds: float = 60.0, lab: str = "FVBM", port: int | None = None,
               sample_every: float = 5.0, speed: str | None = None, warmup: bool = True,
-              settle: float = 90.0, log_path: Path | None = None, rounds: int = 1) -> dict:
+              settle: float = 90.0, log_path: Path | None = None, rounds: int = 1, workers: int | None = None,
+              measure: bool = True, liveness_every: float = 0.5, root_every: float = 5.0,
+              step_probes: int = 5) -> dict:
     """Run the load (or, with one long session, soak) test; returns the report.
 
     ``rounds`` > 1 repeats "open N sessions, train, close, settle" on the same server: if RSS
     after each round stays level, memory not returned to the OS is being reused (allocator
-    retention); if it climbs round after round, sessions leak.
+    retention); if it climbs round after round, sessions leak.  ``workers``: passed to
+    ``boltzlab serve --workers`` (only when not None).  ``measure``: the HTTP latencies, the
+    late page and the Step probe of each round (see the module's doc).
     """
     from playwright.async_api import async_playwright
 
@@ -502,12 +777,16 @@ async def run(sessions: int = 8, seconds: float = 60.0, lab: str = "FVBM", port:
         raise FileNotFoundError(f"{CHROMIUM} is not installed (the README's test command installs it)")
     spec = LABS[lab]
     port = port or _free_port()
-    server = Server(port, log_path or ARTIFACTS / "loadtest-server.log")
+    server = Server(port, log_path or ARTIFACTS / "loadtest-server.log",
+                    None if workers is None else ["--workers", str(workers)])
     t0 = time.monotonic()
     report: dict = {
         "config": {"lab": lab, "sessions": sessions, "seconds": seconds, "rounds": rounds,
                    "sample_every": sample_every, "speed": speed or "lab default", "warmup": warmup,
-                   "settle_limit": settle, "server_command": " ".join(server.command[1:]), "url": server.url,
+                   "settle_limit": settle, "workers": workers, "measure": measure,
+                   "liveness_every": liveness_every, "root_every": root_every,
+                   "step_probes": step_probes, "hold_limit": HOLD_LIMIT,
+                   "server_command": " ".join(server.command[1:]), "url": server.url,
                    "cpus": os.cpu_count(), "load_average_at_start": [round(x, 2) for x in os.getloadavg()]},
         "sessions_requested": sessions * rounds,
     }
@@ -516,6 +795,8 @@ async def run(sessions: int = 8, seconds: float = 60.0, lab: str = "FVBM", port:
     durations: dict = {}
     records: list[dict] = []
     round_reports: list[dict] = []
+    every = {"liveness": liveness_every, "root": root_every}
+    measures: list[dict] = []  # per round: the probe's record and the HTTP probes
 
     def sample() -> dict:
         row = {"t": round(time.monotonic() - t0, 1), **server.sample()}
@@ -542,9 +823,14 @@ async def run(sessions: int = 8, seconds: float = 60.0, lab: str = "FVBM", port:
                 sampler = asyncio.create_task(_sample_server(server, series, sample_every, t0, stop))
                 t = time.monotonic()
                 first = len(series)
+                load = Load(sessions, hold=measure)
+                measuring = (asyncio.create_task(_measure(browser, server, spec, load, seconds, every,
+                                                          step_probes)) if measure else None)
                 batch = await asyncio.gather(*(run_session(r * sessions + i, browser, server.url, spec, seconds,
-                                                           sample_every, speed, t0) for i in range(sessions)))
+                                                           sample_every, speed, t0, load) for i in range(sessions)))
                 records += batch
+                if measuring is not None:
+                    measures.append(await measuring)
                 took = round(time.monotonic() - t, 1)
                 stop.set()
                 await sampler
@@ -559,7 +845,8 @@ async def run(sessions: int = 8, seconds: float = 60.0, lab: str = "FVBM", port:
                     "round": r + 1, "sessions_served": sum(rec["served"] for rec in batch), "sessions_seconds": took,
                     "rss_peak_mb": peak, "rss_at_close_mb": closed["rss_mb"], "rss_after_mb": after["rss_mb"],
                     "threads_after": after["threads"], "settle_seconds": after["seconds"],
-                    "discarded": after["discarded"], "stable": after["stable"]})
+                    "discarded": after["discarded"], "stable": after["stable"],
+                    "late_page_seconds": measures[-1]["late_page_seconds"] if measuring is not None else None})
             await browser.close()
         log = server.log_findings()
         errors += log.pop("errors")
@@ -573,10 +860,12 @@ async def run(sessions: int = 8, seconds: float = 60.0, lab: str = "FVBM", port:
 
     for rec in records:
         errors += [f"session {rec['session']}: {e}" for e in rec["errors"]]
+    for i, m in enumerate(measures):
+        errors += [f"probe {i + 1}: {e}" for e in m["errors"]]
     # console errors and failed requests: reported (counted over sessions), not errors of the
     # app's code: e.g. a template asking an unreachable CDN for a font logs both
-    report["console_errors"] = _counts(e for r in records for e in r["console_errors"])
-    report["failed_requests"] = _counts(e for r in records for e in r["failed_requests"])
+    report["console_errors"] = _counts(e for r in records + measures for e in r["console_errors"])
+    report["failed_requests"] = _counts(e for r in records + measures for e in r["failed_requests"])
     last = round_reports[-1]
     peak = max(rr["rss_peak_mb"] for rr in round_reports)
     busy = [row["cpu_percent"] for row in series if row["threads"] > idle["threads"] and row["cpu_percent"] is not None]
@@ -587,6 +876,7 @@ async def run(sessions: int = 8, seconds: float = 60.0, lab: str = "FVBM", port:
         "steps": _spread([r["steps"] for r in records]),
         "restarts": sum(r["restarts"] for r in records),
         "page_load_seconds": _spread([r["load_seconds"] for r in records]),
+        **_measure_report(measures, measure),
         "rss_mb": {"idle": idle["rss_mb"], "baseline": base["rss_mb"], "peak": peak,
                    "at_close": last["rss_at_close_mb"], "after": last["rss_after_mb"],
                    "peak_minus_baseline": round(peak - base["rss_mb"], 1),
@@ -634,11 +924,26 @@ def main(argv: list[str] | None = None) -> int:
                              "RSS after each round tells reuse from a leak")
     parser.add_argument("--log", type=Path, default=None,
                         help="server log file (default test-artifacts/loadtest-server.log)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="passed on as 'boltzlab serve --workers N' (default: not passed: the server's default)")
+    parser.add_argument("--measure", action=argparse.BooleanOptionalAction, default=True,
+                        help="time GET /liveness and /, a late page's load and Step -> plot patch while the "
+                             "sessions train (default on)")
+    parser.add_argument("--liveness-every", type=float, default=0.5,
+                        help="seconds between the measured GETs of /liveness (default 0.5)")
+    parser.add_argument("--root-every", type=float, default=5.0,
+                        help="seconds between the measured GETs of / (default 5: each builds a server session)")
+    parser.add_argument("--step-probes", type=int, default=5,
+                        help="Step clicks timed in the probe page per round (default 5)")
     args = parser.parse_args(argv)
     if args.sessions < 1 or args.rounds < 1 or args.seconds <= 0 or args.sample_every <= 0 or args.settle < 0:
         parser.error("--sessions and --rounds must be >= 1, --seconds and --sample-every > 0, --settle >= 0")
+    if ((args.workers is not None and args.workers < 0) or args.step_probes < 1
+            or args.liveness_every <= 0 or args.root_every <= 0):
+        parser.error("--workers must be >= 0, --step-probes >= 1, --liveness-every and --root-every > 0")
     report = asyncio.run(run(args.sessions, args.seconds, args.lab, args.port, args.sample_every, args.speed,
-                             args.warmup, args.settle, args.log, args.rounds))
+                             args.warmup, args.settle, args.log, args.rounds, args.workers, args.measure,
+                             args.liveness_every, args.root_every, args.step_probes))
     text = json.dumps(report, indent=1)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
