@@ -12,8 +12,6 @@ import engine
 
 TITLE = "Boltzmann Lab"
 
-COMING_SOON: dict[str, tuple[str, str]] = {}  # name -> (title, text) of a lab not built yet
-
 ABOUT = """
 ## About Boltzmann Lab
 
@@ -62,51 +60,67 @@ Everything runs offline on one machine with the data that ships with the project
 """
 
 
-def coming_soon(name: str) -> pn.viewable.Viewable:
-    title, text = COMING_SOON[name]
-    return pn.Column(pn.pane.Markdown(f"## {title}\n\n{text}\n\n*This lab is coming soon.*",
-                                      sizing_mode="stretch_width"),
-                     name=name, sizing_mode="stretch_width")
+def create_app(only: str | None = None) -> pn.template.FastListTemplate:
+    """Build the app for one browser session: a tab per lab of :data:`dashboard.labs.LABS`
+    (or only the lab whose key is ``only``, served at ``/<key>``) and an About page.
 
+    A lab's widgets, plots and runner are built when its tab is first opened, not all at
+    page load; each built lab takes its settings from the link (``?fvbm.d=12``).
+    """
+    from dashboard.labs import LABS
 
-def create_app() -> pn.template.FastListTemplate:
-    """Build the app for one browser session."""
-    from dashboard.labs.bound import BoundLab
-    from dashboard.labs.frankwolfe import FrankWolfeLab
-    from dashboard.labs.fvbm import FVBMLab
-    from dashboard.labs.tap import TAPLab
-
-    lab = FVBMLab()
-    tap_lab = TAPLab()
-    fw_lab = FrankWolfeLab()
-    bound_lab = BoundLab()
-    tabs = pn.Tabs(lab.panel(), tap_lab.panel(), fw_lab.panel(), bound_lab.panel(),
-                   *(coming_soon(n) for n in COMING_SOON),
-                   pn.Column(pn.pane.Markdown(ABOUT, max_width=820), name="About"),
-                   sizing_mode="stretch_width", dynamic=False)
+    classes = [cls for cls in LABS if only is None or cls.key == only]
+    slots = [pn.Column(name=cls.title, sizing_mode="stretch_width", margin=0) for cls in classes]
+    pages = [*slots] if only else [*slots, pn.Column(pn.pane.Markdown(ABOUT, max_width=820), name="About")]
+    tabs = pn.Tabs(*pages, sizing_mode="stretch_width", dynamic=False)
     pn.config.notifications = True  # "server busy" and other transient messages
-    labs = {"FVBM": lab, "TAP": tap_lab, "Frank-Wolfe": fw_lab, "Bound": bound_lab}
+    labs: dict[str, object] = {}  # title -> lab, as built
+    served = pn.state.curdoc is not None and pn.state.curdoc.session_context is not None
+    args = (pn.state.session_args or {}) if served else {}
     present = presentation_toggle(labs)
+
+    def build(index: int) -> None:
+        if index >= len(classes) or classes[index].title in labs:
+            return
+        with pn.io.hold():
+            lab = classes[index]()
+            labs[lab.title] = lab
+            slots[index].objects = [lab.panel()]
+            if served:
+                lab.start()
+                lab.tools.apply_query(args)  # a shared link's settings (see dashboard.labtools)
+            if present.value:
+                lab.set_presenting(True)
+
+    tabs.param.watch(lambda event: build(event.new), "active")
+    try:
+        first = int(_arg(args, "page") or 0)
+    except ValueError:
+        first = 0
+    build(first if 0 <= first < len(classes) else 0)
     template = pn.template.FastListTemplate(
-        title=TITLE, main=[tabs], header_background="#1f3a5f", accent_base_color="#1f77b4",
-        main_layout=None, theme_toggle=False, busy_indicator=None, font_url="", header=[present],
+        title=TITLE if only is None else f"{TITLE}: {classes[0].title}", main=[tabs],
+        header_background="#1f3a5f", accent_base_color="#1f77b4", main_layout=None,
+        theme_toggle=False, busy_indicator=None, font_url="", header=[present],
         font="system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif")
-    if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
-        lab.start()
-        tap_lab.start()
-        fw_lab.start()
-        bound_lab.start()
-        pn.state.location.sync(tabs, {"active": "page"}) if pn.state.location else None
-        args = pn.state.session_args or {}
-        for each in labs.values():  # a shared link's settings (see dashboard.labtools)
-            if hasattr(each, "tools"):
-                each.tools.apply_query(args)
+    if served:
+        if pn.state.location is not None:
+            pn.state.location.sync(tabs, {"active": "page"})
         if _arg(args, "present") in ("1", "true"):
             present.value = True
-    template.lab = lab  # for tests and debugging
-    template.labs = labs
+    template.labs = labs  # for tests and debugging: the labs built so far, by title
+    template.tabs = tabs
     template.present = present
     return template
+
+
+def routes() -> dict:
+    """What ``serve`` serves: the app at ``/`` and each lab alone at ``/<key>``."""
+    import functools
+
+    from dashboard.labs import LABS
+
+    return {"/": create_app, **{f"/{cls.key}": functools.partial(create_app, only=cls.key) for cls in LABS}}
 
 
 # presentation mode, in the browser: Bokeh widgets take their size from this CSS variable
@@ -141,8 +155,7 @@ def presentation_toggle(labs: dict) -> pn.widgets.Toggle:
         toggle.color = "warning" if event.new else "light"
         with pn.io.hold():
             for each in labs.values():
-                if hasattr(each, "tools"):
-                    each.tools.set_presenting(event.new)
+                each.set_presenting(event.new)
             if pn.state.location is not None:
                 pn.state.location.update_query(present=int(event.new))
 
@@ -158,32 +171,85 @@ def presentation_toggle(labs: dict) -> pn.widgets.Toggle:
 
 def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
           allow_websocket_origin: list[str] | None = None, show: bool = False,
-          max_training: int | None = None, dask_scheduler: str | None = None, **kwargs):
+          max_training: int | None = None, dask_scheduler: str | None = None,
+          workers: int | None = None, **kwargs):
     """Serve the app at ``/`` with a ``/liveness`` endpoint (blocks until stopped).
 
     ``max_training`` caps the runs that train at once in this process (each further ▶ Play
     gets a "server busy" message); ``None``: no cap.  ``dask_scheduler`` (an address such
-    as ``tcp://host:8786``) runs every session's trainers as actors on that Dask cluster;
-    ``None``: in a thread of this process.  Raises ``dashboard.distributed.DaskUnavailable``
-    if the scheduler does not answer.
+    as ``tcp://host:8786``) runs every session's trainers as actors on that Dask cluster.
+    Raises ``dashboard.distributed.DaskUnavailable`` if the scheduler does not answer.
+    Without ``dask_scheduler``, ``workers`` says where they run (and the labs' analyses):
+    a local Dask cluster of that many worker processes, started here and closed when the
+    server stops (``None``: one per core; the same actor path as ``dask_scheduler``), or
+    ``0``: threads of this process (development, tests).  ``ValueError`` for ``workers``
+    with ``dask_scheduler``, or worker processes with ``num_procs`` > 1.
     """
+    import os
+
     from dashboard.runner import SLOTS
 
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 0):
+        raise ValueError(f"The 'workers' parameter of serve must be an int >= 0 or None. Got {workers!r}.")
+    if workers is not None and dask_scheduler is not None:
+        raise ValueError("Give either workers (a local Dask cluster, or 0 for threads) or dask_scheduler "
+                         "(an existing cluster), not both.")
+    if dask_scheduler is None and workers is None:
+        workers = os.cpu_count() or 1
+    if num_procs != 1 and workers:
+        # forked server processes would inherit a Dask client whose connection thread is gone
+        raise ValueError("num_procs > 1 needs workers=0 (the worker processes do the training; one "
+                         "server process can drive many sessions).")
     SLOTS.set_limit(max_training)
+    cluster = backend = None
     if dask_scheduler is not None:  # first: an unreachable scheduler fails before the warm-up
         from dashboard.distributed import use_dask
 
         use_dask(dask_scheduler)
-    if hasattr(engine, "warm_up"):
-        engine.warm_up()
-    from dashboard.labs.fvbm_setup import warm_default_data
+    elif workers:
+        from dashboard.distributed import use_local_cluster
 
-    warm_default_data()
-    extra = {"num_procs": num_procs} if num_procs != 1 else {}
-    kwargs.setdefault("websocket_max_message_size", WEBSOCKET_MAX_BYTES)
-    return pn.serve({"/": create_app}, port=port, address=address, show=show,
-                    websocket_origin=allow_websocket_origin, liveness=True, title=TITLE,
-                    **extra, **kwargs)
+        cluster, backend = use_local_cluster(workers)
+    previous = _stop_on_sigterm() if cluster is not None else None
+    try:
+        if hasattr(engine, "warm_up"):
+            engine.warm_up()
+        from dashboard.labs.fvbm_setup import warm_default_data
+
+        warm_default_data()
+        extra = {"num_procs": num_procs} if num_procs != 1 else {}
+        kwargs.setdefault("websocket_max_message_size", WEBSOCKET_MAX_BYTES)
+        return pn.serve(routes(), port=port, address=address, show=show,
+                        websocket_origin=allow_websocket_origin, liveness=True, title=TITLE,
+                        **extra, **kwargs)
+    finally:
+        if cluster is not None:
+            backend.close()
+            cluster.close()
+        if previous is not None:
+            import signal
+
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _stop_on_sigterm():
+    """Make SIGTERM stop the server as Ctrl-C does (Panel's SIGINT handler stops the loop),
+    so ``serve`` returns and closes its Dask cluster; the previous handler, or ``None``
+    off the main thread.  (The workers would exit with this process anyway: a nanny's
+    worker watches a pipe to its parent; this makes it an orderly shutdown.)"""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def on_sigterm(signum, frame):
+        handler = signal.getsignal(signal.SIGINT)
+        if not callable(handler):  # SIG_IGN / SIG_DFL
+            raise KeyboardInterrupt
+        handler(signum, frame)  # Panel's stops the server; Python's default raises KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, on_sigterm)
 
 
 # An upload reaches the server base64-encoded in one websocket message: Bokeh's default

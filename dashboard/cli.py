@@ -94,13 +94,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # the forked processes would inherit a Dask client whose connection thread is gone
         return _error("--dask-scheduler needs --num-procs 1 (the cluster does the training; one server "
                       "process can drive many sessions).")
+    if args.dask_scheduler is not None and args.workers is not None:
+        return _error("--workers starts a local Dask cluster and --dask-scheduler uses an existing one: "
+                      "give one of them.")
+    if args.dask_scheduler is None and args.num_procs != 1 and args.workers != 0:
+        return _error("--num-procs > 1 needs --workers 0 (by default the trainers run in worker processes "
+                      "of a local Dask cluster; one server process can drive many sessions).")
     from dashboard.distributed import DaskUnavailable
 
     try:
         serve(
             port=args.port, address=args.address, num_procs=args.num_procs,
             allow_websocket_origin=args.allow_websocket_origin or None, show=args.show,
-            max_training=args.max_training, dask_scheduler=args.dask_scheduler, **auth,
+            max_training=args.max_training, dask_scheduler=args.dask_scheduler, workers=args.workers, **auth,
         )
     except DaskUnavailable as exc:
         return _error(str(exc))
@@ -412,8 +418,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="secret that signs the login cookie (default with --basic-auth: a random one per start)")
     serve.add_argument("--dask-scheduler", metavar="ADDRESS", default=None,
                        help="where trainers run: as actors on the Dask cluster of this scheduler, e.g. "
-                            "tcp://10.0.0.5:8786 (needs the 'dask' extra; default: in a thread of the server "
-                            "process)")
+                            "tcp://10.0.0.5:8786 (default: a local cluster, see --workers)")
+    serve.add_argument("--workers", type=_number(int, 0, inclusive=True), default=None, metavar="N",
+                       help="run the trainers and the analyses in N worker processes of a local Dask cluster "
+                            "that serve starts and stops (default: one per core); 0: in threads of the server "
+                            "process (development, tests)")
     serve.set_defaults(func=cmd_serve)
 
     fit = sub.add_parser("fit", help="fit a model to a data file")

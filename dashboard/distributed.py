@@ -11,13 +11,26 @@ the Panel wiring stay in the server process; only the numerics move.
 The workers must be able to import the same ``boltzlab`` (``engine`` and ``dashboard``):
 trainers are pickled by reference to their classes.
 
-``distributed`` is imported lazily, so the app runs without it unless this is used.
+``boltzlab serve`` uses the same path for its default deployment: :func:`use_local_cluster`
+starts a :class:`distributed.LocalCluster` of worker processes on this machine (``--workers
+N``) and connects a DaskBackend to it, so the local and the scaled-out server differ only in
+where the scheduler lives.  :func:`install` also points :data:`dashboard.jobs.EXECUTOR` at
+the cluster, so the labs' analysis jobs run there too.
+
+A worker process that dies takes its actors with it: a call into one of them raises
+:class:`WorkerLost` (the runner shows it as that run's error; ↺ Reset builds fresh trainers
+on a surviving or restarted worker).  See :meth:`RemoteTrainer._call` for how a dead worker
+is told from a slow step.
+
+``distributed`` is imported lazily, so ``--workers 0`` does not load it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import logging
+import os
 import types
 import weakref
 from typing import Any, Callable, Mapping
@@ -31,6 +44,19 @@ Status = tuple[bool, str | None, str | None]
 
 class DaskUnavailable(RuntimeError):
     """The Dask scheduler cannot be reached, or ``dask.distributed`` is not installed."""
+
+
+class WorkerLost(RuntimeError):
+    """The worker process holding a trainer died (or cannot be reached any more)."""
+
+
+#: How often a call that has not answered yet asks the scheduler whether the actor's worker
+#: is still there (seconds).  Only a check: a slow step on a live worker is waited for as
+#: long as it takes.
+ALIVE_CHECK_SECONDS = 2.0
+
+#: The text :class:`Actor` raises when the rpc to its worker failed.
+_UNREACHABLE = "Unable to contact Actor's worker"
 
 
 def _status(trainer: Any) -> Status:
@@ -154,10 +180,61 @@ class RemoteTrainer:
         return self._message
 
     def _call(self, method: str, *args: Any) -> Any:
-        """Call the actor's ``method`` and wait for its reply (remote errors re-raise here)."""
-        if self._actor is None:
+        """Call the actor's ``method`` and wait for its reply (remote errors re-raise here).
+
+        Raises :class:`WorkerLost` if the worker holding the actor died.  A bare
+        ``.result()`` can wait forever then (Dask's actor retries by waiting for its task to
+        be recomputed, which never happens for an actor built from scattered data), and a
+        plain timeout would misfire on a slow step (a TAP step can take many seconds on a
+        loaded machine).  So the reply is awaited in slices of :data:`ALIVE_CHECK_SECONDS`,
+        and after each slice the scheduler is asked whether the actor is still held by its
+        worker (:meth:`_gone`): a live worker is waited for as long as the step takes; a dead
+        one ends the wait within a slice of the scheduler noticing (at once for a killed
+        process: its connections close, and a nanny reports its exit).
+        """
+        actor = self._actor
+        if actor is None:
             raise RuntimeError(f"This RemoteTrainer ({self.trainer_class.__name__}) was released.")
-        return getattr(self._actor, method)(*args).result()
+        try:
+            reply = getattr(actor, method)(*args)
+        except RuntimeError as exc:  # "Worker holding Actor was lost": its task erred
+            raise self._lost(str(exc)) from None
+        while True:
+            try:
+                return reply.result(timeout=ALIVE_CHECK_SECONDS)
+            except TimeoutError:  # (before OSError: TimeoutError is one)
+                if reply.done():  # answered just now, or the trainer raised TimeoutError itself
+                    return reply.result()
+                reason = self._gone()
+                if reason is not None:
+                    raise self._lost(reason) from None
+            except OSError as exc:
+                # the rpc to the worker failed; or the trainer raised an OSError of its own
+                reason = f"worker {actor._address} did not answer" if str(exc) == _UNREACHABLE else self._gone()
+                if reason is None:
+                    raise
+                raise self._lost(reason) from None
+
+    def _gone(self) -> str | None:
+        """Why the actor is gone (its worker died or left), or ``None`` while it is there."""
+        future, actor = self._future, self._actor
+        if future is None or actor is None:
+            return "it was released"
+        if future.status not in ("finished", "pending"):  # the scheduler told the client
+            return f"its task is {future.status}"
+        try:
+            client = future.client
+            holders = client.sync(client.scheduler.who_has, keys=[future.key],
+                                  callback_timeout=ALIVE_CHECK_SECONDS * 5)
+        except Exception as exc:  # noqa: BLE001 - the scheduler is the only one who can tell
+            return f"the Dask scheduler did not answer: {type(exc).__name__}: {exc}"
+        if actor._address not in holders.get(future.key, ()):
+            return f"worker {actor._address} left the cluster"
+        return None
+
+    def _lost(self, reason: str) -> WorkerLost:
+        return WorkerLost(f"The worker process running this trainer stopped ({reason}). "
+                          "Press ↺ Reset to start again.")
 
     def step(self) -> Record:
         record, status = self._call("step")
@@ -276,21 +353,141 @@ class DaskBackend:
             self._remotes.add(remote)
         return remotes
 
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` as a task on the cluster; its future (:data:`dashboard.jobs.EXECUTOR`).
+
+        ``pure=False``: two sessions asking for the same analysis get two tasks (and a
+        superseded job can be cancelled without cancelling another session's).
+        """
+        return self.client.submit(fn, *args, pure=False)
+
+    def warm_workers(self) -> None:
+        """Load the numba kernels in every worker, now and in each worker that joins later.
+
+        A worker plugin (:func:`engine.warm_up`): the scheduler runs it on the workers it
+        has and on every worker that registers afterwards, e.g. one a nanny restarted after
+        the old process died; such a worker takes tasks only once it is warm.  Raises
+        :class:`DaskUnavailable` if a worker cannot run it (it cannot import ``engine``).
+        """
+        try:
+            self.client.register_plugin(_warm_up_plugin())
+        except Exception as exc:
+            raise DaskUnavailable(f"The Dask workers at {self.address!r} could not load the engine "
+                                  f"(is boltzlab installed on them?): {type(exc).__name__}: {exc}") from exc
+
     def close(self) -> None:
-        """Release every actor handed out and disconnect."""
+        """Release every actor handed out and disconnect (and stop being the hooks' target)."""
+        from dashboard import jobs, runner
+
+        if runner.BACKEND is self:
+            runner.BACKEND = None
+        if getattr(jobs.EXECUTOR, "__self__", None) is self:
+            jobs.EXECUTOR = None
         for remote in list(self._remotes):
             remote.release()
         self.client.close()
 
 
-def use_dask(address: str, timeout: float | None = None) -> DaskBackend:
-    """Connect to the scheduler at ``address`` and make every Runner use it.
+def _warm_up_plugin() -> Any:
+    """A worker plugin running :func:`engine.warm_up` (built here: distributed is lazy)."""
+    from distributed.diagnostics.plugin import WorkerPlugin
 
-    Sets :data:`dashboard.runner.BACKEND`; ``dashboard.runner.BACKEND = None`` (after
-    ``backend.close()``) goes back to the local thread.
-    """
-    from dashboard import runner
+    class BoltzlabWarmUp(WorkerPlugin):
+        name = "boltzlab-warm-up"
+        idempotent = True  # registered again (another server on the same cluster): not re-run
 
-    backend = DaskBackend(address, timeout)
+        async def setup(self, worker: Any) -> None:
+            import engine
+
+            # off the worker's event loop (a first compile takes a minute), but awaited: a
+            # worker that joins runs its plugins before it takes tasks
+            await asyncio.get_running_loop().run_in_executor(None, engine.warm_up)
+
+    return BoltzlabWarmUp()
+
+
+def install(backend: DaskBackend) -> DaskBackend:
+    """Make every Runner (:data:`dashboard.runner.BACKEND`) and every analysis job
+    (:data:`dashboard.jobs.EXECUTOR`) use ``backend``.  ``backend.close()`` undoes it."""
+    from dashboard import jobs, runner
+
     runner.BACKEND = backend
+    jobs.EXECUTOR = backend.submit
     return backend
+
+
+def use_dask(address: str, timeout: float | None = None) -> DaskBackend:
+    """Connect to the scheduler at ``address``, warm its workers and make every Runner and
+    every analysis job use it (:func:`install`).
+
+    ``backend.close()`` goes back to this process's threads.
+    """
+    backend = DaskBackend(address, timeout)
+    try:
+        backend.warm_workers()
+    except BaseException:
+        backend.close()
+        raise
+    return install(backend)
+
+
+#: Threads of each worker process of :func:`start_local_cluster`.
+#:
+#: An actor's calls, the creation of a session's actors and the analysis jobs all run in
+#: their worker's thread pool, one per thread, first come first served.  A lab has at most
+#: one call in flight (its runner steps its trainers one after the other and waits for
+#: each), so a worker with T threads serves T busy labs without queueing anybody.  With 1
+#: thread a new session's Step would wait behind whatever runs there: a batch is sized to
+#: ~50 ms (Runner.call_seconds), which would be a short wait, but a single TAP step, an AIS
+#: estimate or an Isomap fit takes seconds.  With 4, such calls share the worker's core
+#: (every numba kernel is nogil, and the OS time-slices the threads), so a Step starts at
+#: once and takes a little longer instead of waiting for the long call to end
+#: (tests/dashboard/test_workers.py fills 3 threads of each worker with long steps and
+#: steps a new session).  Past 4 busy labs per worker, a call waits for the next free
+#: thread, typically one ~50 ms batch.  More threads than cores costs only context
+#: switches: Dask's nanny limits BLAS/OpenMP to 1 thread per worker process, so nothing
+#: multiplies further.
+THREADS_PER_WORKER = 4
+
+
+def start_local_cluster(n_workers: int, *, threads_per_worker: int = THREADS_PER_WORKER,
+                        timeout: float | None = None) -> tuple[Any, DaskBackend]:
+    """Start a :class:`distributed.LocalCluster` of ``n_workers`` processes; it and a
+    :class:`DaskBackend` connected to it, its workers warm (:meth:`DaskBackend.warm_workers`).
+
+    The workers are nanny-supervised processes on 127.0.0.1: a worker that dies is
+    restarted by its nanny (warmed again before it takes work), and the workers exit with
+    this process, however it ends (a nanny's worker watches a pipe to its parent).  No Dask
+    web dashboard (a second Bokeh server nobody reads, wanting port 8787); Dask's logs at
+    WARNING and above only.  The caller closes both: ``backend.close(); cluster.close()``.
+    """
+    if not isinstance(n_workers, int) or n_workers < 1:
+        raise ValueError(f"A local Dask cluster needs n_workers >= 1. Got {n_workers!r}.")
+    try:
+        from distributed import LocalCluster
+    except ImportError as exc:
+        raise DaskUnavailable(f"boltzlab serve --workers needs dask.distributed: pip install "
+                              f"'dask[distributed]' ({exc}).") from None
+    # dashboard_address=None: no Dask web dashboard; the scheduler's small HTTP server (health,
+    # metrics) still starts, so give it a free port rather than its default 8787
+    cluster = LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker, processes=True,
+                           host="127.0.0.1", dashboard_address=None, silence_logs=logging.WARNING,
+                           scheduler_kwargs={"dashboard_address": "127.0.0.1:0"})
+    try:
+        backend = DaskBackend(cluster.scheduler_address, timeout)
+        try:
+            backend.warm_workers()
+        except BaseException:
+            backend.close()
+            raise
+    except BaseException:
+        cluster.close()
+        raise
+    return cluster, backend
+
+
+def use_local_cluster(n_workers: int | None = None, **kwargs: Any) -> tuple[Any, DaskBackend]:
+    """:func:`start_local_cluster` (``None``: one worker per core) and :func:`install` it."""
+    cluster, backend = start_local_cluster((os.cpu_count() or 1) if n_workers is None else n_workers, **kwargs)
+    install(backend)
+    return cluster, backend

@@ -226,14 +226,13 @@ def test_the_fvbm_lab_steps_and_draws_on_the_cluster(dask_runners):
     lab = FVBMLab()
     try:
         assert all(isinstance(t, RemoteTrainer) for t in lab.runner.trainers.values())
-        assert lab._last_arrays["BSLM"]["M"].shape == (10, 10)  # read from the actor
         lab._step()
         assert lab.runner.wait_idle(20.0)
         lab.on_records(lab.runner.drain())
         lab._status_time = 0.0
         lab.on_records([])
         assert lab.logpl.n_points("BSLM/log_pl") == 1
-        assert lab.sweep_counter.object == "Sweep 1"
+        assert lab.counter_pane.object == "Sweep 1"
         assert lab._last_arrays["BSLM"]["M"].shape == (10, 10) and lab._sweeps["BSLM"] == 1
         lab.race_mus.value = "0.5, 8"
         lab.mode.value = "Race"
@@ -242,19 +241,27 @@ def test_the_fvbm_lab_steps_and_draws_on_the_cluster(dask_runners):
         assert [monotone_guaranteed(trainers[n]) for n in trainers] == [True, True, False, True, True, False]
         lab._first_decrease = {"GA μ=8": 2}
         lab._sweeps = {n: 5 for n in trainers}
-        lab._refresh_status()
+        lab.refresh_status()
         assert lab.monotone.level == "warn" and "GA μ=8" in lab.monotone.text
     finally:
         lab.runner.close()
 
 
 def test_use_dask_sets_the_backend(cluster, monkeypatch):
+    from dashboard import jobs
+
     monkeypatch.setattr(runner_module, "BACKEND", None)
+    monkeypatch.setattr(jobs, "EXECUTOR", None)
     backend = use_dask(cluster.scheduler_address, timeout=30)
     try:
         assert runner_module.BACKEND is backend
+        assert jobs.EXECUTOR == backend.submit  # the labs' analysis jobs run on the cluster too
+        assert jobs.submit(os.getpid).result(timeout=60) != os.getpid()
+        # the workers were warmed (and every worker joining later will be)
+        assert all(backend.client.run(lambda dask_worker: "boltzlab-warm-up" in dask_worker.plugins).values())
     finally:
         backend.close()
+    assert runner_module.BACKEND is None and jobs.EXECUTOR is None  # closing undoes it
 
 
 def test_an_unreachable_scheduler_is_a_clear_error():

@@ -1,0 +1,356 @@
+"""``boltzlab serve``'s local Dask cluster (``--workers N``): worker processes on this machine.
+
+Two worker processes (each a nanny-supervised process, as ``serve`` starts them), two or
+more Runners standing for browser sessions.  Everything waits on conditions with generous
+timeouts (a busy 2-core machine): no test counts what happens in a time window.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+distributed = pytest.importorskip("distributed")
+psutil = pytest.importorskip("psutil")
+
+from dashboard import jobs  # noqa: E402
+from dashboard import runner as runner_module  # noqa: E402
+from dashboard.distributed import (  # noqa: E402
+    THREADS_PER_WORKER,
+    DaskBackend,
+    WorkerLost,
+    install,
+    start_local_cluster,
+)
+from dashboard.runner import Runner  # noqa: E402
+from engine.stepping import Record  # noqa: E402
+from fakes import FakeTrainer  # noqa: E402
+
+LOST = "The worker process running this trainer stopped"
+
+
+# --------------------------------------------------------------- trainers (pickled to workers)
+
+
+class PidTrainer(FakeTrainer):
+    """A FakeTrainer whose Records say which process stepped them."""
+
+    def step(self) -> Record:
+        record = super().step()
+        record.scalars["pid"] = os.getpid()
+        return record
+
+
+class GatedTrainer(FakeTrainer):
+    """Each step touches ``started``, then sleeps until ``release`` exists (at most 5 minutes):
+    a long step that the test can see running and can end."""
+
+    def __init__(self, started: str, release: str) -> None:
+        super().__init__()
+        self.started, self.release = started, release
+
+    def step(self) -> Record:
+        Path(self.started).touch()
+        deadline = time.monotonic() + 300
+        while not Path(self.release).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return super().step()
+
+
+class RaisesOnce(FakeTrainer):
+    """The first step raises ``error`` (an OSError kind, like the rpc failures), then it steps."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__()
+        self.error = error
+
+    def step(self) -> Record:
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+        return super().step()
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def local():
+    cluster, backend = start_local_cluster(2)
+    yield cluster, backend
+    backend.close()
+    cluster.close()
+
+
+@pytest.fixture
+def make_runner(local, monkeypatch):
+    """Runners on the local cluster (``BACKEND`` restored after the test)."""
+    monkeypatch.setattr(runner_module, "BACKEND", local[1])
+    made: list[Runner] = []
+
+    def make(factory, **kwargs) -> Runner:
+        runner = Runner(factory, **kwargs)
+        made.append(runner)
+        return runner
+
+    yield make
+    for runner in made:
+        runner.close()
+
+
+def wait_for(predicate, timeout=60.0, interval=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+def worker_of(runner: Runner, name: str) -> str:
+    return runner.trainers[name]._actor._address
+
+
+def n_workers(backend: DaskBackend) -> int:
+    return len(backend.client.run(os.getpid))
+
+
+# ------------------------------------------------------------------------------ tests
+
+
+def test_the_local_cluster_is_warm_worker_processes_without_a_web_dashboard(local):
+    cluster, backend = local
+    assert cluster.scheduler_address.startswith("tcp://127.0.0.1:")
+    # no Dask web dashboard (a Bokeh app of its own); its health endpoint on a free port, not 8787
+    http = f"http://127.0.0.1:{cluster.scheduler.http_server.port}"
+    assert cluster.scheduler.http_server.port != 8787
+    assert urllib.request.urlopen(http + "/health", timeout=30).read() == b"ok"
+    with pytest.raises(urllib.error.HTTPError, match="404"):
+        urllib.request.urlopen(http + "/status", timeout=30)
+    pids = backend.client.run(os.getpid)
+    assert len(pids) == 2 and os.getpid() not in pids.values() and len(set(pids.values())) == 2
+
+    def inspect(dask_worker):
+        from engine.kernels import fvbm
+
+        return dask_worker.state.nthreads, "boltzlab-warm-up" in dask_worker.plugins, len(fvbm.run_sweeps.signatures)
+
+    for nthreads, warm, compiled in backend.client.run(inspect).values():
+        assert nthreads == THREADS_PER_WORKER and warm and compiled >= 1  # kernels loaded before any work
+
+
+def test_install_sends_runners_and_jobs_to_the_cluster_and_close_undoes_it(local, monkeypatch):
+    monkeypatch.setattr(runner_module, "BACKEND", None)
+    monkeypatch.setattr(jobs, "EXECUTOR", None)
+    cluster, main = local
+    backend = install(DaskBackend(cluster.scheduler_address, timeout=60))
+    try:
+        assert runner_module.BACKEND is backend and jobs.EXECUTOR == backend.submit
+        results = []
+        pending = jobs.Jobs()
+        pending.submit("pid", os.getpid, then=results.append)
+        assert pending.wait(120.0)
+        assert results and results[0] in main.client.run(os.getpid).values()  # ran in a worker process
+    finally:
+        backend.close()
+    assert runner_module.BACKEND is None and jobs.EXECUTOR is None
+
+
+def test_a_trainers_own_oserror_or_timeout_is_its_error_not_a_lost_worker(make_runner):
+    runner = make_runner(lambda: {"timeout": RaisesOnce(TimeoutError("slow disk")),
+                                  "oserror": RaisesOnce(FileNotFoundError("no such file: x.csv"))})
+    runner.step_once()
+    assert runner.wait_idle(60.0)
+    assert runner.states["timeout"].status == "error"
+    assert runner.states["timeout"].message == "TimeoutError: slow disk"
+    assert runner.states["oserror"].message == "FileNotFoundError: no such file: x.csv"
+    # the actors are alive: the same stand-ins keep stepping
+    for trainer in runner.trainers.values():
+        assert trainer.step()["sweep"] == 1
+
+
+def test_a_new_sessions_step_is_not_queued_behind_other_sessions_long_steps(local, make_runner, tmp_path):
+    """Every worker runs THREADS_PER_WORKER - 1 long steps of other sessions; a new session's
+    Step still finishes while they all go on."""
+    backend = local[1]
+    release = tmp_path / "release"
+    per_worker: dict[str, int] = {}
+    long_runs: list[tuple[Runner, Path]] = []
+    try:
+        for attempt in range(40):
+            if len(per_worker) == 2 and all(n == THREADS_PER_WORKER - 1 for n in per_worker.values()):
+                break
+            started = tmp_path / f"started-{attempt}"
+            run = make_runner(lambda s=started: {"long": GatedTrainer(str(s), str(release))})
+            address = worker_of(run, "long")
+            if per_worker.get(address, 0) >= THREADS_PER_WORKER - 1:
+                run.close()  # that worker is full already: never stepped
+                continue
+            per_worker[address] = per_worker.get(address, 0) + 1
+            long_runs.append((run, started))
+        assert len(per_worker) == 2 and all(n == THREADS_PER_WORKER - 1 for n in per_worker.values()), per_worker
+        for run, _ in long_runs:
+            run.step_once()
+        assert wait_for(lambda: all(started.exists() for _, started in long_runs), timeout=120)
+        # every long step is running on its worker now; a new session steps anyway
+        session = make_runner(lambda: {"quick": PidTrainer()})
+        session.step_once()
+        assert session.wait_idle(120.0)
+        [(name, record)] = session.drain()
+        assert name == "quick" and record["sweep"] == 1
+        assert not release.exists() and all(not run.wait_idle(0.0) for run, _ in long_runs)  # still going
+    finally:
+        release.touch()
+    for run, _ in long_runs:
+        assert run.wait_idle(120.0)
+        assert run.states["long"].steps == 1
+    assert n_workers(backend) == 2
+
+
+def test_a_killed_worker_stops_only_its_sessions_which_can_reset(local, make_runner):
+    backend = local[1]
+    a = make_runner(lambda: {"a": PidTrainer(delay=0.02)})
+    b = make_runner(lambda: {"b": PidTrainer(delay=0.02)})
+    for _ in range(10):  # sessions land on the workers in turn: have them on different ones
+        if worker_of(a, "a") != worker_of(b, "b"):
+            break
+        a.reset()
+    dead_address = worker_of(a, "a")
+    assert dead_address != worker_of(b, "b")
+    a.play()
+    b.play()
+    assert wait_for(lambda: a.states["a"].steps >= 3 and b.states["b"].steps >= 3, timeout=120)
+    pid = a.drain()[-1][1]["pid"]
+    assert pid == backend.client.run(os.getpid)[dead_address] != b.drain()[-1][1]["pid"]
+
+    os.kill(pid, signal.SIGKILL)  # mid-step: A plays without a pause between steps
+    assert wait_for(lambda: a.states["a"].status == "error", timeout=120), a.states
+    message = a.states["a"].message
+    assert message.startswith(f"WorkerLost: {LOST}") and "Press ↺ Reset to start again." in message
+    assert not a.playing
+    # the other session keeps training
+    seen = b.states["b"].steps
+    assert wait_for(lambda: b.states["b"].steps >= seen + 10, timeout=120)
+    assert b.states["b"].status == "running" and b.playing
+
+    # a further call into the dead actor fails at once instead of hanging the runner's thread
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            a.trainers["a"].step()
+        except BaseException as exc:  # noqa: BLE001 - inspected below
+            errors.append(exc)
+
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
+    caller.join(120)
+    assert not caller.is_alive() and len(errors) == 1 and isinstance(errors[0], WorkerLost)
+    assert LOST in str(errors[0])
+
+    # Reset builds fresh trainers on a live worker (the survivor, or the one the nanny restarted)
+    a.reset()
+    assert worker_of(a, "a") != dead_address and a.states["a"].status == "ready"
+    a.step_once()
+    assert a.wait_idle(120.0)
+    [(name, record)] = a.drain()
+    assert name == "a" and record["sweep"] == 1 and record["pid"] != pid
+    a.play()
+    assert wait_for(lambda: a.states["a"].steps >= 5, timeout=120) and a.states["a"].status == "running"
+    assert b.states["b"].status == "running"
+    a.pause()
+    b.pause()
+    # the nanny restarts the dead worker, warm
+    assert wait_for(lambda: n_workers(backend) == 2, timeout=180)
+    assert all(backend.client.run(lambda dask_worker: "boltzlab-warm-up" in dask_worker.plugins).values())
+    assert pid not in backend.client.run(os.getpid).values()
+
+
+# ------------------------------------------------------------------------------- serve
+
+
+def test_serve_checks_workers_before_starting_anything():
+    from dashboard.app import serve
+
+    with pytest.raises(ValueError, match="'workers' parameter of serve must be an int >= 0"):
+        serve(workers=-1)
+    with pytest.raises(ValueError, match="not both"):
+        serve(workers=2, dask_scheduler="tcp://127.0.0.1:1")
+    with pytest.raises(ValueError, match="num_procs > 1 needs workers=0"):
+        serve(num_procs=2)  # default: one worker per core
+    with pytest.raises(ValueError, match="num_procs > 1 needs workers=0"):
+        serve(num_procs=2, workers=1)
+
+
+def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dashboard.cli", "serve", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_the_workers_flag_is_validated_with_a_message():
+    for bad in ("-1", "two", "1.5"):
+        out = _cli("--workers", bad)
+        assert out.returncode == 2 and "argument --workers" in out.stderr and "Traceback" not in out.stderr
+    out = _cli("--workers", "1", "--dask-scheduler", "tcp://127.0.0.1:1")
+    assert out.returncode == 2 and "give one of them" in out.stderr and "Traceback" not in out.stderr
+    out = _cli("--num-procs", "2")
+    assert out.returncode == 2 and "--workers 0" in out.stderr and "Traceback" not in out.stderr
+    assert "--workers N" in _cli("--help").stdout
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_stopping_serve_takes_its_worker_processes_down(stop):
+    port = _free_port()
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    proc = subprocess.Popen([sys.executable, "-m", "dashboard.cli", "serve", "--workers", "1", "--port", str(port),
+                             "--address", "127.0.0.1"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 240  # the server and its worker warm the numba kernels first
+        while True:
+            try:
+                urllib.request.urlopen(base + "/liveness", timeout=5).read()
+                break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    proc.kill()
+                    pytest.fail(f"server did not start: {proc.stderr.read().decode()[-2000:]}")
+                time.sleep(1)
+        children = psutil.Process(proc.pid).children(recursive=True)
+        workers = [c for c in children if "python" in c.name().lower()]
+        assert workers, [c.cmdline() for c in children]
+        if stop == signal.SIGTERM:  # with a session, i.e. actors on the worker
+            page = urllib.request.urlopen(base + "/", timeout=240).read().decode()
+            assert "Boltzmann Lab" in page
+        proc.send_signal(stop)
+        assert proc.wait(timeout=120) == 0, proc.stderr.read().decode()[-2000:]  # an orderly stop
+        assert wait_for(lambda: not any(_alive(c.pid) for c in children), timeout=60), \
+            [(c.pid, c.cmdline()) for c in children if _alive(c.pid)]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
