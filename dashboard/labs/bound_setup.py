@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -184,3 +185,155 @@ RACE_DESCRIPTIONS = {
     "fvbm": "Exact maximum likelihood of a fully visible Boltzmann machine: Algorithm 1 over all 2^10 spin states.",
 }
 RACE_MAX_ITER = 1000
+SEEDED_PROBLEMS = ("chain", "fvbm")  # synthetic data: the race's data seed matters
+
+
+# ---------------------------------------------------------------------------- jobs
+# What the lab computes away from the UI thread (see dashboard.jobs): plain arguments in,
+# plain numpy / Python values out, so they can run in another process.
+
+def tightness(key: str, scale: float, seed: int, radius: float, s_tilde: float, r_tilde: float,
+              extra: tuple[float, ...]) -> dict:
+    """Everything the tightness views draw for one setting: log Z along the line through
+    theta~ = theta(s~, r~) (direction u), the bound and the Taylor expansion at theta~ and the
+    bounds at the extra points s~ on that line, and bound - log Z over the (r, s) slice.
+
+    Exact log Z over a grid of thetas: tens to hundreds of milliseconds for the FVBMs."""
+    model = make_model(key, scale, seed)
+    s, log_z = log_z_line(key, scale, seed, r_tilde, radius)
+    main = expand(model, s_tilde, r_tilde, s)
+    extras = [expand(model, x, r_tilde, s) for x in extra]
+    grid, log_z2 = log_z_slice(key, scale, seed, radius)
+    return {"d": model.d, "description": model.description, "s": s.copy(), "log_z": log_z.copy(),
+            "bound": main.bound, "taylor": main.taylor, "log_z_tilde": main.log_z,
+            "grad_error": main.grad_error, "extra": list(extra),
+            "extra_bound": [e.bound for e in extras], "extra_log_z": [e.log_z for e in extras],
+            "grid": grid.copy(), "gap2": gap_slice(model, grid, log_z2, s_tilde, r_tilde)}
+
+
+def race_key(problem: str, reg: float, seed: int) -> tuple[str, float, int]:
+    """What defines a race's objective (the seed only for the synthetic problems); a
+    ``ValueError`` at once for a bad setting."""
+    if problem not in RACE_DESCRIPTIONS:
+        raise ValueError(f"The problem must be one of {sorted(RACE_DESCRIPTIONS)}. Got {problem!r}.")
+    if not isinstance(reg, (int, float)) or isinstance(reg, bool) or not math.isfinite(reg) or reg < 0:
+        raise ValueError(f"The regularization λ ('reg') must be a finite number >= 0. Got {reg!r}.")
+    if problem in SEEDED_PROBLEMS and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
+        raise ValueError(f"The data seed ('race_seed') must be an int >= 0. Got {seed!r}.")
+    return problem, float(reg), int(seed) if problem in SEEDED_PROBLEMS else 0
+
+
+_OBJECTIVES = threading.Lock()  # one build of an objective at a time: the next one finds it cached
+
+
+def race_objective(problem: str, reg: float, seed: int):
+    """The race's objective J for :func:`race_key`'s ``(problem, reg, seed)``.  Cached:
+    objectives are stateless after construction (the race's five trainers share one), and
+    building one loads or simulates its data set (0.2-1 s for digits or the chain CRF)."""
+    with _OBJECTIVES:
+        return _race_objective(problem, reg, seed)
+
+
+@lru_cache(maxsize=8)
+def _race_objective(problem: str, reg: float, seed: int):
+    from engine import majorize
+
+    return majorize.make_objective(problem, reg=reg, seed=seed)
+
+
+def race_size(problem: str, reg: float, seed: int) -> dict:
+    """The race's number of parameters and of training pairs (builds its objective)."""
+    objective = race_objective(problem, reg, seed)
+    return {"dim": int(objective.dim), "n_examples": int(objective.n_examples)}
+
+
+def race_reference(problem: str, reg: float, seed: int) -> dict:
+    """J* = min J, the reference the race's curves J - J* are drawn against (scipy L-BFGS-B
+    polished by Newton): from tens of milliseconds (wine) to seconds (digits)."""
+    from engine import majorize
+
+    ref = majorize.scipy_reference(race_objective(problem, reg, seed))
+    return {"value": float(ref.value), "grad_norm": float(ref.grad_norm), "seconds": float(ref.seconds)}
+
+
+class RaceBuild:
+    """The five trainers of one race (:func:`engine.majorize.make_race`), built together on
+    first use: in the runner's thread, or on the Dask worker a trainer is shipped to (each
+    then builds its own), never on the UI thread.  Building them evaluates J and ∇J at θ = 0
+    six times (and builds the objective the first time): 0.05-0.5 s for digits or the chain."""
+
+    def __init__(self, key: tuple[str, float, int]) -> None:
+        self.key = tuple(key)
+        self._trainers: dict | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def built(self) -> bool:
+        return self._trainers is not None
+
+    def trainer(self, method: str):
+        with self._lock:
+            if self._trainers is None:
+                from engine import majorize
+
+                problem, reg, seed = self.key
+                self._trainers = majorize.make_race(problem, reg=reg, seed=seed, max_iter=RACE_MAX_ITER,
+                                                    objective=race_objective(*self.key))
+        return self._trainers[method]
+
+    def __getstate__(self) -> dict:
+        return {"key": self.key, "trainers": self._trainers}
+
+    def __setstate__(self, state: dict) -> None:
+        self.key, self._trainers, self._lock = state["key"], state["trainers"], threading.Lock()
+
+
+class RaceTrainer:
+    """One method of a race: a stand-in for its trainer that builds the race (see
+    :class:`RaceBuild`) on its first ``step()``.  ``done``/``status``/``message`` answer
+    without building; any other attribute builds the race and reads the trainer's."""
+
+    def __init__(self, build: RaceBuild, method: str) -> None:
+        self.build = build
+        self.method = method
+
+    @property
+    def trainer(self):
+        return self.build.trainer(self.method)
+
+    @property
+    def done(self) -> bool:
+        return self.build.built and self.trainer.done
+
+    @property
+    def status(self) -> str:
+        return self.trainer.status if self.build.built else "running"
+
+    @property
+    def message(self) -> str:
+        return self.trainer.message if self.build.built else ""
+
+    def step(self):
+        return self.trainer.step()
+
+    def steps(self, k: int) -> list:
+        return self.trainer.steps(k)
+
+    def state_dict(self) -> dict:
+        return self.trainer.state_dict()
+
+    def load_state_dict(self, state) -> None:
+        self.trainer.load_state_dict(state)
+
+    def __getattr__(self, name: str):  # label, objective, theta, ... of the built trainer
+        if name.startswith("_") or name in ("build", "method"):  # pickle's probes; before __init__
+            raise AttributeError(name)
+        return getattr(self.trainer, name)
+
+
+def build_race(key: tuple[str, float, int]) -> dict[str, RaceTrainer]:
+    """The race's ``{method: trainer}`` in Table 1's order, built where they first step."""
+    from engine import majorize
+
+    build = RaceBuild(key)
+    return {method: RaceTrainer(build, method) for method in majorize.RACE_METHODS}
