@@ -33,7 +33,7 @@ step and reset, with the quantities the paper argues about drawn as they change.
   FVBMs, a chain CRF) along a line and over a 2-D slice, with the gap that must stay ≥ 0, and
   bound majorization racing L-BFGS, conjugate gradient, steepest descent and Newton.
 
-**How it works.** A numba engine does the numerics in a worker thread, one natural unit
+**How it works.** A numba engine does the numerics in worker processes, one natural unit
 of work (e.g. one sweep over all parameters) per step. About ten times a second the page
 collects what is new and draws it; the engine never waits for the plots. Each browser tab
 has its own trainers; closing the tab stops them.

@@ -276,7 +276,7 @@ class Lab(pn.viewable.Viewer):
         self.step = w.Button(label="Step", color="primary", width=80)
         self.reset = w.Button(label="↺ Reset", color="default", width=90)
         self.speed = w.Select(label="Speed", options=list(self.speeds), value=self.default_speed,
-                              width=170)
+                              width=160)
         self.counter_pane = pn.pane.HTML("", name=f"{self.key}-counter", css_classes=["sweep-counter"],
                                          styles={"font-size": "1.4em", "font-weight": "bold"},
                                          width=self.counter_width, align="center")
@@ -432,7 +432,8 @@ class Lab(pn.viewable.Viewer):
     def transport(self) -> pn.viewable.Viewable:
         """Play, Pause, Step, Reset, speed, progress (and presentation mode's Next step)."""
         return pn.Row(self.play, self.pause, self.step, self.reset, self.speed, self.counter_pane,
-                      self.tools.next_step, align="start", margin=0)
+                      self.tools.next_step, align="start", margin=0, sizing_mode="stretch_width",
+                      styles={"flex-wrap": "wrap"})  # never wider than the page (projectors)
 
     def set_presenting(self, on: bool) -> None:
         """Presentation mode: larger everything, a Next step button, and the one-line

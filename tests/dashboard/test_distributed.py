@@ -170,10 +170,13 @@ def test_runner_plays_pauses_steps_and_resets_on_the_cluster(backend, dask_runne
     assert runner.wait_idle(10.0)
     records = runner.drain()
     counts = {n: runner.states[n].steps for n in runner.trainers}
-    assert {n: sum(1 for m, _ in records if m == n) for n in counts} == counts
+    # a fast machine can outrun the bounded buffer: the oldest Records may be dropped (and
+    # counted), never the newest, and nothing is lost without being counted
+    assert len(records) + runner.dropped == sum(counts.values())
     assert all(isinstance(r, Record) for _, r in records)
-    bslm = [r.scalars["sweep"] for n, r in records if n == "BSLM"]
-    assert bslm == list(range(1, counts["BSLM"] + 1))
+    for name, count in counts.items():
+        sweeps = [r.scalars["sweep"] for n, r in records if n == name]
+        assert sweeps == list(range(count - len(sweeps) + 1, count + 1)), name
     time.sleep(0.2)
     assert runner.drain() == []  # paused means paused
     runner.step_once()
