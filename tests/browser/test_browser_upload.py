@@ -37,7 +37,8 @@ def test_upload_bad_then_good_csv(page: Page, app_url, shot):
     expect(page.get_by_text("Line 3, column 1 ('a')")).to_be_visible()
     expect(page.get_by_text("Still using: simulated d=10")).to_be_visible()
     expect(before).to_be_visible()  # the previous data (and its description) are kept
-    assert heat_cells(page) == 100
+    page.get_by_role("button", name="Step").click()  # ... and the run on them
+    wait_until(lambda: heat_cells(page) == 100)
     shot("fvbm-upload-bad")
 
     upload(page, "good.csv", GOOD_CSV)
@@ -46,7 +47,7 @@ def test_upload_bad_then_good_csv(page: Page, app_url, shot):
     expect(page.get_by_text("good.csv").first).to_be_visible()
     expect(message).to_be_hidden()
     expect(before).to_be_hidden()
-    wait_until(lambda: heat_cells(page) == 9)
     page.get_by_role("button", name="Step").click()
     wait_until(lambda: sweep_text(page) == "Sweep 1")
+    wait_until(lambda: heat_cells(page) == 9)
     shot("fvbm-upload-good")
