@@ -116,11 +116,14 @@ def create_app(only: str | None = None) -> pn.template.FastListTemplate:
 
 def routes() -> dict:
     """What ``serve`` serves: the app at ``/`` and each lab alone at ``/<key>``."""
-    import functools
-
     from dashboard.labs import LABS
 
-    return {"/": create_app, **{f"/{cls.key}": functools.partial(create_app, only=cls.key) for cls in LABS}}
+    def page_of(key: str):
+        def app() -> pn.template.FastListTemplate:  # a function: Panel would show a partial as text
+            return create_app(only=key)
+        return app
+
+    return {"/": create_app, **{f"/{cls.key}": page_of(cls.key) for cls in LABS}}
 
 
 # presentation mode, in the browser: Bokeh widgets take their size from this CSS variable

@@ -160,3 +160,20 @@ def test_next_step_returns_at_once_and_says_what_changed_on_a_later_tick(cls, ma
     text = lab.tools.changed.object
     assert text and text != "Computing this step…" and "Nothing changed" not in text
     assert sum(s.steps for s in lab.runner.states.values()) >= 1
+
+
+def test_every_lab_has_its_own_page_and_labs_are_built_when_opened():
+    from dashboard.app import create_app, routes
+
+    pages = routes()
+    assert set(pages) == {"/", *(f"/{cls.key}" for cls in LABS)}
+    for cls in LABS:
+        app = pages[f"/{cls.key}"]()
+        assert list(app.labs) == [cls.title] and len(app.tabs) == 1
+        app.labs[cls.title].close()
+    app = create_app()
+    assert list(app.labs) == [LABS[0].title]  # the first tab only, until another is opened
+    app.tabs.active = 1
+    assert list(app.labs) == [LABS[0].title, LABS[1].title]
+    for lab in app.labs.values():
+        lab.close()
