@@ -11,8 +11,14 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 ROOT = Path(__file__).resolve().parents[2]
+
+# CI shares 2 cores with whatever else runs: a lab is built when its tab is first opened, and
+# under load that (or a step) can take longer than Playwright's 5 s default.  Wait on the
+# condition, generously, never on the clock.
+expect.set_options(timeout=60_000)
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",

@@ -39,7 +39,7 @@ JS_HEAT = """(name) => {
 }"""
 
 
-def wait_until(predicate, timeout=30.0, interval=0.1):
+def wait_until(predicate, timeout=90.0, interval=0.1):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
