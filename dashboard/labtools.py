@@ -360,8 +360,8 @@ class LabTools:
         for widget in (self.copy_link, self.save, self.load, self.export_csv, self.export_html):
             widget.align = "end"
         # under the controls, in the left column: the first screen's right side is the plot
-        self._card = pn.Card(row, title="Share, save and export", collapsed=False, max_width=340,
-                             sizing_mode="stretch_width", margin=(5, 5))
+        self._card = pn.Card(row, title="Share, save and export", collapsed=False,
+                             width=325, margin=(5, 5))  # the controls column's width, folded or not
         return self._card
 
     def set_presenting(self, on: bool) -> None:
