@@ -104,6 +104,7 @@ def create_app(only: str | None = None) -> pn.template.FastListTemplate:
         theme_toggle=False, busy_indicator=None, font_url="", header=[present],
         font="system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif")
     if served:
+        pn.state.on_session_destroyed(release_memory)
         if pn.state.location is not None:
             pn.state.location.sync(tabs, {"active": "page"})
         if _arg(args, "present") in ("1", "true"):
@@ -112,6 +113,23 @@ def create_app(only: str | None = None) -> pn.template.FastListTemplate:
     template.tabs = tabs
     template.present = present
     return template
+
+
+def release_memory(session_context: object = None) -> None:
+    """After a session closes: collect its cycles and hand freed heap pages back to the OS.
+
+    CPython keeps freed memory in its arenas and glibc's heap, so without ``malloc_trim`` the
+    server's RSS stayed near its peak after tabs closed (measured: +207 MB after 4 TAP
+    sessions).  No-op where there is no glibc.
+    """
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def routes() -> dict:
