@@ -78,9 +78,10 @@ class Jobs:
         """True while a job (under ``key``, or any) has not been handed over yet."""
         return bool(self._pending) if key is None else key in self._pending
 
-    def cancel(self, key: str | None = None) -> None:
-        """Drop the job under ``key`` (or every job): its result will never be drawn."""
-        keys = list(self._pending) if key is None else [key]
+    def cancel(self, key: str | None = None, keep: tuple[str, ...] = ()) -> None:
+        """Drop the job under ``key`` (or every job but those in ``keep``): its result will
+        never be handed over."""
+        keys = [k for k in self._pending if k not in keep] if key is None else [key]
         for each in keys:
             pending = self._pending.pop(each, None)
             if pending is not None:

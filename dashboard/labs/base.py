@@ -39,6 +39,7 @@ from dashboard.views import StatusBadge
 from engine.stepping import Record
 
 RADIO = dict(color="primary", variant="outline")
+PREPARE = "prepare"  # the job key of a slow preparation (see Lab.prepare_later)
 IDLE_REFRESH_SECONDS = 1.0  # an idle lab (nothing new, nothing in flight) redraws once a second
 STATUS_SECONDS = 0.3  # text panes re-layout the page: at most ~3 times a second while training
 
@@ -69,6 +70,11 @@ def by_run(records: list[tuple[str, Record]]) -> dict[str, list[Record]]:
     for name, record in records:
         out.setdefault(name, []).append(record)
     return out
+
+
+class NotReady(ValueError):
+    """Raised by ``prepare`` when the settings need something the user has still to give
+    (e.g. a file to upload): said as information, not as an error; the old run stays."""
 
 
 @dataclass
@@ -244,15 +250,32 @@ class Lab(pn.viewable.Viewer):
         if changed - self.view_settings - {"speed"}:
             self.rebuild(changed, strict=strict)
 
-    def rebuild(self, changed: set[str] | None = None, strict: bool = False) -> bool:
+    def rebuild(self, changed: set[str] | None = None, strict: bool = False, *,
+                prepared: bool = False) -> bool:
         """Prepare, validate and install a new run for the current settings; on a bad
-        setting say so (and raise if ``strict``), keeping the old run."""
+        setting say so (and raise if ``strict``), keeping the old run.
+
+        When the lab says the preparation is slow (:meth:`prepare_later`), a change made in
+        the page is prepared as a job and the run rebuilt when it is ready; the old run
+        stays until then.  Links and checkpoints (``strict``) prepare at once: what follows
+        (restoring the trainers' states) needs the new run.
+        """
+        changed = set(self.controls()) if changed is None else set(changed)
+        later = None if strict or prepared else self.prepare_later(changed)
+        if later is not None:
+            fn, args, note = later
+            self.runner.pause()
+            self.settings_msg.set("info", note)
+            self.settings_msg.pane.visible = True
+            self.jobs.submit(PREPARE, fn, *args, then=functools.partial(self._prepared, changed),
+                             error=self._prepare_failed)
+            self.refresh_status()
+            return True
         try:
-            self.prepare(set(self.controls()) if changed is None else changed, strict=strict)
+            self.prepare(changed, strict=strict)
             self.runner.reset(self.trainer_factory())
         except ValueError as exc:
-            self.settings_msg.set("error", f"**Invalid setting:** {exc}")
-            self.settings_msg.pane.visible = True
+            self._prepare_failed(exc)
             if strict:
                 raise
             return False
@@ -260,9 +283,31 @@ class Lab(pn.viewable.Viewer):
         self._restart_views()
         return True
 
+    def prepare_later(self, changed: set[str]) -> tuple[Callable, tuple, str] | None:
+        """``(fn, args, note)`` when preparing for ``changed`` is too slow for a click (more
+        than a few ms): ``fn(*args)`` runs as a job, its result goes to :meth:`prepared`,
+        ``note`` shows meanwhile.  ``None``: prepare at once."""
+        return None
+
+    def prepared(self, result: Any) -> None:
+        """Take the result of :meth:`prepare_later`'s job (e.g. the new data set)."""
+
+    @held
+    def _prepared(self, changed: set[str], result: Any) -> None:
+        self.prepared(result)
+        self.rebuild(changed, prepared=True)
+
+    def _prepare_failed(self, exc: BaseException) -> None:
+        if isinstance(exc, NotReady):
+            self.settings_msg.set("info", str(exc))
+        else:
+            text = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+            self.settings_msg.set("error", f"**Invalid setting:** {text}")
+        self.settings_msg.pane.visible = True
+
     def _restart_views(self) -> None:
         self._explaining = None
-        self.jobs.cancel()
+        self.jobs.cancel(keep=(PREPARE,))  # a data set being prepared is for the next run
         self.clear_highlight()
         self.tools.changed.object = ""
         self.clear()

@@ -12,9 +12,10 @@ import numpy as np
 import panel as pn
 from bokeh.models import ColumnDataSource
 
-from dashboard.labs.base import RADIO, Lab, by_run, held, label
+from dashboard.labs.base import RADIO, Lab, NotReady, by_run, held, label
 from dashboard.labs.fvbm_setup import (BOUND_LABEL, DEFAULT_DATA, LBFGS_LABEL, SQUAREM_LABEL, DataSet,
-                                       guaranteed_by_label, load_data, parse_mus, trainer_factory)
+                                       guaranteed_by_label, load_data, parse_mus, simulated_data,
+                                       trainer_factory, uploaded_data)
 from dashboard.labtools import Preset
 from dashboard.views import Heatmap, LiveCurve, StatusBadge
 
@@ -82,6 +83,7 @@ PRESETS = [
 
 
 DATA_SETTINGS = {"source", "d", "n", "data_seed"}
+SLOW_DATA = 16_000 * 10 * 10  # n·d² of the default data set: larger ones are simulated as a job
 
 
 class FVBMLab(Lab):
@@ -132,6 +134,7 @@ class FVBMLab(Lab):
                                        value="zeros", **RADIO)
         self.init_seed = w.IntInput(label="Initialisation seed", value=0, start=0, width=120)
         self._uploaded: DataSet | None = None
+        self._ready: tuple | None = None  # (data settings, DataSet) a job prepared
         self.data: DataSet | None = None
         self.upload.param.watch(self._on_upload, "value")
 
@@ -168,31 +171,60 @@ class FVBMLab(Lab):
             return
         if self.source.value == "upload":
             if self._uploaded is None:
-                raise ValueError("These settings use an uploaded CSV, which a link or checkpoint does not "
-                                 "contain: upload the file first, then load again." if strict else
-                                 "Choose a CSV file to upload.")
+                if strict:
+                    raise ValueError("These settings use an uploaded CSV, which a link or checkpoint does "
+                                     "not contain: upload the file first, then load again.")
+                raise NotReady("Choose a CSV file to upload; the current data stay until then.")
             data = self._uploaded
+        elif self._ready is not None and self._ready[0] == self._data_key():
+            data = self._ready[1]  # simulated by a job (prepare_later)
         else:
             data = load_data(self.source.value, d=self.d.value, n=self.n.value, seed=self.data_seed.value)
+        self._ready = None
         self.data = data
         self.data_msg.pane.visible = False
         self._show_data()
+
+    def _data_key(self) -> tuple:
+        return (self.source.value, self.d.value, self.n.value, self.data_seed.value)
+
+    def prepare_later(self, changed: set[str]):
+        """Simulating a large data set and finding its MPLE takes seconds (d = 30, n = 200,000:
+        about 8 s): a job, not a click.  The default size is ready at start."""
+        d, n = self.d.value, self.n.value
+        if not changed & DATA_SETTINGS or self.source.value != "simulated" or n * d * d <= SLOW_DATA:
+            return None
+        return (simulated_data, (d, n, self.data_seed.value),
+                f"Simulating d = {d}, n = {n:,} and finding its MPLE (the target line)…")
+
+    def prepared(self, result) -> None:
+        key, data = result
+        self._ready = (key, data)
 
     def _on_upload(self, event) -> None:
         if event.new:
             self.use_upload(event.new, self.upload.filename or "upload.csv")
 
-    @held
     def use_upload(self, content: bytes, filename: str) -> None:
-        """Parse an uploaded CSV; on success it becomes the data, else say why."""
-        try:
-            self._uploaded = load_data("upload", content=content, filename=filename)
-        except ValueError as exc:
-            name = self.data.data.name if self.data is not None else "nothing"
-            self.data_msg.set("error", f"**Could not use this data:** {exc}  \nStill using: {name}.")
-            self.data_msg.pane.visible = True
-            return
+        """Parse an uploaded CSV and find its MPLE (a job); when ready it becomes the data,
+        else the reason is said and the current data stay."""
+        self.data_msg.set("info", f"Reading {filename} and finding its MPLE…")
+        self.data_msg.pane.visible = True
+        self.jobs.submit("upload", uploaded_data, content, filename, then=self._use_uploaded,
+                         error=self._upload_failed)
+
+    @held
+    def _use_uploaded(self, data: DataSet) -> None:
+        self._uploaded = data
+        self.data_msg.pane.visible = False
         self.rebuild({"source"})
+
+    @held
+    def _upload_failed(self, exc: BaseException) -> None:
+        name = self.data.data.name if self.data is not None else "nothing"
+        text = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+        self.data_msg.set("error", f"**Could not use this data:** {text}  \nStill using: {name}.")
+        self.data_msg.pane.visible = True
 
     def trainer_factory(self):
         mus = parse_mus(self.race_mus.value) if self.mode.value == "Race" else None

@@ -84,6 +84,16 @@ def load_data(source: str, *, d: int = 10, n: int = 16000, seed: int = 1,
                      f"'upload'. Got {source!r}.")
 
 
+def simulated_data(d: int, n: int, seed: int) -> tuple[tuple, DataSet]:
+    """A simulated data set and its MPLE, keyed by its settings (a job: see FVBMLab)."""
+    return ("simulated", d, n, seed), load_data("simulated", d=d, n=n, seed=seed)
+
+
+def uploaded_data(content: bytes, filename: str) -> DataSet:
+    """An uploaded CSV and its MPLE (a job: a 50 MB file takes seconds)."""
+    return load_data("upload", content=content, filename=filename)
+
+
 @functools.lru_cache(maxsize=16)
 def _bundled(source: str, key: tuple) -> DataSet:
     """Simulated / bundled data sets and their MPLE, shared (read-only) by all sessions."""

@@ -94,6 +94,8 @@ def test_bad_upload_keeps_previous_data(lab):
     lab.source.value = "upload"
     lab.upload.filename = "bad.csv"
     lab.upload.value = b"a,b\n1,2\n7,x\n"
+    assert lab.settings_msg.level == "info" and "Choose a CSV file" in lab.settings_msg.text  # not an error
+    assert lab.jobs.wait(60)  # the upload is read as a job
     assert lab.data is before
     assert lab.data_msg.pane.visible and lab.data_msg.level == "error"
     assert "Could not use" in lab.data_msg.text
@@ -107,6 +109,7 @@ def test_good_upload_switches_data(lab):
     lab.source.value = "upload"
     lab.upload.filename = "mine.csv"
     lab.upload.value = csv.encode()
+    assert lab.jobs.wait(60)  # the upload is read as a job
     assert lab.data.data.X.shape == (200, 4)
     assert lab.heat_est.labels == ["p", "q", "r", "s"]
     assert not lab.mse.view.visible and not lab.heat_true.view.visible  # no truth
@@ -247,6 +250,8 @@ def test_first_decrease_is_listed_only_once_marked(lab):
 
 def test_no_mple_shows_a_short_warning_no_target_and_still_trains(lab):
     lab.d.value = 20  # n = 16000, seed 1: the MPLE does not exist
+    assert "Simulating d = 20" in lab.settings_msg.text  # a job: larger than the default data
+    assert lab.jobs.wait(120)
     assert lab.data.mple_logpl is None
     assert lab.data_msg.pane.visible and lab.data_msg.level == "warn"
     assert "No MPLE" in lab.data_msg.text and len(lab.data_msg.text) < 300

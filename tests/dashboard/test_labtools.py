@@ -261,6 +261,7 @@ def test_a_checkpoint_of_uploaded_data_needs_the_upload_first(make_lab):
     lab = make_lab()
     lab.source.value = "upload"
     lab.use_upload(csv_bytes, "votes.csv")
+    assert lab.jobs.wait(60)
     assert lab.data.columns == ["p", "q", "r"]
     steps(lab, 2)
     content = write_checkpoint(lab.tools.checkpoint())
@@ -270,6 +271,7 @@ def test_a_checkpoint_of_uploaded_data_needs_the_upload_first(make_lab):
     assert fresh.source.value == "simulated" and fresh.d.value == 10  # nothing changed
     fresh.source.value = "upload"
     fresh.use_upload(csv_bytes, "votes.csv")
+    assert fresh.jobs.wait(60)
     assert fresh.tools.load_bytes(content)
     assert fresh.runner.states["BSLM"].steps == 2
 
