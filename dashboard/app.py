@@ -115,7 +115,7 @@ def create_app(only: str | None = None) -> pn.template.FastListTemplate:
     return template
 
 
-def release_memory(session_context: object = None) -> None:
+def release_memory(session_context: object) -> None:
     """After a session closes: collect its cycles and hand freed heap pages back to the OS.
 
     CPython keeps freed memory in its arenas and glibc's heap, so without ``malloc_trim`` the

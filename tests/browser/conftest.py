@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
+
+from tests.serving import start_server, stop_server
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,12 +21,6 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -49,35 +40,12 @@ def browser_context_args(browser_context_args):
 
 @pytest.fixture(scope="session")
 def app_url():
-    """The app served on 127.0.0.1 with /liveness; polled until it answers."""
-    port = _free_port()
-    log = open(ARTIFACTS.mkdir(exist_ok=True) or ARTIFACTS / "server.log", "w")
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.Popen([sys.executable, "-m", "dashboard.app", str(port)], cwd=ROOT,
-                            stdout=log, stderr=subprocess.STDOUT, env=env)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300  # the first run compiles the numba kernels
-    try:
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the server exited early; see {log.name}")
-            try:
-                with urllib.request.urlopen(f"{url}/liveness", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"the server did not answer /liveness; see {log.name}")
-            time.sleep(0.5)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+    """The app served on 127.0.0.1 with /liveness; polled until it answers (its log in
+    test-artifacts/server.log)."""
+    # the first run compiles the numba kernels
+    proc, url = start_server(timeout=300, log=ARTIFACTS / "server.log")
+    yield url
+    stop_server(proc)
 
 
 @pytest.fixture

@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import json
-import socket
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 
 import pytest
 from playwright.sync_api import Page, expect
+
+from tests.serving import start_server, stop_server
 
 pytestmark = pytest.mark.browser
 
@@ -20,26 +16,10 @@ pytestmark = pytest.mark.browser
 def auth_url(tmp_path_factory):
     users = tmp_path_factory.mktemp("auth") / "users.json"
     users.write_text(json.dumps({"ada": "lovelace-1815"}))
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "dashboard.cli", "serve", "--port", str(port), "--address",
-                             "127.0.0.1", "--basic-auth", str(users), "--cookie-secret", "test-secret-0123456789"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 240  # the server warms the numba kernels first
-    while True:
-        try:
-            urllib.request.urlopen(base + "/login", timeout=5).read()
-            break
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail(f"server did not start: {proc.stderr.read().decode()[-2000:]}")
-            time.sleep(1)
+    proc, base = start_server("--basic-auth", str(users), "--cookie-secret", "test-secret-0123456789",
+                              ready="/login")
     yield base
-    proc.terminate()
-    proc.wait(timeout=30)
+    stop_server(proc)
 
 
 def test_without_credentials_only_the_login_form(page: Page, auth_url):

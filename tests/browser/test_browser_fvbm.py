@@ -7,6 +7,8 @@ import time
 import pytest
 from playwright.sync_api import Page, expect
 
+from tests.waiting import wait_until  # the other browser tests import it from here
+
 pytestmark = pytest.mark.browser
 
 LOGPL = "logpl:BSLM/log_pl"
@@ -37,16 +39,6 @@ JS_HEAT = """(name) => {
         found = Math.min(m.data.row.length, m.data.col.length, m.data.value.length);
   return found;
 }"""
-
-
-def wait_until(predicate, timeout=90.0, interval=0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout} s")
 
 
 def points(page: Page, name: str = LOGPL) -> dict:

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import gc
 import os
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
 import urllib.request
 
 import numpy as np
@@ -24,10 +22,11 @@ import engine  # noqa: E402
 from dashboard import runner as runner_module  # noqa: E402
 from dashboard.distributed import DaskBackend, DaskUnavailable, RemoteTrainer, use_dask  # noqa: E402
 from dashboard.labs.fvbm_setup import load_data, monotone_guaranteed, trainer_factory  # noqa: E402
-from dashboard.runner import Runner  # noqa: E402
 from engine.fvbm import FVBMTrainer  # noqa: E402
 from engine.stepping import Record, Trainer  # noqa: E402
 from fakes import FakeTrainer  # noqa: E402
+from tests.serving import start_server, stop_server  # noqa: E402
+from tests.waiting import wait_for  # noqa: E402
 
 WALL_TIME_KEYS = {"wall_time", "elapsed"}
 
@@ -48,19 +47,11 @@ def backend(cluster):
 
 
 @pytest.fixture
-def dask_runners(backend, monkeypatch):
-    """``BACKEND`` set to the Dask backend for one test (monkeypatch restores None)."""
+def dask_runners(backend, monkeypatch, make_runner):
+    """``make_runner`` (conftest) with ``BACKEND`` set to the Dask backend for one test
+    (monkeypatch restores None once the runners are closed)."""
     monkeypatch.setattr(runner_module, "BACKEND", backend)
-    runners: list[Runner] = []
-
-    def make(factory, **kwargs) -> Runner:
-        runner = Runner(factory, **kwargs)
-        runners.append(runner)
-        return runner
-
-    yield make
-    for runner in runners:
-        runner.close()
+    return make_runner
 
 
 def small_factory(**kwargs):
@@ -82,15 +73,6 @@ def assert_same(remote: Record, local: Record) -> None:
 
 def n_actors(backend: DaskBackend) -> int:
     return sum(backend.client.run(lambda dask_worker: len(dask_worker.state.actors)).values())
-
-
-def wait_for(predicate, timeout=20.0, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
 
 
 def test_remote_fvbm_gives_exactly_the_local_records(backend):
@@ -292,36 +274,15 @@ def test_serve_with_an_unreachable_scheduler_exits_with_a_message_not_a_tracebac
     assert "--dask-scheduler" in _serve("--help").stdout
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_a_served_app_trains_its_sessions_on_the_cluster(cluster, backend):
-    port = _free_port()
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
-    proc = subprocess.Popen([sys.executable, "-m", "dashboard.cli", "serve", "--port", str(port), "--address",
-                             "127.0.0.1", "--dask-scheduler", cluster.scheduler_address],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-    base = f"http://127.0.0.1:{port}"
+    proc, base = start_server("--dask-scheduler", cluster.scheduler_address,
+                              env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
     try:
-        deadline = time.monotonic() + 240  # the server warms the numba kernels first
-        while True:
-            try:
-                urllib.request.urlopen(base + "/liveness", timeout=5).read()
-                break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    proc.kill()
-                    pytest.fail(f"server did not start: {proc.stderr.read().decode()[-2000:]}")
-                time.sleep(1)
         before = n_actors(backend)
         page = urllib.request.urlopen(base + "/", timeout=240).read().decode()  # builds a session
         assert "Boltzmann Lab" in page
         # every lab's trainers of that session now live on the worker
         assert wait_for(lambda: n_actors(backend) > before, timeout=60)
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        stop_server(proc)

@@ -10,29 +10,7 @@ import pytest
 from dashboard.runner import Runner
 from engine.stepping import Record
 from fakes import BatchTrainer, DivergingTrainer, FakeTrainer
-
-
-def wait_for(predicate, timeout=5.0, interval=0.01):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
-
-
-@pytest.fixture
-def make_runner():
-    runners = []
-
-    def make(factory, **kwargs):
-        runner = Runner(factory, **kwargs)
-        runners.append(runner)
-        return runner
-
-    yield make
-    for runner in runners:
-        runner.close()
+from tests.waiting import wait_for
 
 
 def sweeps(records, name="a"):

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import http.cookiejar
 import json
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -15,6 +13,7 @@ import urllib.request
 import pytest
 
 from dashboard.cli import check_basic_auth_file
+from tests.serving import start_server, stop_server
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -22,34 +21,14 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def auth_server(tmp_path_factory):
     users = tmp_path_factory.mktemp("auth") / "users.json"
     users.write_text(json.dumps({"ada": "lovelace-1815"}))
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "dashboard.cli", "serve", "--port", str(port), "--address",
-                             "127.0.0.1", "--basic-auth", str(users), "--cookie-secret", "test-secret-0123456789"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 240  # the server warms the numba kernels first
-    while True:
-        try:
-            urllib.request.urlopen(base + "/login", timeout=5).read()
-            break
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                pytest.fail(f"server did not start: {proc.stderr.read().decode()[-2000:]}")
-            time.sleep(1)
+    proc, base = start_server("--basic-auth", str(users), "--cookie-secret", "test-secret-0123456789",
+                              ready="/login")
     yield base
-    proc.terminate()
-    proc.wait(timeout=30)
+    stop_server(proc)
 
 
 def test_without_a_login_there_is_no_app_and_no_data(auth_server):

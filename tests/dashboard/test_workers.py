@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -35,6 +34,8 @@ from dashboard.distributed import (  # noqa: E402
 from dashboard.runner import Runner  # noqa: E402
 from engine.stepping import Record  # noqa: E402
 from fakes import FakeTrainer  # noqa: E402
+from tests.serving import server_output, start_server, stop_server  # noqa: E402
+from tests.waiting import wait_for  # noqa: E402
 
 LOST = "The worker process running this trainer stopped"
 
@@ -93,28 +94,11 @@ def local():
 
 
 @pytest.fixture
-def make_runner(local, monkeypatch):
-    """Runners on the local cluster (``BACKEND`` restored after the test)."""
+def make_runner(local, monkeypatch, make_runner):
+    """Runners on the local cluster: the shared ``make_runner`` (conftest) with ``BACKEND`` set
+    for the test (restored after its runners are closed)."""
     monkeypatch.setattr(runner_module, "BACKEND", local[1])
-    made: list[Runner] = []
-
-    def make(factory, **kwargs) -> Runner:
-        runner = Runner(factory, **kwargs)
-        made.append(runner)
-        return runner
-
-    yield make
-    for runner in made:
-        runner.close()
-
-
-def wait_for(predicate, timeout=60.0, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
+    return make_runner
 
 
 def worker_of(runner: Runner, name: str) -> str:
@@ -308,12 +292,6 @@ def test_the_workers_flag_is_validated_with_a_message():
     assert "--workers N" in _cli("--help").stdout
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _alive(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
@@ -324,22 +302,9 @@ def _alive(pid: int) -> bool:
 @pytest.mark.slow
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_stopping_serve_takes_its_worker_processes_down(stop):
-    port = _free_port()
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
-    proc = subprocess.Popen([sys.executable, "-m", "dashboard.cli", "serve", "--workers", "1", "--port", str(port),
-                             "--address", "127.0.0.1"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-    base = f"http://127.0.0.1:{port}"
+    # the server and its worker warm the numba kernels first
+    proc, base = start_server("--workers", "1", env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
     try:
-        deadline = time.monotonic() + 240  # the server and its worker warm the numba kernels first
-        while True:
-            try:
-                urllib.request.urlopen(base + "/liveness", timeout=5).read()
-                break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    proc.kill()
-                    pytest.fail(f"server did not start: {proc.stderr.read().decode()[-2000:]}")
-                time.sleep(1)
         children = psutil.Process(proc.pid).children(recursive=True)
         workers = [c for c in children if "python" in c.name().lower()]
         assert workers, [c.cmdline() for c in children]
@@ -347,10 +312,8 @@ def test_stopping_serve_takes_its_worker_processes_down(stop):
             page = urllib.request.urlopen(base + "/", timeout=240).read().decode()
             assert "Boltzmann Lab" in page
         proc.send_signal(stop)
-        assert proc.wait(timeout=120) == 0, proc.stderr.read().decode()[-2000:]  # an orderly stop
+        assert proc.wait(timeout=120) == 0, server_output(proc)  # an orderly stop
         assert wait_for(lambda: not any(_alive(c.pid) for c in children), timeout=60), \
             [(c.pid, c.cmdline()) for c in children if _alive(c.pid)]
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
+        stop_server(proc)

@@ -1,0 +1,36 @@
+"""Waiting on a condition in a test: poll it, generously, never count on the clock.
+
+``from tests.waiting import wait_for`` (``tests/`` is a namespace package under the
+repository root, which pyproject puts on ``sys.path``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
+
+
+def wait_for(predicate: Callable[[], T], timeout: float = 60.0, interval: float = 0.05) -> T:
+    """Call ``predicate`` every ``interval`` s until it returns something truthy, and return that;
+    after ``timeout`` s, return its last (falsy) answer, for ``assert wait_for(...)``.
+
+    The timeout is only how long a failing test takes to say so: it is generous because the
+    machine may be busy, and a condition that holds returns at once.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    return predicate()
+
+
+def wait_until(predicate: Callable[[], T], timeout: float = 90.0, interval: float = 0.1) -> T:
+    """``wait_for`` that raises ``AssertionError`` instead of returning a falsy answer."""
+    value = wait_for(predicate, timeout, interval)
+    if not value:
+        raise AssertionError(f"condition not met within {timeout} s")
+    return value
