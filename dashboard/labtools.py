@@ -48,18 +48,6 @@ class Preset:
     note: str = ""
 
 
-def intro_card(title: str, text: str, equations: str, watch: str) -> pn.Card:
-    """A lab's opening explanation, foldable: what the algorithm does, its key equations
-    (LaTeX between ``$$``, rendered by KaTeX), and what to watch for."""
-    body = pn.pane.Markdown(f"{text.strip()}\n\n{equations.strip()}\n\n"
-                            f"**What to watch for.** {watch.strip()}",
-                            sizing_mode="stretch_width", margin=(0, 10),
-                            styles={"overflow-x": "auto"})
-    return pn.Card(body, title=title, collapsible=True, collapsed=False,
-                   sizing_mode="stretch_width", margin=(5, 5),
-                   header_background="#eef3f9", css_classes=["lab-intro"])
-
-
 PRESENT_FONT_SCALE = 1.3
 FONT_PROPERTIES = ("text_font_size", "axis_label_text_font_size", "major_label_text_font_size",
                    "label_text_font_size", "title_text_font_size")

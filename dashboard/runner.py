@@ -1,9 +1,9 @@
 """Drive Trainers in a worker thread and hand their Records to the UI.
 
 The core, :class:`Runner`, is a plain class (a thread, a lock and a bounded buffer) so it
-can be unit-tested without a server.  :func:`attach` is the thin Panel wiring: a
-per-session periodic callback (about 10 Hz) that drains what is new and pushes it to the
-views inside ``pn.io.hold()``, and a session-destroyed hook that stops the thread.
+can be unit-tested without a server.  The Panel wiring (a per-session tick that drains what
+is new and draws it inside ``pn.io.hold()``, a session-destroyed hook that stops the
+thread) is the Lab base's (``dashboard.labs.base.Lab.start``).
 
 Several trainers can share one runner ("race mode"): the worker steps them round-robin
 and each one stops on its own when it is done, fails or diverges.
@@ -468,45 +468,6 @@ class Runner:
         status = getattr(trainer, "status", "done")
         state.status = status if status not in ACTIVE_STATUSES else "done"
         state.message = getattr(trainer, "message", "") or state.message
-
-
-IDLE_REFRESH_SECONDS = 1.0
-
-
-def attach(runner: Runner, on_records: Callable[[list[tuple[str, Record]]], None],
-           period_ms: int = 100) -> Any:
-    """Wire ``runner`` to the current Panel session.
-
-    Every ``period_ms`` the records produced since the last tick are handed to
-    ``on_records`` inside ``pn.io.hold()`` (one websocket message per tick).  When the
-    session is destroyed the callback stops and the worker thread is closed.
-    Returns the ``PeriodicCallback``.
-    """
-    import panel as pn
-
-    last = [0.0]
-
-    def tick() -> None:
-        records = runner.drain()
-        now = time.monotonic()
-        # an idle lab (nothing new, not playing: most tabs of most sessions) is refreshed
-        # once a second, not ten times: on a loaded server with 8 sessions x 4 labs, the
-        # idle ticks competed for the GIL with the labs that were training
-        if not records and not runner.playing and now - last[0] < IDLE_REFRESH_SECONDS:
-            return
-        last[0] = now
-        with pn.io.hold():
-            on_records(records)
-
-    callback = pn.state.add_periodic_callback(tick, period=period_ms)
-
-    def destroyed(session_context: Any) -> None:
-        callback.stop()
-        runner.close(timeout=0.5)
-
-    if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
-        pn.state.on_session_destroyed(destroyed)
-    return callback
 
 
 def play_or_tell(runner: Runner) -> str | None:
