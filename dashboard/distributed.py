@@ -449,6 +449,38 @@ def use_dask(address: str, timeout: float | None = None) -> DaskBackend:
 #: multiplies further.
 THREADS_PER_WORKER = 4
 
+#: Local workers run below the server's priority: they share the machine with the process
+#: that answers and draws, and compute must never delay it.  Measured with 8 TAP sessions
+#: on 2 cores at equal priority: /liveness took 8.4 s (median) and pages 18-74 s.
+WORKER_NICENESS = 10
+
+
+def renice_process(niceness: int) -> None:
+    """Raise every thread of this process to at least ``niceness`` (Linux keeps a nice value
+    per thread; threads started later inherit it from the thread that starts them)."""
+    tasks = "/proc/self/task"
+    tids = [int(t) for t in os.listdir(tasks)] if os.path.isdir(tasks) else [0]
+    for tid in tids:
+        try:
+            if os.getpriority(os.PRIO_PROCESS, tid) < niceness:
+                os.setpriority(os.PRIO_PROCESS, tid, niceness)
+        except OSError:  # the thread ended meanwhile, or no such call here
+            pass
+
+
+def _renice_plugin(niceness: int) -> Any:
+    """A worker plugin running :func:`renice_process` (on restarted workers too)."""
+    from distributed.diagnostics.plugin import WorkerPlugin
+
+    class BoltzlabNice(WorkerPlugin):
+        name = "boltzlab-nice"
+        idempotent = True
+
+        def setup(self, worker: Any) -> None:
+            renice_process(niceness)
+
+    return BoltzlabNice()
+
 
 def start_local_cluster(n_workers: int, *, threads_per_worker: int = THREADS_PER_WORKER,
                         timeout: float | None = None) -> tuple[Any, DaskBackend]:
@@ -476,6 +508,7 @@ def start_local_cluster(n_workers: int, *, threads_per_worker: int = THREADS_PER
     try:
         backend = DaskBackend(cluster.scheduler_address, timeout)
         try:
+            backend.client.register_plugin(_renice_plugin(WORKER_NICENESS))
             backend.warm_workers()
         except BaseException:
             backend.close()

@@ -93,6 +93,19 @@ def local():
     cluster.close()
 
 
+def _niceness_of_every_thread() -> list[int]:
+    return [os.getpriority(os.PRIO_PROCESS, int(tid)) for tid in os.listdir("/proc/self/task")]
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="per-thread priorities are Linux's")
+def test_local_workers_run_below_the_servers_priority(local):
+    from dashboard.distributed import WORKER_NICENESS
+
+    nice = local[1].client.run(_niceness_of_every_thread)
+    assert nice and all(min(values) >= WORKER_NICENESS for values in nice.values()), nice
+    assert max(_niceness_of_every_thread()) < WORKER_NICENESS  # the server itself is not reniced
+
+
 @pytest.fixture
 def make_runner(local, monkeypatch, make_runner):
     """Runners on the local cluster: the shared ``make_runner`` (conftest) with ``BACKEND`` set
