@@ -95,6 +95,7 @@ def test_every_preset_applies(cls, make_lab):
     for preset in cls.presets:
         lab.tools.preset.value = preset.title
         assert lab.tools.message.level == "info", (preset.title, lab.tools.message.text)
+        assert preset.title in lab.tools.message.text and preset.note  # says what to watch
         for name, value in preset.settings.items():
             assert lab.settings()[name].value == value, (preset.title, name)
         assert lab.runner.trainers and not lab.settings_msg.pane.visible

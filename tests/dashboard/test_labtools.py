@@ -144,37 +144,7 @@ def test_history_is_bounded_and_keeps_the_newest_rows():
 
 
 # ---------------------------------------------------------------- the FVBM lab end to end
-def test_loaded_checkpoint_continues_exactly_like_an_uninterrupted_run(make_lab):
-    lab = make_lab()
-    lab.tools.apply_preset(lab.presets[1])  # a race: several trainers of several kinds
-    names = list(lab.runner.trainers)
-    assert len(names) >= 4
-    steps(lab, 5)
-    content = write_checkpoint(lab.tools.checkpoint())
-    steps(lab, 4)
-    uninterrupted = {n: comparable(lab.runner.history.rows[n]) for n in names}
-
-    other = make_lab()
-    assert other.tools.load_bytes(content)
-    assert other.tools.message.level == "ok"
-    assert other.mode.value == "Race" and list(other.runner.trainers) == names
-    assert other.logpl.n_points(f"{names[0]}/log_pl") == 5  # curves redrawn from the history
-    steps(other, 4)
-    for n in names:
-        assert comparable(other.runner.history.rows[n]) == uninterrupted[n], n
-
-
-def test_bad_checkpoint_keeps_the_current_run(make_lab):
-    lab = make_lab()
-    steps(lab, 3)
-    before = comparable(lab.runner.history.rows["BSLM"])
-    assert not lab.tools.load_bytes(b"garbage", filename="junk.npz")
-    assert lab.tools.message.level == "error" and "junk.npz" in lab.tools.message.text
-    assert "unchanged" in lab.tools.message.text
-    assert comparable(lab.runner.history.rows["BSLM"]) == before
-    assert lab.logpl.n_points("BSLM/log_pl") == 3
-
-
+# (checkpoint and link round trips, presets, bad files: tests/dashboard/test_lab_contract.py)
 def test_checkpoint_that_does_not_fit_the_trainers_is_rolled_back(make_lab):
     lab = make_lab()
     steps(lab, 2)
@@ -189,17 +159,6 @@ def test_checkpoint_that_does_not_fit_the_trainers_is_rolled_back(make_lab):
     assert other.mode.value == "Race" and list(other.runner.trainers) == race
     assert other.runner.states[race[0]].steps == 3
     assert other.logpl.n_points(f"{race[0]}/log_pl") == 3
-
-
-def test_every_preset_applies_and_says_what_to_watch(make_lab):
-    lab = make_lab()
-    for preset in lab.presets:
-        lab.tools.preset.value = preset.title
-        assert lab.tools.message.level == "info", lab.tools.message.text
-        assert preset.title in lab.tools.message.text
-        for name, value in preset.settings.items():
-            assert lab.settings()[name].value == value, (preset.title, name)
-        assert lab.runner.trainers and not lab.settings_msg.pane.visible
 
 
 def test_url_settings_apply_and_bad_ones_are_named(make_lab):
