@@ -322,7 +322,8 @@ class Server:
         if now - last_time >= 1.0:
             cpu = round(100 * (cpu_s - last_cpu) / (now - last_time), 1)
             self._last_cpu = (cpu_s, now)
-        return {"rss_mb": round(rss_kb / 1024, 1), "threads": main["threads"], "cpu_percent": cpu}
+        return {"rss_mb": round(rss_kb / 1024, 1), "server_rss_mb": round(main["rss_kb"] / 1024, 1),
+                "threads": main["threads"], "cpu_percent": cpu}
 
     def log_findings(self) -> dict:
         """What the server log says: errors, and the noise of tabs closed mid-stream.
@@ -844,6 +845,7 @@ async def run(sessions: int = 8, seconds: float = 60.0, lab: str = "FVBM", port:
                 round_reports.append({
                     "round": r + 1, "sessions_served": sum(rec["served"] for rec in batch), "sessions_seconds": took,
                     "rss_peak_mb": peak, "rss_at_close_mb": closed["rss_mb"], "rss_after_mb": after["rss_mb"],
+                    "server_rss_after_mb": after["server_rss_mb"],
                     "threads_after": after["threads"], "settle_seconds": after["seconds"],
                     "discarded": after["discarded"], "stable": after["stable"],
                     "late_page_seconds": measures[-1]["late_page_seconds"] if measuring is not None else None})
@@ -880,7 +882,10 @@ async def run(sessions: int = 8, seconds: float = 60.0, lab: str = "FVBM", port:
         "rss_mb": {"idle": idle["rss_mb"], "baseline": base["rss_mb"], "peak": peak,
                    "at_close": last["rss_at_close_mb"], "after": last["rss_after_mb"],
                    "peak_minus_baseline": round(peak - base["rss_mb"], 1),
-                   "after_minus_baseline": round(last["rss_after_mb"] - base["rss_mb"], 1)},
+                   "after_minus_baseline": round(last["rss_after_mb"] - base["rss_mb"], 1),
+                   # the server process alone (the rest: its worker processes)
+                   "server_baseline": base["server_rss_mb"],
+                   "server_after_minus_baseline": round(last["server_rss_after_mb"] - base["server_rss_mb"], 1)},
         "threads": {"idle": idle["threads"], "baseline": base["threads"],
                     "peak": max(row["threads"] for row in series), "after": last["threads_after"]},
         "server_cpu_percent_while_sessions_live": _spread(busy),
