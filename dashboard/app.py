@@ -231,6 +231,7 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
     """
     import os
 
+    from dashboard.logs import quiet_closed_connections
     from dashboard.runner import SLOTS
 
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 0):
@@ -245,6 +246,7 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
         raise ValueError("num_procs > 1 needs workers=0 (the worker processes do the training; one "
                          "server process can drive many sessions).")
     SLOTS.set_limit(max_training)
+    quiet_closed_connections()
     cluster = backend = None
     if dask_scheduler is not None:  # first: an unreachable scheduler fails before the warm-up
         from dashboard.distributed import use_dask

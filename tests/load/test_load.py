@@ -133,3 +133,6 @@ def test_load_smoke():
     assert report["errors"] == [], info
     assert all(s["updates"] > 0 for s in report["sessions"]), info
     assert_measures(report, info)
+    # tabs closed while streaming: nothing at ERROR level (dashboard/logs.py), real errors
+    # would be in report["errors"]
+    assert report["server_log"]["closed_connection_incidents"] == 0, info
