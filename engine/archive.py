@@ -15,9 +15,9 @@ about 50 GB, and the out-of-memory killer ends the server with every session on 
    the zip lists equal to the size the header implies, and the sizes of all the members
    read under the total cap (by default 4x the compressed upload limit);
 3. only then the data, in chunks, into buffers sized from the headers.  No member is read
-   past what its header promised (one byte more shows that it is longer), so the total
-   decompressed stays under the cap whatever the compressed streams hold, and a member
-   that ends early is refused as truncated.
+   past what its header promised (a stream that goes on fails zipfile's CRC check at that
+   point), so the total decompressed stays under the cap whatever the compressed streams
+   hold; a member that ends early is refused as truncated.
 
 Every refusal is a ``ValueError`` whose message is one sentence a user can act on
 (:class:`NotAnArchive`, a subclass, when the bytes are no zip archive at all).  Pickles are
@@ -207,8 +207,11 @@ def _check_against(h: _Header, member: Member, spec: ArchiveSpec) -> None:
 
 
 def _read_data(archive: zipfile.ZipFile, h: _Header) -> np.ndarray:
-    """Read exactly the bytes the header promised, in chunks; refuse a member that ends
-    early or goes on (never decompressing more than one byte past the promise)."""
+    """Read the bytes the header promised, in chunks, into a buffer of that size.
+
+    zipfile stops a member at the size the directory lists (checked equal to the
+    header's) and then checks the CRC, so a stream that goes on is refused there as
+    damaged; one that ends early is refused as truncated."""
     raw = bytearray(h.nbytes)
     view = memoryview(raw)
     pos = 0
@@ -221,7 +224,6 @@ def _read_data(archive: zipfile.ZipFile, h: _Header) -> np.ndarray:
                     break
                 view[pos:pos + len(chunk)] = chunk
                 pos += len(chunk)
-            longer = pos == h.nbytes and f.read(1) != b""  # at the end, zipfile also checks the CRC
     except Exception as exc:  # noqa: BLE001 - BadZipFile (CRC), zlib.error, EOFError, ...
         reason = str(exc)[:120] or type(exc).__name__
         raise ValueError(f"The array {_quote(h.name)} is damaged ({reason}); save the file again.") from None
@@ -229,9 +231,6 @@ def _read_data(archive: zipfile.ZipFile, h: _Header) -> np.ndarray:
     if pos < h.nbytes:
         raise ValueError(f"The array {_quote(h.name)} is truncated: its data ends after {pos} of "
                          f"{h.nbytes} bytes; save the file again.")
-    if longer:
-        raise ValueError(f"The array {_quote(h.name)} holds more data than its .npy header describes; "
-                         "save the file again.")
     if h.fortran:  # as numpy.load: the data is the transpose's, in C order
         array = np.ndarray(h.shape[::-1], h.dtype, buffer=raw).T
     else:
