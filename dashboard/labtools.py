@@ -32,6 +32,7 @@ import panel as pn
 
 from dashboard.runner import History
 from dashboard.views import StatusBadge
+from engine.archive import ArchiveSpec, Member, NotAnArchive, read_npz
 from engine.stepping import MAX_CHECKPOINT_BYTES
 
 CHECKPOINT_VERSION = 1
@@ -187,6 +188,36 @@ def write_checkpoint(ckpt: Checkpoint) -> bytes:
     return buffer.getvalue()
 
 
+#: the largest array a lab writes: the Frank-Wolfe lab's persistent chains, S = 20,000
+#: samples of 784 MNIST pixels in float64 (120 MiB); FVBM's tanh-fields at n = 200,000,
+#: d = 30 take 46 MiB, TAP's W at 784 x 1000 6 MiB
+MAX_CHECKPOINT_ARRAY = 128 * 2**20
+#: a metrics column: a History keeps about 5,000 rows per run (40 kB); 200x that
+MAX_HISTORY_COLUMN = 8 * 2**20
+
+
+def checkpoint_spec(limit: int = MAX_CHECKPOINT_BYTES) -> ArchiveSpec:
+    """What a checkpoint may hold (see :func:`write_checkpoint`), for :func:`read_npz`:
+    at most 4x ``limit`` decompressed in all."""
+    return ArchiveSpec(
+        members=(
+            Member("boltzlab_checkpoint", kinds="iu", max_ndim=0),
+            Member("lab", kinds="U", max_ndim=0, max_bytes=4 * MAX_TEXT),
+            Member("settings", kinds="U", max_ndim=0, max_bytes=2**20),
+            Member("runs", kinds="U", max_ndim=1, max_bytes=2**16),
+            Member(r"state/\d+/.+", kinds="biufU", max_ndim=3, max_bytes=MAX_CHECKPOINT_ARRAY),
+            Member(r"history/\d+/.+", kinds="bf", max_ndim=1, max_bytes=MAX_HISTORY_COLUMN),
+            Member(r"count/\d+", kinds="iu", max_ndim=0),
+            Member(r"arrays/\d+/.+", kinds="biufU", max_ndim=3, max_bytes=MAX_CHECKPOINT_ARRAY),
+        ),
+        max_members=4096,  # a 10-run FVBM race writes about 400
+        max_total_bytes=4 * limit,
+        required=("boltzlab_checkpoint", "lab"),
+        missing="The file is an .npz archive but not a Boltzmann Lab checkpoint.",
+        what="a Boltzmann Lab checkpoint",
+    )
+
+
 def read_checkpoint(content: bytes, *, lab: str, limit: int = MAX_CHECKPOINT_BYTES) -> Checkpoint:
     """Parse and validate checkpoint bytes for ``lab`` (``allow_pickle=False``).
 
@@ -198,17 +229,12 @@ def read_checkpoint(content: bytes, *, lab: str, limit: int = MAX_CHECKPOINT_BYT
                          f"{limit / 2**20:.0f} MB are allowed.")
     not_npz = ValueError("The file is not a .npz checkpoint saved by Boltzmann Lab "
                          "(it could not be read as an .npz archive).")
-    if not content.startswith(b"PK"):  # np.load would take other bytes for a pickle
+    if not content.startswith(b"PK"):
         raise not_npz
-    try:
-        with np.load(io.BytesIO(content), allow_pickle=False) as archive:
-            files = {key: archive[key] for key in archive.files}
-    except ValueError as exc:  # object arrays need pickle: refused
-        raise ValueError(f"The file holds pickled objects, which are never loaded: {exc}") from None
-    except Exception:  # BadZipFile, OSError, EOFError ...
+    try:  # names, dtypes and sizes are checked before anything is decompressed
+        files = read_npz(content, checkpoint_spec(limit))
+    except NotAnArchive:
         raise not_npz from None
-    if "boltzlab_checkpoint" not in files or "lab" not in files:
-        raise ValueError("The file is an .npz archive but not a Boltzmann Lab checkpoint.")
     version = files["boltzlab_checkpoint"].item()
     if version != CHECKPOINT_VERSION:
         raise ValueError(f"The checkpoint has format version {version}; this app reads "
@@ -264,7 +290,20 @@ def read_checkpoint(content: bytes, *, lab: str, limit: int = MAX_CHECKPOINT_BYT
     for name in runs:
         if not states[name]:
             raise ValueError(f"The checkpoint holds no state for run {name!r}.")
+        _refuse_non_finite(name, states[name])
     return Checkpoint(saved_lab, settings, states, history)
+
+
+def _refuse_non_finite(run: str, state: Mapping[str, np.ndarray]) -> None:
+    """NaN or inf in a state array (parameters, velocities, chains, ...) is refused before
+    the lab is touched: some trainers would take it and train on NaN.  Only a run saved as
+    diverged has them by right (its trainer decides); scalars may be NaN (e.g. no value yet)."""
+    if str(state.get("status", "")) == "diverged":
+        return
+    for key, value in state.items():
+        if value.ndim >= 1 and value.dtype.kind == "f" and not np.all(np.isfinite(value)):
+            raise ValueError(f"The checkpoint's {key!r} of run {run!r} holds NaN or inf values though the "
+                             "run did not diverge: the file is damaged.")
 
 
 def history_csv(history: History) -> str:
