@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from engine.archive import ArchiveSpec, Member, NotAnArchive, read_npz
+
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 MNIST_ASSET = ASSETS / "mnist_binary.npz"
 DIGITS_ASSET = ASSETS / "digits_binary.npz"
@@ -300,38 +302,32 @@ def _read_source(source) -> tuple[bytes, str | None, str | None]:
     return path.read_bytes(), path.name, (".npz" if suffix == ".npz" else ".csv")
 
 
+#: what an image-set .npz may hold; other arrays are skipped (never decompressed)
+IMAGE_SPEC = ArchiveSpec(
+    members=(Member("X", kinds="biuf", max_ndim=3, max_bytes=MAX_UNCOMPRESSED_BYTES),
+             Member("images", kinds="biuf", max_ndim=3, max_bytes=MAX_UNCOMPRESSED_BYTES),
+             Member("y", kinds="biuf", max_ndim=1, max_bytes=MAX_UNCOMPRESSED_BYTES)),
+    max_members=64, max_total_bytes=MAX_UNCOMPRESSED_BYTES, unknown="skip", what="an image set")
+
+
 def _parse_npz(raw: bytes) -> tuple[np.ndarray, np.ndarray | None, tuple[int, int] | None]:
-    try:
-        npz = np.load(io.BytesIO(raw), allow_pickle=False)
-    except Exception as exc:  # noqa: BLE001 - any failure is the user's file, not ours
-        if "pickle" in str(exc):
+    if not raw.startswith(b"PK"):  # what numpy.load would take for a single .npy or a pickle
+        if raw.startswith(b"\x93NUMPY"):
+            raise ValueError("The image file is a single .npy array; save it with numpy.savez as an .npz "
+                             "with an array named 'X'.")
+        if raw.startswith(b"\x80"):  # a pickle's first opcode (protocol 2+)
             raise ValueError("The image file holds pickled data, which is never loaded; "
-                             "save plain numeric arrays with numpy.savez.") from exc
-        raise ValueError(f"The image file is not a readable .npz archive ({exc}).") from exc
-    if not isinstance(npz, np.lib.npyio.NpzFile):
-        raise ValueError("The image file is a single .npy array; save it with numpy.savez as an .npz "
-                         "with an array named 'X'.")
-    with npz:
-        key = "X" if "X" in npz.files else "images" if "images" in npz.files else None
-        if key is None:
-            raise ValueError(f"The .npz file must hold an array named 'X' or 'images'. Got {sorted(npz.files)}.")
-        for member in [key] + (["y"] if "y" in npz.files else []):
-            info = npz.zip.getinfo(member + ".npy")
-            if info.file_size > MAX_UNCOMPRESSED_BYTES:
-                raise ValueError(f"The array {member!r} is {info.file_size / 2**20:.0f} MB uncompressed; "
-                                 f"at most {MAX_UNCOMPRESSED_BYTES // 2**20} MB are allowed.")
-        try:
-            X = npz[key]
-            y = npz["y"] if "y" in npz.files else None
-        except ValueError as exc:
-            if "allow_pickle" in str(exc) or "Object arrays" in str(exc):
-                raise ValueError("The .npz file holds pickled object arrays, which are never loaded; "
-                                 "save plain numeric arrays.") from exc
-            raise ValueError(f"The .npz file could not be read ({exc}).") from exc
-        except (zipfile.BadZipFile, OSError, EOFError) as exc:
-            raise ValueError(f"The .npz file could not be read ({exc}).") from exc
-    if X.dtype.kind not in "biuf":
-        raise ValueError(f"The array {key!r} must be numeric (bool, int or float) with values 0/1. Got dtype {X.dtype}.")
+                             "save plain numeric arrays with numpy.savez.")
+    try:  # names, dtypes and sizes are checked before anything is decompressed
+        arrays = read_npz(raw, IMAGE_SPEC)
+    except NotAnArchive as exc:
+        raise ValueError(f"The image file is not a readable .npz archive ({exc.reason}).") from None
+    key = "X" if "X" in arrays else "images" if "images" in arrays else None
+    if key is None:
+        with zipfile.ZipFile(io.BytesIO(raw)) as archive:  # read_npz checked it: a few names at most
+            names = sorted(name[:-4] for name in archive.namelist())
+        raise ValueError(f"The .npz file must hold an array named 'X' or 'images'. Got {names}.")
+    X, y = arrays[key], arrays.get("y")
     own_shape = None
     if X.ndim == 3:
         own_shape = (int(X.shape[1]), int(X.shape[2]))
