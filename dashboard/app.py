@@ -7,6 +7,7 @@ and trainers); ``serve()`` starts the server with a ``/liveness`` endpoint.
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import panel as pn
 
@@ -106,7 +107,9 @@ def create_app(only: str | None = None) -> pn.template.FastListTemplate:
         theme_toggle=False, busy_indicator=None, font_url="", header=[present],
         font="system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif")
     if served:
-        pn.state.on_session_destroyed(release_memory)
+        if _arg(args, PAGE_CACHE_ARG) is None:  # a visitor (not a kept page, see serve)
+            VISITORS.arrived(id(pn.state.curdoc.session_context))
+        pn.state.on_session_destroyed(session_closed)
         if pn.state.location is not None:
             pn.state.location.sync(tabs, {"active": "page"})
         if _arg(args, "present") in ("1", "true"):
@@ -116,6 +119,48 @@ def create_app(only: str | None = None) -> pn.template.FastListTemplate:
     template.present = present
     return template
 
+
+def session_closed(session_context) -> None:
+    """A session ended: its memory back (:func:`release_memory`), one visitor fewer."""
+    release_memory(session_context)
+    VISITORS.left(id(session_context))
+
+
+class Visitors:
+    """The visitors' sessions alive; :attr:`when_idle` is called once none has been for
+    :attr:`idle_seconds` (``serve`` recycles its local worker processes then)."""
+
+    def __init__(self, idle_seconds: float = 10.0) -> None:
+        self.ids: set[int] = set()
+        self.idle_seconds = idle_seconds
+        self.when_idle: Callable[[], None] | None = None
+        self._left_at = 0.0
+
+    def arrived(self, key: int) -> None:
+        self.ids.add(key)
+
+    def left(self, key: int) -> None:
+        self.ids.discard(key)
+        if self.ids or self.when_idle is None:
+            return
+        self._left_at = time.monotonic()
+        try:
+            from tornado.ioloop import IOLoop
+
+            IOLoop.current().call_later(self.idle_seconds, self._check)
+        except RuntimeError:  # no event loop (a test calling this directly)
+            pass
+
+    def _check(self) -> None:
+        # nobody came back since (a later departure scheduled its own check)
+        if not self.ids and self.when_idle is not None and \
+                time.monotonic() - self._left_at >= self.idle_seconds - 0.01:
+            self.when_idle()
+
+
+VISITORS = Visitors()
+#: the query argument of the server's own page GETs (see _reuse_page_sessions)
+PAGE_CACHE_ARG = "page_cache"
 
 #: seconds after a session closes before the heap is trimmed: after Panel's own debounced
 #: gc.collect (5 s), and once for a burst of closing sessions
@@ -256,6 +301,7 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
         from dashboard.distributed import use_local_cluster
 
         cluster, backend = use_local_cluster(workers)
+        VISITORS.when_idle = backend.recycle_soon
     previous = _stop_on_sigterm() if cluster is not None else None
     try:
         if hasattr(engine, "warm_up"):
@@ -272,6 +318,7 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
                         **extra, **kwargs)
     finally:
         if cluster is not None:
+            VISITORS.when_idle = None
             backend.close()
             cluster.close()
         if previous is not None:
@@ -306,7 +353,7 @@ def _reuse_page_sessions(address: str, port: int) -> None:
         for path in ["/", *(f"/{lab.key}" for lab in LABS)]:
             for _ in range(600):  # until the server listens (bounded: 60 s)
                 try:
-                    with urllib.request.urlopen(base + path, timeout=60):
+                    with urllib.request.urlopen(f"{base}{path}?{PAGE_CACHE_ARG}=1", timeout=60):
                         break
                 except urllib.error.HTTPError:  # it answered: nothing to retry
                     break

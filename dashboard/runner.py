@@ -410,7 +410,9 @@ class Runner:
             k = self._batch.get(name, 1) if batch else 1
             t0 = time.perf_counter()
             try:
-                if k > 1 and hasattr(trainer, "steps"):
+                # playing goes through steps() (a worker runs those below single steps'
+                # priority, dashboard/distributed.py); one step, a Step click, through step()
+                if not single and hasattr(trainer, "steps"):
                     records = list(trainer.steps(k))
                 else:
                     records = [trainer.step()]

@@ -50,22 +50,37 @@ def log_error(logger: logging.Logger, exc: BaseException) -> None:
 
 @pytest.mark.parametrize("exc", [WebSocketClosedError(), StreamClosedError()])
 def test_a_write_to_a_closed_tab_is_one_info_line(logged, exc):
-    (asyncio_logger, _), records = logged
-    log_error(asyncio_logger, exc)
+    loggers, records = logged
+    log_error(loggers[0], exc)  # asyncio's
     [record] = records
     assert (record.levelno, record.getMessage(), record.exc_info) == (
         logging.INFO, "a message to a closed tab was dropped", None)
 
 
 def test_a_message_after_the_session_ended_is_one_info_line(logged):
-    (_, ws_logger), records = logged
+    loggers, records = logged
+    for logger in loggers:
+        try:
+            Connection().send()
+        except AssertionError:
+            logger.error("error handling message", exc_info=True)
+    assert len(records) == len(LOGGERS)
+    for record in records:
+        assert record.levelno == logging.INFO and record.exc_info is None
+        assert "after its session ended" in record.getMessage()
+
+
+def test_bokehs_warning_of_a_closed_connection_is_info():
+    quiet_closed_connections()
+    handler = Records()
+    logger = logging.getLogger("bokeh.server.views.ws")
+    logger.addHandler(handler)
     try:
-        Connection().send()
-    except AssertionError:
-        ws_logger.error("Handler or its work threw an exception", exc_info=True)
-    [record] = records
-    assert record.levelno == logging.INFO
-    assert "after its session ended" in record.getMessage()
+        logger.warning("Failed sending message as connection was closed")
+        logger.warning("Some other warning")
+    finally:
+        logger.removeHandler(handler)
+    assert [r.levelno for r in handler.records] == [logging.INFO, logging.WARNING]
 
 
 @pytest.mark.parametrize("exc", [ValueError("a real bug"), AssertionError("another check")])
@@ -73,7 +88,7 @@ def test_other_errors_keep_their_level_and_traceback(logged, exc):
     for logger in logged[0]:
         log_error(logger, exc)
     records = logged[1]
-    assert len(records) == 2
+    assert len(records) == len(LOGGERS)
     for record in records:
         assert record.levelno == logging.ERROR
         assert record.exc_info is not None and record.exc_info[1] is exc

@@ -228,7 +228,7 @@ def test_speed_limit_disables_batching(make_runner):
     assert wait_for(lambda: trainer.sweep >= 3)
     runner.pause()
     runner.wait_idle()
-    assert trainer.batches == []
+    assert trainer.batches and set(trainer.batches) == {1}  # playing: steps(1), never more
 
 
 def test_the_server_wide_cap_refuses_a_further_play_and_frees_slots_on_pause_finish_and_close():

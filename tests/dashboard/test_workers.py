@@ -68,6 +68,18 @@ class GatedTrainer(FakeTrainer):
         return super().step()
 
 
+class NiceTrainer(FakeTrainer):
+    """A FakeTrainer with ``steps(k)`` whose Records say the niceness of the thread that ran them."""
+
+    def step(self) -> Record:
+        record = super().step()
+        record.scalars["nice"] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        return record
+
+    def steps(self, k: int) -> list[Record]:
+        return [self.step() for _ in range(max(1, int(k)))]
+
+
 class RaisesOnce(FakeTrainer):
     """The first step raises ``error`` (an OSError kind, like the rpc failures), then it steps."""
 
@@ -104,6 +116,23 @@ def test_local_workers_run_below_the_servers_priority(local):
     nice = local[1].client.run(_niceness_of_every_thread)
     assert nice and all(min(values) >= WORKER_NICENESS for values in nice.values()), nice
     assert max(_niceness_of_every_thread()) < WORKER_NICENESS  # the server itself is not reniced
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="per-thread priorities are Linux's")
+def test_a_step_click_runs_above_playing_runs(make_runner):
+    from dashboard.distributed import PLAY_NICENESS, WORKER_NICENESS
+
+    run = make_runner(lambda: {"nice": NiceTrainer()})
+    run.step_once()
+    assert run.wait_idle(120.0)
+    [(_, clicked)] = run.drain()
+    run.play()
+    assert wait_for(lambda: run.states["nice"].steps >= 3, timeout=120)
+    run.pause()
+    assert run.wait_idle(120.0)
+    played = [record["nice"] for _, record in run.drain()]
+    assert clicked["nice"] == WORKER_NICENESS < PLAY_NICENESS
+    assert played and set(played) == {PLAY_NICENESS}, played
 
 
 @pytest.fixture
@@ -274,6 +303,27 @@ def test_a_killed_worker_stops_only_its_sessions_which_can_reset(local, make_run
 
 
 # ------------------------------------------------------------------------------- serve
+
+
+def test_recycled_workers_are_new_processes_warm_and_below_the_server(local, make_runner):
+    """serve recycles its workers once no visitor is left (dashboard.app.Visitors): new
+    processes, which the plugins warm and renice before a new session steps on them."""
+    from dashboard.distributed import WORKER_NICENESS
+
+    backend = local[1]
+    before = set(backend.client.run(os.getpid).values())
+    status = backend.recycle_workers()
+    assert status and set(status.values()) == {"OK"}, status
+    assert wait_for(lambda: n_workers(backend) == 2, timeout=120)
+    after = set(backend.client.run(os.getpid).values())
+    assert not before & after, (before, after)
+    nice = backend.client.run(_niceness_of_every_thread)
+    assert all(min(values) >= WORKER_NICENESS for values in nice.values()), nice
+    session = make_runner(lambda: {"quick": PidTrainer()})
+    session.step_once()
+    assert session.wait_idle(120.0)
+    [(_, record)] = session.drain()
+    assert record["pid"] in after
 
 
 def test_serve_checks_workers_before_starting_anything():
