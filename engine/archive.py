@@ -30,6 +30,7 @@ from __future__ import annotations
 import io
 import re
 import zipfile
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -165,7 +166,9 @@ def _read_header(archive: zipfile.ZipFile, info: zipfile.ZipInfo) -> _Header:
             if read is not None:
                 shape, fortran, dtype = read(f)
                 offset = f.tell()
-    except Exception:  # noqa: BLE001 - no magic, a header numpy cannot parse, a damaged stream, ...
+    except _DAMAGED as exc:
+        raise _damaged(name, exc) from None
+    except Exception:  # noqa: BLE001 - no magic, a header numpy cannot parse, ...
         raise ValueError(f"The array {_quote(name)} has no readable .npy header; save the file again "
                          "with numpy.savez.") from None
     if read is None:
@@ -224,9 +227,8 @@ def _read_data(archive: zipfile.ZipFile, h: _Header) -> np.ndarray:
                     break
                 view[pos:pos + len(chunk)] = chunk
                 pos += len(chunk)
-    except Exception as exc:  # noqa: BLE001 - BadZipFile (CRC), zlib.error, EOFError, ...
-        reason = str(exc)[:120] or type(exc).__name__
-        raise ValueError(f"The array {_quote(h.name)} is damaged ({reason}); save the file again.") from None
+    except _DAMAGED as exc:
+        raise _damaged(h.name, exc) from None
     view.release()
     if pos < h.nbytes:
         raise ValueError(f"The array {_quote(h.name)} is truncated: its data ends after {pos} of "
@@ -241,6 +243,15 @@ def _read_data(archive: zipfile.ZipFile, h: _Header) -> np.ndarray:
 
 
 # ------------------------------------------------------------------ messages
+#: what a damaged member stream raises: a bad CRC, a corrupt deflate stream, a cut file
+_DAMAGED = (zipfile.BadZipFile, zlib.error, EOFError, OSError)
+
+
+def _damaged(name: str, exc: Exception) -> ValueError:
+    reason = str(exc)[:120] or type(exc).__name__
+    return ValueError(f"The array {_quote(name)} is damaged ({reason}); save the file again.")
+
+
 def _quote(name: str) -> str:
     """A member name for a message: quoted, and cut if long (names come from the file)."""
     return repr(name if len(name) <= 60 else name[:57] + "...")
