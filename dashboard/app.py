@@ -107,8 +107,7 @@ def create_app(only: str | None = None) -> pn.template.FastListTemplate:
         theme_toggle=False, busy_indicator=None, font_url="", header=[present],
         font="system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif")
     if served:
-        if _arg(args, PAGE_CACHE_ARG) is None:  # a visitor (not a kept page, see serve)
-            VISITORS.arrived(id(pn.state.curdoc.session_context))
+        VISITORS.arrived(id(pn.state.curdoc.session_context))
         pn.state.on_session_destroyed(session_closed)
         if pn.state.location is not None:
             pn.state.location.sync(tabs, {"active": "page"})
@@ -159,8 +158,6 @@ class Visitors:
 
 
 VISITORS = Visitors()
-#: the query argument of the server's own page GETs (see _reuse_page_sessions)
-PAGE_CACHE_ARG = "page_cache"
 
 #: seconds after a session closes before the heap is trimmed: after Panel's own debounced
 #: gc.collect (5 s), and once for a burst of closing sessions
@@ -311,8 +308,6 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
         warm_default_data()
         extra = {"num_procs": num_procs} if num_procs != 1 else {}
         kwargs.setdefault("websocket_max_message_size", WEBSOCKET_MAX_BYTES)
-        if port and not kwargs.get("basic_auth"):
-            _reuse_page_sessions(address or "127.0.0.1", port)
         return pn.serve(routes(), port=port, address=address, show=show,
                         websocket_origin=allow_websocket_origin, liveness=True, title=TITLE,
                         **extra, **kwargs)
@@ -325,42 +320,6 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
             import signal
 
             signal.signal(signal.SIGTERM, previous)
-
-
-def _reuse_page_sessions(address: str, port: int) -> None:
-    """Answer GETs from one kept session per path (Panel's ``reuse_sessions``); each
-    visitor's own session, with the URL's settings, is built when the page's websocket
-    connects.  A plain GET (a link preview, a health check) then builds nothing: each had
-    held the event loop ~0.6 s (over 1 s with 8 TAP sessions training).
-
-    Panel keeps the *first* session of a path, and that visitor would use it: never
-    discarded, its runs would outlive the tab.  So the server fetches each path itself as
-    soon as it listens, and the kept sessions are ones nobody connects to.  (Not with a
-    login: those GETs would be refused.)
-    """
-    import threading
-    import urllib.error
-    import urllib.request
-
-    from dashboard.labs import LABS
-
-    pn.config.reuse_sessions = True
-    pn.config.session_key_func = lambda request: request.path
-    host = "127.0.0.1" if address in ("", "0.0.0.0", "::") else address
-    base = f"http://{host}:{port}"
-
-    def warm() -> None:
-        for path in ["/", *(f"/{lab.key}" for lab in LABS)]:
-            for _ in range(600):  # until the server listens (bounded: 60 s)
-                try:
-                    with urllib.request.urlopen(f"{base}{path}?{PAGE_CACHE_ARG}=1", timeout=60):
-                        break
-                except urllib.error.HTTPError:  # it answered: nothing to retry
-                    break
-                except OSError:
-                    time.sleep(0.1)
-
-    threading.Thread(target=warm, name="boltzlab-page-cache", daemon=True).start()
 
 
 def _stop_on_sigterm():

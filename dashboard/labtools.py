@@ -343,15 +343,15 @@ class LabTools:
         self.copy_link.js_on_click(args={"button": self.copy_link, "label": "Copy link"},
                                    code=COPY_LINK_JS)
         self.save = w.FileDownload(callback=self._checkpoint_file, filename=f"boltzlab-{lab.key}.npz",
-                                   label="Save checkpoint", color="primary", width=180,
+                                   label="Save checkpoint", color="primary", width=170,
                                    embed=False)
-        self.load = w.FileInput(accept=".npz", multiple=False, width=230,
+        self.load = w.FileInput(accept=".npz", multiple=False, width=285,
                                 css_classes=[f"{lab.key}-load-checkpoint"])
         self.export_csv = w.FileDownload(callback=self._csv_file, label="⬇ Metrics (CSV)",
-                                         filename=f"boltzlab-{lab.key}-metrics.csv", width=160,
+                                         filename=f"boltzlab-{lab.key}-metrics.csv", width=135,
                                          embed=False)
         self.export_html = w.FileDownload(callback=self._html_file, label="⬇ Plots (HTML)",
-                                          filename=f"boltzlab-{lab.key}-plots.html", width=160,
+                                          filename=f"boltzlab-{lab.key}-plots.html", width=135,
                                           embed=False)
         self.message = StatusBadge("", "info", visible=False, name=f"{lab.key}-tools-message")
         self.next_step = w.Button(label="Next step ▶", color="success", width=170, align="end",
@@ -380,14 +380,14 @@ class LabTools:
             "load it later (or on another machine) and press Play to continue exactly. "
             "Export: the curves' numbers as CSV, the plots as an HTML page (each plot's "
             "toolbar also saves a PNG)."), align="end")
-        row = pn.Row(self.copy_link, self.save,
-                     pn.pane.Markdown("**Load checkpoint:**", align="end", margin=(5, 0, 12, 10)),
-                     self.load, self.export_csv, self.export_html, help_icon,
-                     sizing_mode="stretch_width", styles={"flex-wrap": "wrap"})
-        for widget in (self.copy_link, self.save, self.load, self.export_csv, self.export_html):
-            widget.align = "end"
+        # rows of fixed widths that fit the card: a wrapping row let Bokeh place the file
+        # input and the last button outside the card, over the plots (seen at 1440x900)
+        body = pn.Column(pn.Row(self.copy_link, self.save),
+                         pn.Row(pn.pane.Markdown("**Load checkpoint:**", margin=(0, 10)), help_icon),
+                         self.load,
+                         pn.Row(self.export_csv, self.export_html), margin=0)
         # under the controls, in the left column: the first screen's right side is the plot
-        self._card = pn.Card(row, title="Share, save and export", collapsed=False,
+        self._card = pn.Card(body, title="Share, save and export", collapsed=False,
                              width=325, margin=(5, 5))  # the controls column's width, folded or not
         return self._card
 
