@@ -103,22 +103,18 @@ def read_npz(content: bytes, spec: ArchiveSpec) -> dict[str, np.ndarray]:
     Checks everything the module docstring lists before decompressing any data; raises
     ``ValueError`` (:class:`NotAnArchive` for bytes that are no zip) with one sentence.
     """
-    # zipfile builds an object per directory entry before we can count them: a 50 MB
-    # directory of tiny entries would cost ~0.5 GB, so count their signatures first
-    # (every entry starts with one; data may hold a few more, which only errs on the safe side)
-    too_many = ValueError(f"The .npz file holds more than {spec.max_members} arrays; "
-                          f"at most {spec.max_members} are allowed.")
+    # zipfile builds an object per directory entry before we can count them (a 50 MB
+    # directory of tiny entries would cost ~0.5 GB), so count their signatures first: every
+    # entry zipfile parses starts with one, and data holding a few more only errs on the safe side
     if content.count(_CENTRAL_ENTRY) > spec.max_members:
-        raise too_many
+        raise ValueError(f"The .npz file holds more than {spec.max_members} arrays; "
+                         f"at most {spec.max_members} are allowed.")
     try:
         archive = zipfile.ZipFile(io.BytesIO(content))
     except Exception as exc:  # noqa: BLE001 - BadZipFile, OSError, EOFError, ...: not a zip
         raise NotAnArchive(str(exc) or type(exc).__name__) from None
     with archive:
-        infos = archive.infolist()
-        if len(infos) > spec.max_members:
-            raise too_many
-        headers = [_read_header(archive, info) for info in _checked_names(infos)]
+        headers = [_read_header(archive, info) for info in _checked_names(archive.infolist())]
         names = {h.name for h in headers}
         if any(name not in names for name in spec.required):
             raise ValueError(spec.missing)
