@@ -219,10 +219,13 @@ def checkpoint_spec(limit: int = MAX_CHECKPOINT_BYTES) -> ArchiveSpec:
 
 
 def read_checkpoint(content: bytes, *, lab: str, limit: int = MAX_CHECKPOINT_BYTES) -> Checkpoint:
-    """Parse and validate checkpoint bytes for ``lab`` (``allow_pickle=False``).
+    """Parse and validate checkpoint bytes for ``lab`` with :func:`engine.archive.read_npz`
+    (:func:`checkpoint_spec`: names, dtypes and sizes checked before anything is
+    decompressed; no pickles).
 
-    Raises ``ValueError`` with a sentence a user can act on: too large, not an ``.npz``,
-    not a Boltzmann Lab checkpoint, a checkpoint of another lab, or malformed contents.
+    Raises ``ValueError`` with a sentence a user can act on: too large (compressed, or
+    decompressed past 4x ``limit``), not an ``.npz``, not a Boltzmann Lab checkpoint, a
+    checkpoint of another lab, malformed contents, or NaN/inf in a run's state arrays.
     """
     if len(content) > limit:
         raise ValueError(f"The file is {len(content) / 2**20:.1f} MB; checkpoints of at most "
