@@ -14,7 +14,7 @@ import zipfile
 
 import numpy as np
 import pytest
-from test_archives import checkpoint_bomb, npy, raw_npy_header, zip_of
+from test_archives import checkpoint_bomb, decompressed, npy, raw_npy_header, zip_of  # noqa: F401 - a fixture
 
 import engine
 from dashboard.labs import LABS
@@ -186,3 +186,14 @@ def test_nan_parameters_of_a_diverged_run_are_left_to_its_trainer():
     state["status"] = np.asarray("running")
     with pytest.raises(ValueError, match=r"^The checkpoint's 'W' of run 'TAP' holds NaN or inf values"):
         read_checkpoint(write_checkpoint(Checkpoint("tap", {}, {"TAP": state})), lab="tap")
+
+
+def test_a_checkpoint_that_decompresses_past_4x_the_upload_limit_is_refused_before_decompressing(decompressed):
+    state = {"W": np.zeros((256, 256)), "b": np.zeros((256, 256))}  # 1 MB of zeros: 2 kB deflated
+    content = write_checkpoint(Checkpoint("tap", {}, {"TAP": state}))
+    limit = 128 * 1024
+    assert len(content) < limit
+    with pytest.raises(ValueError) as info:
+        read_checkpoint(content, lab="tap", limit=limit)
+    assert str(info.value) == "The arrays of the .npz file add up to 1 MB uncompressed; at most 512 kB are allowed."
+    assert decompressed[0] < 64 * 1024  # headers only
