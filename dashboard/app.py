@@ -63,6 +63,15 @@ Everything runs offline on one machine with the data that ships with the project
 """
 
 
+class Fast(pn.theme.Fast):
+    """Panel's Fast design without its web font: Fast imports Open Sans from
+    fonts.googleapis.com on every page (twice), a request to a third party from every
+    visitor and an error offline.  The template names system fonts instead.  (The class
+    keeps the name Fast: Panel looks its bundled files up under the lower-cased name.)"""
+
+    _resources = {kind: value for kind, value in pn.theme.Fast._resources.items() if kind != "font"}
+
+
 def create_app(only: str | None = None) -> pn.template.FastListTemplate:
     """Build the app for one browser session: a tab per lab of :data:`dashboard.labs.LABS`
     (or only the lab whose key is ``only``, served at ``/<key>``) and an About page.
@@ -104,7 +113,7 @@ def create_app(only: str | None = None) -> pn.template.FastListTemplate:
     template = pn.template.FastListTemplate(
         title=TITLE if only is None else f"{TITLE}: {classes[0].title}", main=[tabs],
         header_background="#1f3a5f", accent_base_color="#1f77b4", main_layout=None,
-        theme_toggle=False, busy_indicator=None, font_url="", header=[present],
+        theme_toggle=False, busy_indicator=None, font_url="", header=[present], design=Fast,
         font="system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif")
     if served:
         VISITORS.arrived(id(pn.state.curdoc.session_context))
