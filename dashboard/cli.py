@@ -391,12 +391,23 @@ def cmd_bench_bound(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------------- parser
 
 
+def _version() -> str:
+    """The installed package's version (its metadata), for ``boltzlab --version``."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("boltzlab")
+    except PackageNotFoundError:  # a checkout run without pip install
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="boltzlab",
         description="Boltzmann Lab: watch Boltzmann machines learn, live in the browser "
         "(serve), or headless from the command line (fit, reproduce, bench).",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     serve = sub.add_parser("serve", help="serve the browser app (default http://localhost:5006)",
