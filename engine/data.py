@@ -18,8 +18,9 @@ import scipy.sparse
 import scipy.special
 
 from engine.fvbm import FVBM, check_data
+from engine.resources import assets_dir
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
+ASSETS = assets_dir()  # the bundled data (package data: engine.resources)
 MAX_CSV_BYTES = 50 * 1024 * 1024
 MAX_COLUMNS = 200
 

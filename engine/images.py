@@ -32,8 +32,9 @@ from pathlib import Path
 import numpy as np
 
 from engine.archive import ArchiveSpec, Member, NotAnArchive, read_npz
+from engine.resources import assets_dir
 
-ASSETS = Path(__file__).resolve().parent.parent / "assets"
+ASSETS = assets_dir()  # the bundled data (package data: engine.resources)
 MNIST_ASSET = ASSETS / "mnist_binary.npz"
 DIGITS_ASSET = ASSETS / "digits_binary.npz"
 
