@@ -11,6 +11,8 @@ environment also has, as an editable install), the commands run outside the chec
 ``PYTHONPATH``, and the test checks that ``engine``, ``dashboard`` and the bundled data are
 imported from the venv.  The venv compiles the numba kernels afresh (their cache lives next
 to the installed sources): a minute or more, more on a busy machine.
+
+Also: ``constraints.txt`` pins every requirement of ``pyproject.toml`` within its range.
 """
 
 from __future__ import annotations
@@ -166,3 +168,27 @@ def test_serve_answers_liveness(installed):
             proc.kill()
             proc.wait(timeout=60)
 
+
+def test_constraints_pin_every_requirement_within_its_range():
+    """constraints.txt (the README's test command installs with it) pins each dependency and
+    test dependency of pyproject.toml, at a version its range allows."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            name, _, pinned = line.partition("==")
+            assert pinned, f"not an exact pin: {line!r}"
+            pins[canonicalize_name(name)] = pinned
+    meta = project()
+    for text in [*meta["dependencies"], *meta["optional-dependencies"]["test"]]:
+        requirement = Requirement(text)
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"{requirement.name} is not pinned in constraints.txt"
+        assert requirement.specifier.contains(pins[name], prereleases=True), \
+            f"constraints.txt pins {requirement.name}=={pins[name]}, outside {text!r}"
+    for ui in ("panel", "bokeh", "numba"):  # bounded at the next major version (issue 17)
+        (text,) = [t for t in meta["dependencies"] if canonicalize_name(Requirement(t).name) == ui]
+        assert any(s.operator == "<" for s in Requirement(text).specifier), f"{text!r} has no upper bound"
