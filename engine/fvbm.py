@@ -16,6 +16,7 @@ from typing import Any, Literal, Mapping
 
 import numpy as np
 import scipy.optimize
+import scipy.special
 
 from engine.kernels import fvbm as kernels
 from engine.stepping import Record, as_scalar
@@ -304,13 +305,54 @@ def sandwich_covariance(X: np.ndarray, b: np.ndarray, M: np.ndarray) -> np.ndarr
     X, w = np.unique(X, axis=0, return_counts=True)
     w = w.astype(np.float64)
     d = X.shape[1]
-    R = X - np.tanh(b + X @ M)
+    q = d + d * (d - 1) // 2
     iu = np.triu_indices(d, 1)
-    # score of observation i: d/db_j = R_ij; d/dm_jk = x_ik R_ij + x_ij R_ik
-    scores = np.concatenate([R, X[:, iu[1]] * R[:, iu[0]] + X[:, iu[0]] * R[:, iu[1]]], axis=1)
-    J = scores.T @ (scores * w[:, None])
+    J = np.zeros((q, q))
+    chunk = max(1, 2**22 // q)  # distinct rows per block: the scores never take more than 32 MB
+    for start in range(0, X.shape[0], chunk):
+        Xc, wc = X[start:start + chunk], w[start:start + chunk]
+        R = Xc - np.tanh(b + Xc @ M)
+        # score of observation i: d/db_j = R_ij; d/dm_jk = x_ik R_ij + x_ij R_ik
+        scores = np.concatenate([R, Xc[:, iu[1]] * R[:, iu[0]] + Xc[:, iu[0]] * R[:, iu[1]]], axis=1)
+        J += scores.T @ (scores * wc[:, None])
     H_inv = np.linalg.inv(_hessian(X, w, b, M))
     return H_inv @ J @ H_inv
+
+
+def wald_tests(X: np.ndarray, b: np.ndarray, M: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Standard errors, Wald z and two-sided p-values of every b_j and m_jk at (b, M).
+
+    The standard errors are the square roots of the diagonal of :func:`sandwich_covariance`
+    (meant at the MPLE), z = estimate / SE and p = P(|N(0, 1)| >= |z|).  Returns
+    ``{"se": (b, M), "z": (b, M), "p": (b, M)}`` shaped like the estimates: a (d,) array for
+    b and a symmetric (d, d) array for M whose diagonal (not a parameter) is NaN.
+
+    Raises
+    ------
+    ValueError
+        If the covariance is not finite with positive variances (a singular Hessian).
+    """
+    X = check_data(X, "wald_tests")
+    b, M = _check_params(b, M)
+    d = X.shape[1]
+    if b.shape[0] != d:
+        raise ValueError(f"The 'b' parameter of wald_tests must have length d = {d}. Got {b.shape[0]}.")
+    try:
+        variances = np.diag(sandwich_covariance(X, b, M))
+    except np.linalg.LinAlgError:
+        variances = np.full(d + d * (d - 1) // 2, np.nan)
+    if not (np.all(np.isfinite(variances)) and np.all(variances > 0)):
+        raise ValueError("The standard errors are undefined: the Hessian of eq. 2.1 is singular at the estimate.")
+    se = np.sqrt(variances)
+    z = pack_theta(b, M) / se
+    p = scipy.special.erfc(np.abs(z) / math.sqrt(2.0))
+
+    def shaped(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        vb, vM = unpack_theta(values, d)
+        np.fill_diagonal(vM, np.nan)
+        return vb, vM
+
+    return {"se": shaped(se), "z": shaped(z), "p": shaped(p)}
 
 
 # ------------------------------------------------------------------------ trainers
