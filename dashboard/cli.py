@@ -113,25 +113,51 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+#: ``fit fvbm --se`` forms the q x q sandwich covariance, q = d + d(d-1)/2 (2,080 at d = 64).
+MAX_SE_D = 64
+FVBM_LABELS = {"bslm": "BSLM", "ga": "GA", "bound": "bound MM + SQUAREM", "lbfgs": "L-BFGS"}
+
+
 def cmd_fit_fvbm(args: argparse.Namespace) -> int:
     from engine.data import check_mple_exists, load_fvbm_csv
     from engine.fvbm import FVBMTrainer
 
+    if args.mu is not None and args.algorithm in ("bound", "lbfgs"):
+        return _error(f"--mu is the step of --algorithm ga and does not apply to --algorithm {args.algorithm}.")
+    fixed_sweeps = args.tol == 0 and args.max_sweeps is not None
+    max_sweeps = args.max_sweeps if args.max_sweeps is not None else 100_000
     try:
         data = load_fvbm_csv(args.data)
     except ValueError as exc:
         return _error(str(exc))
+    if args.se and data.d > MAX_SE_D:
+        return _error(f"--se supports at most d = {MAX_SE_D} variables (its covariance matrix grows as d^4), "
+                      f"but the data have d = {data.d}.")
     if data.dropped_rows:
         print(f"boltzlab: dropped {data.dropped_rows} of {data.dropped_rows + data.n} rows with missing "
               f"values; fitting the {data.n} complete rows.", file=sys.stderr)
+    mple_exists = True
     try:
         check_mple_exists(data.X)
     except ValueError as exc:
-        return _error(str(exc), EXIT_NO_MPLE)
-    trainer = FVBMTrainer(
-        data.X, algorithm=args.algorithm, mu=args.mu, tol=args.tol, max_sweeps=args.max_sweeps,
-        init=args.init, seed=args.seed,
-    )
+        if args.se:
+            return _error(f"{exc} Standard errors (--se) need an MPLE, so none can be given.", EXIT_NO_MPLE)
+        if not fixed_sweeps:
+            return _error(f"{exc} (To run a fixed number of sweeps anyway, give --tol 0 --max-sweeps N.)",
+                          EXIT_NO_MPLE)
+        mple_exists = False
+        unit = "sweeps" if args.algorithm in ("bslm", "ga") else "iterations"
+        print(f"boltzlab: warning: {exc} Running the {max_sweeps} requested {unit} anyway: the estimates "
+              f"are not an MPLE and grow with the number of {unit}.", file=sys.stderr)
+    common = dict(tol=args.tol, max_sweeps=max_sweeps, init=args.init, seed=args.seed)
+    if args.algorithm in ("bslm", "ga"):
+        mu = args.mu if args.mu is not None else 1.0
+        trainer = FVBMTrainer(data.X, algorithm=args.algorithm, mu=mu, **common)
+    else:
+        from engine.fvbm_bound import BoundMPLETrainer, LBFGSMPLETrainer
+
+        trainer = (BoundMPLETrainer(data.X, accelerate=True, **common) if args.algorithm == "bound"
+                   else LBFGSMPLETrainer(data.X, **common))
     history = [rec["log_pl"] for rec in trainer.run()]
     result = {
         "b": trainer.b.tolist(),
@@ -148,19 +174,35 @@ def cmd_fit_fvbm(args: argparse.Namespace) -> int:
         "d": data.d,
         "dropped_rows": data.dropped_rows,
         "algorithm": args.algorithm,
-        "mu": trainer.mu,
+        "mu": trainer.mu if args.algorithm in ("bslm", "ga") else None,
         "tol": args.tol,
+        "max_sweeps": max_sweeps,
         "init": args.init,
         "seed": args.seed,
+        "mple_exists": mple_exists,
     }
     if trainer.status == "diverged":
         if args.json:
             print(json.dumps(_finite_json(result)))
         return _error(trainer.message, 4)
+    tests = None
+    if args.se:
+        from engine.fvbm import wald_tests
+
+        try:
+            tests = wald_tests(data.X, trainer.b, trainer.M)
+        except ValueError as exc:
+            return _error(str(exc), EXIT_NO_MPLE)
+        if trainer.status != "converged":
+            print(f"boltzlab: warning: the fit stopped at --max-sweeps {max_sweeps} before converging, so the standard "
+                  "errors are evaluated at an estimate that may not be the MPLE.", file=sys.stderr)
+        for key, (vb, vM) in tests.items():
+            result[key] = {"b": vb.tolist(), "M": [[None if j == k else float(vM[j, k]) for k in range(data.d)]
+                                                  for j in range(data.d)]}
     if args.json:
         print(json.dumps(result))
         return 0
-    print(f"FVBM fitted to {data.name}: n = {data.n}, d = {data.d}, {args.algorithm.upper()}"
+    print(f"FVBM fitted to {data.name}: n = {data.n}, d = {data.d}, {FVBM_LABELS[args.algorithm]}"
           + (f" (mu = {trainer.mu:g})" if args.algorithm == "ga" else ""))
     print(trainer.message)
     print(f"log-pseudo-likelihood (eq. 2.1): {trainer.log_pl:.6f}")
@@ -173,7 +215,24 @@ def cmd_fit_fvbm(args: argparse.Namespace) -> int:
     for j, name in enumerate(data.columns):
         cells = ["" if k <= j else f"{trainer.M[j, k]:+.4f}" for k in range(data.d)]
         print(f"  {name:>{width}} " + " ".join(f"{c:>8}" for c in cells))
+    if tests is not None:
+        print(_wald_table(data.columns, trainer.b, trainer.M, tests))
     return 0
+
+
+def _wald_table(columns: list[str], b, M, tests: dict) -> str:
+    """Estimates, sandwich standard errors, Wald z and two-sided p of every b_j and m_jk (j < k)."""
+    rows = [(f"b[{name}]", b[j], *(tests[key][0][j] for key in ("se", "z", "p")))
+            for j, name in enumerate(columns)]
+    rows += [(f"m[{columns[j]},{columns[k]}]", M[j, k], *(tests[key][1][j, k] for key in ("se", "z", "p")))
+             for j in range(len(columns)) for k in range(j + 1, len(columns))]
+    width = max(len("parameter"), *(len(r[0]) for r in rows))
+    lines = ["Wald tests (standard errors from the sandwich covariance H^-1 J H^-1; two-sided p from N(0, 1)):",
+             f"  {'parameter':<{width}} {'estimate':>9} {'SE':>8} {'z':>8} {'p':>9}"]
+    for name, estimate, se, z, p in rows:
+        p_text = f"{p:.4f}" if p >= 1e-4 else f"{p:.1e}"
+        lines.append(f"  {name:<{width}} {estimate:>+9.4f} {se:>8.4f} {z:>+8.2f} {p_text:>9}")
+    return "\n".join(lines)
 
 
 def _finite_json(result: dict) -> dict:
@@ -439,21 +498,32 @@ def build_parser() -> argparse.ArgumentParser:
     fit = sub.add_parser("fit", help="fit a model to a data file")
     fit_sub = fit.add_subparsers(dest="family", metavar="FAMILY", required=True)
     fvbm = fit_sub.add_parser(
-        "fvbm", help="fully visible Boltzmann machine by maximum pseudo-likelihood (BSLM or GA)",
+        "fvbm", help="fully visible Boltzmann machine by maximum pseudo-likelihood (BSLM, GA, bound, L-BFGS)",
         description="Fit an FVBM (Nguyen & Wood 2016) to a CSV of binary observations: rows are "
         "observations, columns variables, values -1/1, 0/1 or Yes/No, a header row allowed. Rows with "
         "missing values are dropped (counted on stderr). Data for which the maximum pseudo-likelihood "
-        "estimate does not exist are reported (exit 3) instead of iterated.",
+        "estimate does not exist are reported (exit 3) instead of iterated, unless --tol 0 --max-sweeps N "
+        "asks for N sweeps (run with a warning on stderr).",
     )
     fvbm.add_argument("data", help="CSV file of binary observations")
-    fvbm.add_argument("--algorithm", choices=["bslm", "ga"], default="bslm",
-                      help="bslm: block successive lower-bound maximization (eqs. 2.4, 2.7); "
-                           "ga: coordinate gradient ascent with step --mu (eqs. 4.1, 4.2)")
-    fvbm.add_argument("--mu", type=_positive_float, default=1.0, help="GA step (mu <= 1 is monotone; default 1)")
+    fvbm.add_argument("--algorithm", choices=["bslm", "ga", "bound", "lbfgs"], default="bslm",
+                      help="bslm: block successive lower-bound maximization (eqs. 2.4, 2.7; default); "
+                           "ga: coordinate gradient ascent with step --mu (eqs. 4.1, 4.2); "
+                           "bound: the monotone quadratic-bound MM of Jebara & Choromanska with SQUAREM "
+                           "(fastest to the MPLE; a sweep is one SQUAREM cycle); "
+                           "lbfgs: L-BFGS on the log-PL, a reference without a monotonicity guarantee")
+    fvbm.add_argument("--mu", type=_positive_float, default=None,
+                      help="GA step (mu <= 1 is monotone; default 1); only for --algorithm ga")
     fvbm.add_argument("--tol", type=_nonnegative_float, default=1e-5,
                       help="stop when the log-PL increases by less than this (default 1e-5); "
                            "0 runs exactly --max-sweeps sweeps")
-    fvbm.add_argument("--max-sweeps", type=_positive_int, default=100_000, help="at most this many sweeps (default 100000)")
+    fvbm.add_argument("--max-sweeps", type=_positive_int, default=None,
+                      help="at most this many sweeps (iterations for bound and lbfgs; default 100000); with "
+                           "--tol 0, data without an MPLE are fitted anyway for exactly this many, with a "
+                           "warning on stderr")
+    fvbm.add_argument("--se", action="store_true",
+                      help="add standard errors from the sandwich covariance, Wald z and two-sided p-values "
+                           "of every b_j and m_jk (with --json: keys se, z, p shaped like b and M)")
     fvbm.add_argument("--init", choices=["zeros", "random"], default="zeros",
                       help="start at b = 0, M = 0 (default) or draw b, M ~ N(0, 0.5) as in §5")
     fvbm.add_argument("--seed", type=int, default=0, help="seed of --init random (default 0)")
