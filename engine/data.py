@@ -115,11 +115,18 @@ def load_fvbm_csv(source: str | os.PathLike | bytes, name: str | None = None) ->
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise ValueError(f"The data file is not UTF-8 text (byte {exc.start}).") from exc
+    if "\x00" in text:  # UTF-16 without a BOM, or a binary file: csv would raise
+        raise ValueError("The data file holds NUL bytes, so it is not CSV text: save it as CSV (UTF-8).")
     try:
         dialect = csv.Sniffer().sniff(text[:4096], delimiters=",;\t ")
     except csv.Error:
         dialect = csv.excel
-    rows = [[cell.strip().strip('"').strip() for cell in row] for row in csv.reader(io.StringIO(text), dialect)]
+    # newline=None: \r\n and a lone \r (Excel for Mac's "CSV (Macintosh)") end lines too
+    try:
+        rows = [[cell.strip().strip('"').strip() for cell in row]
+                for row in csv.reader(io.StringIO(text, newline=None), dialect)]
+    except csv.Error as exc:
+        raise ValueError(f"The data file is not readable as CSV ({exc}).") from None
     numbered = [(line, row) for line, row in enumerate(rows, start=1) if any(cell for cell in row)]
     if not numbered:
         raise ValueError("The data file is empty: it has no rows of data.")
@@ -145,7 +152,8 @@ def load_fvbm_csv(source: str | os.PathLike | bytes, name: str | None = None) ->
     dropped = 0
     for line, row in numbered:
         if len(row) != d:
-            raise ValueError(f"Line {line} of the data file has {len(row)} values; the first row has {d}.")
+            raise ValueError(f"Line {line} of the data file has {len(row)} value{'s' * (len(row) != 1)}; "
+                             f"the first row has {d}.")
         tokens = [cell.lower() for cell in row]
         if any(tok in MISSING_TOKENS for tok in tokens):
             dropped += 1
