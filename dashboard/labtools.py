@@ -100,7 +100,20 @@ def encode_value(widget, value: Any) -> str:
 
 
 def decode_value(name: str, widget, text: str) -> Any:
-    """Parse URL / checkpoint text for ``widget``; a clear ``ValueError`` if not allowed."""
+    """Parse URL / checkpoint text for ``widget``; a clear ``ValueError`` if not allowed.
+
+    ``text`` may also be a URL argument as the server gives it: bytes, or the list of every
+    value a repeated key had (one value, or the same value repeated, is fine; different ones
+    are refused rather than silently taking the last)."""
+    if isinstance(text, list):
+        texts = list(dict.fromkeys(t.decode("utf-8", "replace") if isinstance(t, bytes) else t
+                                   for t in text))
+        if len(texts) != 1:
+            raise ValueError(f"The link gives the '{name}' setting {len(texts)} different values "
+                             f"({', '.join(map(repr, texts[:3]))}); give it once.")
+        text = texts[0]
+    if isinstance(text, bytes):  # not UTF-8 (e.g. %ff): replaced characters, refused below
+        text = text.decode("utf-8", "replace")
     if not isinstance(text, str):
         raise ValueError(f"The '{name}' setting must be text. Got {text!r}.")
     if hasattr(widget, "options"):
@@ -139,7 +152,9 @@ def decode_value(name: str, widget, text: str) -> Any:
         return text
     start, end = getattr(widget, "start", None), getattr(widget, "end", None)
     if (start is not None and number < start) or (end is not None and number > end):
-        raise ValueError(f"The '{name}' setting must be in [{start}, {end}]. Got {text!r}.")
+        bounds = (f"in [{start}, {end}]" if start is not None and end is not None
+                  else f"at least {start}" if start is not None else f"at most {end}")
+        raise ValueError(f"The '{name}' setting must be {bounds}. Got {text!r}.")
     return number
 
 
@@ -453,8 +468,8 @@ class LabTools:
         texts = {}
         for key, raw in args.items():
             if key.startswith(prefix):
-                value = raw[-1] if isinstance(raw, list) else raw
-                texts[key[len(prefix):]] = value.decode() if isinstance(value, bytes) else str(value)
+                # bytes or a list of every value of a repeated key: decode_value checks them
+                texts[key[len(prefix):]] = raw if isinstance(raw, (list, bytes)) else str(raw)
         if not texts:
             return
         values, errors = self.decode(texts, strict=False)
