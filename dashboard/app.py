@@ -234,7 +234,8 @@ def _arg(args: dict, key: str) -> str | None:
     value = args.get(key)
     if isinstance(value, list):
         value = value[-1] if value else None
-    return value.decode() if isinstance(value, bytes) else value
+    # a link's bytes need not be UTF-8 (?page=%ff): replaced, never a crash of the page
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 def presentation_toggle(labs: dict) -> pn.widgets.Toggle:

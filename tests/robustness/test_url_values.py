@@ -192,3 +192,11 @@ def test_a_script_in_a_text_setting_is_shown_as_text_and_the_run_is_kept(key):
         assert lab.settings()[name].value == SCRIPT
     finally:
         lab.close()
+
+
+def test_the_apps_own_link_arguments_take_bytes_that_are_not_utf8():
+    """?page=%ff reaches the app as b'\\xff': replaced, never a crash of the page build."""
+    from dashboard.app import _arg
+
+    assert _arg({"page": [b"\xff"]}, "page") == "\ufffd"
+    assert _arg({"page": [b"1", b"2"]}, "page") == "2" and _arg({}, "page") is None
