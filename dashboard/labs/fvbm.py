@@ -202,7 +202,7 @@ class FVBMLab(Lab):
         self._ready = (key, data)
 
     def _on_upload(self, event) -> None:
-        if event.new:
+        if event.new is not None:  # an empty file too: the reader says it is empty
             self.use_upload(event.new, self.upload.filename or "upload.csv")
 
     def use_upload(self, content: bytes, filename: str) -> None:
