@@ -9,6 +9,7 @@ A lab module declares only what is its own (see ``docs/architecture.md``, "Labs"
   redraw); ``controls_panel()`` lays them out;
 * ``trainer_factory()``: validates the settings at once (``ValueError``) and returns a
   builder of ``{name: trainer}``; ``prepare(changed)`` loads what the factory needs (data);
+  ``check_work()`` refuses settings over the server's work budget (:mod:`dashboard.budget`);
 * ``build_views()``, ``main_view()`` (the plot that must be on the first screen),
   ``more_views()``; ``clear()`` empties them for a new run; ``show(records)`` draws new
   Records (views read Records, never trainers);
@@ -143,6 +144,12 @@ class Lab(pn.viewable.Viewer):
         """Load what the trainer factory needs after the settings in ``changed`` moved
         (e.g. the data set); raise ``ValueError`` to refuse them."""
 
+    def check_work(self) -> None:
+        """Raise ``ValueError`` (:class:`dashboard.budget.TooMuchWork`) when a step of the
+        current settings would take longer than this server allows (:mod:`dashboard.budget`).
+        Checked before anything is prepared (a refused run starts no slow preparation) and
+        again after ``prepare``, when what depends on the prepared data is known."""
+
     def implied(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """Settings implied by ``values`` (e.g. a data set's defaults) that ``values`` does
         not name; they are applied with ``values``."""
@@ -261,6 +268,13 @@ class Lab(pn.viewable.Viewer):
         (restoring the trainers' states) needs the new run.
         """
         changed = set(self.controls()) if changed is None else set(changed)
+        try:
+            self.check_work()  # the work budget, whatever the source, before anything is prepared
+        except ValueError as exc:
+            self._prepare_failed(exc)
+            if strict:
+                raise
+            return False
         later = None if strict or prepared else self.prepare_later(changed)
         if later is not None:
             fn, args, note = later
@@ -273,6 +287,7 @@ class Lab(pn.viewable.Viewer):
             return True
         try:
             self.prepare(changed, strict=strict)
+            self.check_work()  # again on what was prepared (e.g. simulated data)
             self.runner.reset(self.trainer_factory())
         except ValueError as exc:
             self._prepare_failed(exc)

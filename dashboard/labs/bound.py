@@ -26,6 +26,7 @@ from bokeh.plotting import figure
 from matplotlib import colormaps
 from matplotlib.colors import to_hex
 
+from dashboard import budget
 from dashboard.labs import bound_setup as setup
 from dashboard.labs.base import Lab, by_run
 from dashboard.labtools import LabTools, Preset, decode_value
@@ -375,6 +376,15 @@ class BoundLab(Lab):
         if "problem" in values and "reg" not in values and values["problem"] in majorize.DEFAULT_REG:
             return {"reg": majorize.DEFAULT_REG[values["problem"]]}
         return {}
+
+    def check_work(self) -> None:
+        """The work budget: a step of the race is its five methods once each."""
+        problem = self.problem.value
+        if problem in budget.BOUND_PROBLEMS:  # else race_key says what is wrong
+            dim, n, _ = budget.BOUND_PROBLEMS[problem]
+            budget.require(lambda s: budget.bound_step(problem), [],
+                           f"the {problem.replace('_', ' ')} race: {dim} parameters, {n:,} examples",
+                           ["choose a smaller problem"])
 
     def trainer_factory(self):
         """The race's five trainers, built where they first step (not on the UI thread: see

@@ -20,6 +20,7 @@ import numpy as np
 import panel as pn
 from bokeh.models import ColumnDataSource, Label, Span
 
+from dashboard import budget
 from dashboard.labs.base import RADIO, Lab, held, label
 from dashboard.labs.frankwolfe_setup import (CD_EPOCHS, CD_K, DATASETS, DEFAULTS, EVALUATIONS, cd_factory,
                                              fw_curves, fw_factory, log_likelihood_of, train_log_likelihood)
@@ -188,6 +189,26 @@ class FrankWolfeLab(Lab):
         if data is None or data == self._run_settings.get("data"):
             return {}
         return dict(DEFAULTS.get(data, {}))
+
+    def check_work(self) -> None:
+        """The work budget, on the slowest step: the last, with T units, always evaluated."""
+        rows, n_visible = load_images(self.data.value).X_train.shape
+        evaluate = self.evaluate.value
+        if evaluate == "exact" and min(n_visible, self.max_hidden.value) > budget.EXACT_UNITS:
+            return  # not enumerable at all: the trainer factory says so
+
+        def seconds(s, evaluate: str = evaluate) -> float:
+            return budget.frankwolfe_step(n_visible=n_visible, rows=rows, samples=s["samples"],
+                                          max_hidden=s["max_hidden"], evaluate=evaluate)
+
+        T, S = self.max_hidden.value, self.samples.value
+        extra = []
+        if evaluate != "none" and seconds({"samples": S, "max_hidden": T}, "none") <= budget.LIMITS.step_seconds:
+            extra.append("choose “none” for the log-likelihood")
+        budget.require(seconds, [budget.Knob("max_hidden", "max hidden units T", T, 2),
+                                 budget.Knob("samples", "samples S", S, 1)],
+                       f"T = {T:,} hidden units at the last step, S = {S:,} samples, log-likelihood: {evaluate}",
+                       extra)
 
     def trainer_factory(self):
         factory = fw_factory(self.data.value, reg=self.reg.value, bias_lr=self.bias_lr.value,
@@ -373,6 +394,11 @@ class FrankWolfeLab(Lab):
         params = (W, self._last["b_vis"], self._last["b_hid"])
         epochs = self.cd_epochs.value
         try:
+            rows, n_visible = load_images(run["data"]).X_train.shape
+            budget.require(lambda s: budget.cd_epoch(n_visible=n_visible, n_hidden=s["n_hidden"], rows=rows, k=CD_K),
+                           [budget.Knob("n_hidden", "hidden units", W.shape[1], 1,
+                                        "fork a model of ≤ {value:,} hidden units (earlier in a run)")],
+                           f"two CD-{CD_K} epochs of {W.shape[1]:,} hidden units on {rows:,} digits")
             factory = cd_factory(run["data"], params, epochs=epochs, seed=run["seed"])
         except ValueError as exc:
             self.cd_status.set("error", f"**Cannot start CD:** {exc}")

@@ -13,7 +13,7 @@ import panel as pn
 from bokeh.models import ColumnDataSource
 
 from dashboard.labs.base import RADIO, Lab, NotReady, by_run, held, label
-from dashboard.labs.fvbm_setup import (BOUND_LABEL, DEFAULT_DATA, LBFGS_LABEL, SQUAREM_LABEL, DataSet,
+from dashboard.labs.fvbm_setup import (BOUND_LABEL, DEFAULT_DATA, LBFGS_LABEL, SQUAREM_LABEL, DataSet, check_work,
                                        guaranteed_by_label, load_data, parse_mus, simulated_data,
                                        trainer_factory, uploaded_data)
 from dashboard.labtools import Preset
@@ -136,6 +136,7 @@ class FVBMLab(Lab):
         self._uploaded: DataSet | None = None
         self._ready: tuple | None = None  # (data settings, DataSet) a job prepared
         self.data: DataSet | None = None
+        self._data_for: tuple | None = None  # the data settings self.data was made for
         self.upload.param.watch(self._on_upload, "value")
 
     def controls(self) -> dict[str, Any]:
@@ -182,8 +183,25 @@ class FVBMLab(Lab):
             data = load_data(self.source.value, d=self.d.value, n=self.n.value, seed=self.data_seed.value)
         self._ready = None
         self.data = data
+        self._data_for = self._data_key()
         self.data_msg.pane.visible = False
         self._show_data()
+
+    def check_work(self) -> None:
+        """The work budget, on the data the run would use: an upload, the bundled set, or
+        simulated data once they are made (Lab.rebuild checks again after ``prepare``)."""
+        source, key = self.source.value, self._data_key()
+        if source == "upload":
+            data = self._uploaded  # None: nothing to train on yet (prepare says so)
+        elif key == self._data_for:
+            data = self.data
+        elif self._ready is not None and self._ready[0] == key:
+            data = self._ready[1]
+        else:
+            data = load_data(source) if source == "senate" else None
+        if data is not None:
+            mus = parse_mus(self.race_mus.value) if self.mode.value == "Race" else None
+            check_work(data, race_mus=mus, source=source)
 
     def _data_key(self) -> tuple:
         return (self.source.value, self.d.value, self.n.value, self.data_seed.value)

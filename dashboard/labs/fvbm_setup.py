@@ -8,6 +8,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from dashboard import budget
 from engine import data as fvbm_data
 from engine import fvbm, fvbm_bound
 
@@ -53,6 +54,11 @@ class DataSet:
     def exact_every(self) -> int:
         return exact_every(self.data.X.shape[1])
 
+    @functools.cached_property
+    def distinct_rows(self) -> int:
+        """The distinct rows of X: the ones a sweep visits (engine.fvbm.compress_rows)."""
+        return int(len(np.unique(self.data.X, axis=0)))
+
     def describe(self) -> str:
         n, d = self.data.X.shape
         text = f"**{self.data.name}**: n = {n:,} rows, d = {d} variables"
@@ -86,12 +92,16 @@ def load_data(source: str, *, d: int = 10, n: int = 16000, seed: int = 1,
 
 def simulated_data(d: int, n: int, seed: int) -> tuple[tuple, DataSet]:
     """A simulated data set and its MPLE, keyed by its settings (a job: see FVBMLab)."""
-    return ("simulated", d, n, seed), load_data("simulated", d=d, n=n, seed=seed)
+    data = load_data("simulated", d=d, n=n, seed=seed)
+    data.distinct_rows  # counted here, in the job, for the work budget
+    return ("simulated", d, n, seed), data
 
 
 def uploaded_data(content: bytes, filename: str) -> DataSet:
     """An uploaded CSV and its MPLE (a job: a 50 MB file takes seconds)."""
-    return load_data("upload", content=content, filename=filename)
+    data = load_data("upload", content=content, filename=filename)
+    data.distinct_rows  # counted here, in the job, for the work budget
+    return data
 
 
 @functools.lru_cache(maxsize=16)
@@ -196,3 +206,35 @@ def trainer_factory(dataset: DataSet, *, algorithm: str = "bslm", mu: float = 1.
 
     build()  # validate now so a bad setting is reported where it was made
     return build
+
+
+def check_work(dataset: DataSet, *, race_mus: list[float] | None, source: str = "simulated") -> None:
+    """Refuse (:class:`dashboard.budget.TooMuchWork`) a run whose step (every trainer of
+    :func:`trainer_factory` once) would take longer than the server allows on ``dataset``
+    (its distinct rows are what a sweep visits; other sizes suggested for simulated data are
+    assumed to keep the same fraction of distinct rows, at most 2^d)."""
+    n, d = dataset.data.X.shape
+    distinct = dataset.distinct_rows
+
+    def counts(racing: bool) -> dict:
+        if not racing:
+            return {"sweeps": 1}
+        return {"sweeps": 1 + len(race_mus), "bounds": 1, "squarems": 1, "lbfgs": 1}
+
+    def seconds(s, racing: bool = race_mus is not None) -> float:
+        n_, d_ = s.get("n", n), s.get("d", d)  # the knobs, or the data's own size
+        rows = min(n_, 2**d_, max(1, distinct * n_ // n))
+        return budget.fvbm_step(rows=rows, d=d_, exact=exact_every(d_) > 0, **counts(racing))
+
+    racing = race_mus is not None
+    what = (f"d = {d} variables, n = {n:,} rows ({distinct:,} distinct), "
+            + (f"{sum(counts(True).values())} methods racing" if racing else "one run"))
+    extra = []
+    if racing and seconds({"n": n, "d": d}, racing=False) <= budget.LIMITS.step_seconds:
+        extra.append("run a single algorithm instead of the race")
+    if source == "simulated":
+        knobs = [budget.Knob("n", "rows n", n, 10), budget.Knob("d", "variables d", d, 2)]
+    else:  # the data's size is the file's (or the bundled set's)
+        knobs = []
+        extra.append("use a smaller data set")
+    budget.require(seconds, knobs, what, extra)

@@ -22,8 +22,8 @@ from bokeh.models import ColumnDataSource, HoverTool
 from bokeh.plotting import figure
 
 from dashboard.labs.base import RADIO, Lab, held, label
-from dashboard.labs.tap_setup import (DATASETS, EXACT_LIMIT, History, data_embedding, denoise_curve, denoise_digit,
-                                      load_images, solution_embedding)
+from dashboard.labs.tap_setup import (DATASETS, EXACT_LIMIT, History, check_work, data_embedding, denoise_curve,
+                                      denoise_digit, isomap_rows, load_images, solution_embedding)
 from dashboard.labs.tap_setup import trainer_factory as build_trainers
 from dashboard.labtools import Preset
 from dashboard.views import LiveCurve, StatusBadge
@@ -181,6 +181,10 @@ class TAPLab(Lab):
         if data is None or data == self._data_key:  # the data set of the current run
             return {}
         return dict(DEFAULTS.get(data, {}))
+
+    def check_work(self) -> None:
+        check_work(self.data.value, n_hidden=self.n_hidden.value, n_chains=self.K.value, batch_size=self.batch.value,
+                   prior_hid=self.prior_hid.value)
 
     def trainer_factory(self):
         return build_trainers(self.data.value, n_hidden=self.n_hidden.value, prior_hid=self.prior_hid.value,
@@ -432,8 +436,9 @@ class TAPLab(Lab):
             return
         self._embedding_dirty = False
         self._embed_time = now
-        shown = [(s.epoch, s.free_energies) for s in snaps]
-        solutions = [np.hstack([s.solutions_vis, s.solutions_hid]) for s in snaps]
+        rows = [isomap_rows(len(s.free_energies)) for s in snaps]  # at most the server's cap per snapshot
+        shown = [(s.epoch, s.free_energies[r], r, len(s.free_energies)) for s, r in zip(snaps, rows)]
+        solutions = [np.hstack([s.solutions_vis[r], s.solutions_hid[r]]) for s, r in zip(snaps, rows)]
         self._computing(self.embedding, always=False)
         self.jobs.submit("isomap", solution_embedding, solutions, then=functools.partial(self._draw_embedding, shown),
                          error=functools.partial(self._failed, self.embedding))
@@ -444,7 +449,9 @@ class TAPLab(Lab):
         if not snaps:
             return
         self._computing(self.data_embedding, always=always)
-        self.jobs.submit("isomap-data", data_embedding, self._data_key, snaps[self._shown_snapshot()].solutions_vis,
+        solutions_vis = snaps[self._shown_snapshot()].solutions_vis
+        solutions_vis = solutions_vis[isomap_rows(len(solutions_vis))]
+        self.jobs.submit("isomap-data", data_embedding, self._data_key, solutions_vis,
                          then=self._draw_data_embedding, error=functools.partial(self._failed, self.data_embedding))
 
     def _draw_embedding(self, shown: list, result: tuple[list, int]) -> None:
@@ -456,10 +463,10 @@ class TAPLab(Lab):
     def _draw_fit(self) -> None:
         shown, coords, fit_index = self._fit
         index = min(self.epoch_slider.value, len(shown) - 1)
-        epoch, free_energies = shown[index]
-        self.embedding.update(coords[index], free_energies,
-                              labels=[f"solution {i}" for i in range(len(free_energies))])
-        self.embedding.figure.title.text = f"TAP solutions at epoch {epoch:.2f} (Fig. 6)"
+        epoch, free_energies, rows, total = shown[index]
+        self.embedding.update(coords[index], free_energies, labels=[f"solution {i}" for i in rows])
+        some = f", {len(rows):,} of {total:,} shown" if len(rows) < total else ""
+        self.embedding.figure.title.text = f"TAP solutions at epoch {epoch:.2f} (Fig. 6{some})"
         self.embedding.figure.xaxis[0].axis_label = f"Isomap 1 (fitted at epoch {shown[fit_index][0]:.2f})"
 
     def _draw_data_embedding(self, result: dict) -> None:

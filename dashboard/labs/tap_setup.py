@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from dashboard import budget
 from engine import rbm, tap, tap_analysis
 from engine.images import ImageSet, digits, mnist
 from engine.stepping import Record
@@ -105,8 +106,7 @@ def trainer_factory(data_key: str, *, n_hidden: int, prior_hid: str = "bernoulli
     images = load_images(data_key)
     X = images.X_train
     if batches_per_step is None:
-        per_epoch = -(-len(X) // max(1, min(int(batch_size), len(X)))) if batch_size >= 1 else 1
-        batches_per_step = max(1, round(per_epoch / STEPS_PER_EPOCH))
+        batches_per_step = default_batches_per_step(len(X), batch_size)
 
     def build() -> dict:
         trainer = tap.TAPTrainer(X, n_hidden, prior_hid=prior_hid, learning_rate=learning_rate,
@@ -118,6 +118,40 @@ def trainer_factory(data_key: str, *, n_hidden: int, prior_hid: str = "bernoulli
 
     build()
     return build
+
+
+def default_batches_per_step(n_rows: int, batch_size: int) -> int:
+    """Mini-batches per lab step: about STEPS_PER_EPOCH steps per epoch."""
+    per_epoch = -(-n_rows // max(1, min(int(batch_size), n_rows))) if batch_size >= 1 else 1
+    return max(1, round(per_epoch / STEPS_PER_EPOCH))
+
+
+def check_work(data_key: str, *, n_hidden: int, n_chains: int, batch_size: int, prior_hid: str = "bernoulli") -> None:
+    """Refuse (:class:`dashboard.budget.TooMuchWork`) settings whose step would take longer
+    than the server allows: the lab's factory trains ``default_batches_per_step``
+    mini-batches of K chains per step, then evaluates from min(n, K) rows."""
+    n, n_visible = load_images(data_key).X_train.shape
+
+    def seconds(s) -> float:
+        batch = min(s["batch"], n)
+        return budget.tap_step(n_visible=n_visible, n_hidden=s["n_hidden"], chains=s["K"], batch=batch,
+                               batches=default_batches_per_step(n, batch), eval_rows=min(n, s["K"]),
+                               exact=prior_hid == "bernoulli" and min(n_visible, s["n_hidden"]) <= EXACT_LIMIT)
+
+    batches = default_batches_per_step(n, batch_size)
+    what = (f"Nh = {n_hidden:,} hidden units × K = {n_chains:,} chains, {batches} mini-batch"
+            f"{'es' if batches != 1 else ''} of M = {min(batch_size, n):,} per step")
+    budget.require(seconds, [budget.Knob("K", "chains K", n_chains, 1),
+                             budget.Knob("n_hidden", "hidden units Nh", n_hidden, 1),
+                             budget.Knob("batch", "mini-batch M", batch_size, max(batch_size, n))], what)
+
+
+def isomap_rows(n: int) -> np.ndarray:
+    """The rows of a snapshot's ``n`` solutions an Isomap job takes: all of them, or
+    ``budget.LIMITS.isomap_rows`` evenly spaced (a fit's time grows with the square of its
+    rows, and every snapshot is mapped)."""
+    cap = budget.LIMITS.isomap_rows
+    return np.arange(n) if n <= cap else np.linspace(0, n - 1, cap).round().astype(int)
 
 
 @dataclass

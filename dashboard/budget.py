@@ -1,0 +1,354 @@
+"""The per-session work budget: how long one step of a lab may take on this server.
+
+The widgets bound each setting alone (TAP: Nh <= 1000, K <= 2000; FVBM: d <= 30, n <=
+200,000; ...), but not their combinations: a link with TAP Nh = 1000 and K = 2000 asks for
+minutes per step.  So every lab estimates the work of its slowest step from its settings,
+in multiply-adds (the cost models below, plain Python), converts it to seconds with rates
+measured on one core of this machine (:data:`RATES`), and refuses, through its bad-setting
+path (:meth:`dashboard.labs.base.Lab.check_work`), a run whose step would take longer than
+:data:`LIMITS` allow, saying what is too big and what would fit.  The analyses a lab runs
+beside its steps are capped by size (the TAP Isomaps: :attr:`Limits.isomap_rows`).
+
+The limits are the operator's: ``boltzlab serve --max-step-seconds S --max-isomap-rows N``
+(:func:`set_limits`).  They are per process, like ``--max-training``.
+
+The estimates are of the *settings*: work that depends on the data or on the state of
+training (e.g. how many sweeps Algorithm 1 needs before a TAP chain converges) enters at a
+nominal value measured on the default runs; a run far from that can be slower or faster.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+DEFAULT_STEP_SECONDS = 2.0
+DEFAULT_ISOMAP_ROWS = 500
+
+
+@dataclass
+class Limits:
+    """What one session may ask of this server process."""
+
+    step_seconds: float = DEFAULT_STEP_SECONDS  # the slowest step of a run, on one core
+    isomap_rows: int = DEFAULT_ISOMAP_ROWS  # TAP solutions per snapshot in an Isomap job
+
+
+#: The limits in force (one place: ``boltzlab serve`` sets them, the labs read them).
+LIMITS = Limits()
+
+
+def set_limits(step_seconds: float | None = None, isomap_rows: int | None = None) -> None:
+    """Set the limits in force; ``None`` leaves one as it is."""
+    if step_seconds is not None:
+        if isinstance(step_seconds, bool) or not isinstance(step_seconds, (int, float)) \
+                or not math.isfinite(step_seconds) or step_seconds <= 0:
+            raise ValueError(f"The step-seconds limit must be a finite number > 0. Got {step_seconds!r}.")
+        LIMITS.step_seconds = float(step_seconds)
+    if isomap_rows is not None:
+        if isinstance(isomap_rows, bool) or not isinstance(isomap_rows, int) or isomap_rows < 2:
+            raise ValueError(f"The Isomap row cap must be an int >= 2. Got {isomap_rows!r}.")
+        LIMITS.isomap_rows = isomap_rows
+
+
+class TooMuchWork(ValueError):
+    """Settings whose step would take longer than :data:`LIMITS` allow (a bad setting)."""
+
+
+# ---------------------------------------------------------------------- calibration
+#: Multiply-adds per second, one core of this machine, per kind of work (the cost models
+#: below count multiply-adds; their slowest step divided by these rates is its seconds).
+#: Calibrated with ``python -m dashboard.budget`` (:func:`calibrate`: CPU seconds of a step,
+#: median of 3 after one, one BLAS thread; 2 shared cores, 2026-11-24), measured / estimated:
+#:   TAP MNIST Nh=100 K=100 M=100 0.054 / 0.068 s; Nh=300 K=300 0.33 / 0.57; Nh=100 K=1000
+#:     M=500 0.26 / 0.25; Nh=18 K=20 M=500 (exact answer) 1.96 / 2.38; digits Nh=16 K=100
+#:     M=20 (exact) 0.065 / 0.065; Nh=200 K=500 0.086 / 0.090 (all at the 3 sweeps measured)
+#:   FVBM, uniform rows (~n distinct), d=30 n=60,000: BSLM 0.038 / 0.036, bound 0.074 / 0.10,
+#:     SQUAREM 0.17 / 0.20, L-BFGS 0.022 / 0.036; d=20 and d=30 at n=20,000: 0.56-1.13x
+#:   Frank-Wolfe, last step: MNIST T=30 S=500 auto (AIS) 0.22 / 0.26, S=2000 none 0.19 / 0.24;
+#:     digits T=20 exact 0.64 / 0.75, T=150 S=2000 auto 0.16 / 0.17, T=40 0.038 / 0.027
+#:   CD fork, one trainer's epoch: MNIST Nh=100 0.79 / 0.81, Nh=18 (exact) 2.06 / 2.15;
+#:     digits Nh=30 0.057 / 0.051, Nh=400 0.65 / 0.68
+RATES = {
+    "tap": 9e9,  # BLAS products of Algorithm 1 (K x Nv)(Nv x Nh)
+    "tap_truth": 1.8e9,  # the ground truth of small TAP models: AIS, pseudo-likelihood
+    "enumerate": 1.8e9,  # an RBM's exact log Z over the 2^m states of its smaller layer
+    "fvbm_sweep": 1.5e9,  # BSLM / gradient-ascent coordinate sweeps, L-BFGS's evaluations (numba loops)
+    "fvbm_bound": 2.5e10,  # the bound's curvature and Cholesky (BLAS)
+    "frankwolfe": 5e9,  # Gibbs sampling, AIS and the inner problem of a Frank-Wolfe step
+    "cd": 1.2e10,  # CD-10 epochs of the Frank-Wolfe lab's fork (MNIST), and their AIS
+    "cd_small": 1.3e9,  # ... on the 8x8 digits
+}
+
+#: Nominal sweeps of Algorithm 1 per TAP chain (the paper's tol = 1e-8): a fresh model needs
+#: 3, the default MNIST run 4-75 over its first 90 s (mostly 20-50), the preset with momentum
+#: 0.9 60-460 after a minute (measured: its steps then take 1-4 s).  What training does to
+#: the sweeps is not a setting: the budget bounds what the settings ask at the nominal count.
+TAP_SWEEPS = 30
+#: Nominal objective evaluations of a Frank-Wolfe inner problem (L-BFGS; measured 8-45).
+FW_INNER_EVALUATIONS = 40
+AIS_BETAS = 1001  # engine.rbm.AIS_SCHEDULE_LIVE
+AIS_RUNS = 20  # the labs' live AIS
+EXACT_UNITS = 20  # engine.rbm.MAX_EXACT_UNITS: the smaller layer is enumerated
+
+
+# ---------------------------------------------------------------------- cost models
+def _enumeration(n_visible: int, n_hidden: int) -> float:
+    """Seconds of an RBM's exact log Z: the 2^m states of the smaller layer (m units), each
+    with the fields of the other layer."""
+    small, large = sorted((n_visible, n_hidden))
+    return 2**small * small * large / RATES["enumerate"] if small <= EXACT_UNITS else math.inf
+
+
+def tap_step(*, n_visible: int, n_hidden: int, chains: int, batch: int, batches: int, eval_rows: int,
+             exact: bool, sweeps: float | None = None) -> float:
+    """Seconds of one TAP lab step (:class:`engine.tap.TAPTrainer`, ``batches`` mini-batches
+    then an evaluation).  Per mini-batch: Algorithm 1 on K chains (4 products of Nv x Nh
+    per sweep, TAP_SWEEPS sweeps), the solutions' free energies and gradient terms (2 K
+    Nv Nh) and the data term of the gradient (2 M Nv Nh).  The evaluation runs Algorithm 1
+    from ``eval_rows`` rows.  With the exact answer (the smaller layer <= 20 units): log Z by
+    enumeration, AIS (20 runs, 1,001 betas) and the pseudo-likelihood.  ``sweeps``: the
+    sweeps per chain (default the nominal TAP_SWEEPS; calibration passes the measured ones)."""
+    sweeps = TAP_SWEEPS if sweeps is None else sweeps
+    unit = n_visible * n_hidden
+    per_batch = (4 * sweeps * chains + 2 * chains + 2 * batch) * unit
+    seconds = (batches * per_batch + (4 * sweeps + 2) * eval_rows * unit) / RATES["tap"]
+    if exact:
+        truth = 2 * AIS_RUNS * AIS_BETAS * unit + eval_rows * min(n_visible, 64) * unit
+        seconds += _enumeration(n_visible, n_hidden) + truth / RATES["tap_truth"]
+    return seconds
+
+
+def fvbm_step(*, rows: int, d: int, sweeps: int = 0, bounds: int = 0, squarems: int = 0, lbfgs: int = 0,
+              exact: bool = False) -> float:
+    """Seconds of one FVBM lab step: every trainer of the run steps once (``sweeps``
+    BSLM / gradient-ascent trainers, ``bounds`` quadratic-bound MMs, ``squarems`` of them
+    with SQUAREM, ``lbfgs`` L-BFGS) over ``rows`` distinct data rows.
+
+    A coordinate sweep updates d + d(d-1)/2 parameters at O(rows) each: ~rows d^2.  A
+    bound iteration forms the curvature (d blocks of d x d per row: rows d^3), solves it
+    (q^3 / 3, q = d + d(d-1)/2) and evaluates eq. 2.1 and its gradient (rows d^2);
+    SQUAREM does two per step; an L-BFGS iteration evaluates eq. 2.1 and its gradient
+    (about a sweep's work: measured 0.6-1x).
+    ``exact``: each trainer's first step also enumerates 2^d states (d <= 20)."""
+    q = d + d * (d - 1) // 2
+    loops = rows * d * d * (sweeps + bounds + 2 * squarems + lbfgs)
+    blas = (rows * d**3 + q**3 / 3) * (bounds + 2 * squarems)
+    trainers = sweeps + bounds + squarems + lbfgs
+    if exact:
+        loops += trainers * 2**d * d
+    return loops / RATES["fvbm_sweep"] + blas / RATES["fvbm_bound"]
+
+
+def frankwolfe_step(*, n_visible: int, rows: int, samples: int, max_hidden: int, evaluate: str,
+                    gibbs_steps: int = 1, bias_steps: int = 10) -> float:
+    """Seconds of the slowest Frank-Wolfe step (:class:`engine.frankwolfe.FrankWolfeTrainer`):
+    the last one, with T = ``max_hidden`` units, which is always evaluated.  Gibbs sampling
+    of the S chains before the inner problem and in each of the ``bias_steps`` eq.-10 steps
+    (2 S Nv T each), the units' expectations (S Nv T), the inner problem (eq. 9: L-BFGS,
+    FW_INNER_EVALUATIONS passes over the S samples and the ``rows`` data rows) and the
+    evaluation: exact log Z (2^m max(Nv, T), m = min(Nv, T) <= 20) or AIS (20 runs of
+    1,001 betas, 2 Nv T each), as ``evaluate`` asks ("auto": exact while 2^m max <= 2^22)."""
+    T = max_hidden
+    unit = n_visible * T
+    work = (2 * gibbs_steps * (1 + bias_steps) + 1) * samples * unit
+    work += FW_INNER_EVALUATIONS * (samples + rows) * n_visible
+    small, large = sorted((n_visible, T))
+    cheap = small <= EXACT_UNITS and 2**small * large <= 2**22  # engine.frankwolfe.AUTO_EXACT_BUDGET
+    if evaluate == "exact" or (evaluate == "auto" and cheap):
+        return work / RATES["frankwolfe"] + _enumeration(n_visible, T)
+    if evaluate != "none":
+        work += 2 * AIS_RUNS * AIS_BETAS * unit
+    return work / RATES["frankwolfe"]
+
+
+def cd_epoch(*, n_visible: int, n_hidden: int, rows: int, k: int = 10, trainers: int = 2) -> float:
+    """Seconds of one step of the Frank-Wolfe lab's CD fork: each of ``trainers`` runs one
+    epoch of CD-k over ``rows`` rows (k + 1 Gibbs sweeps and the gradient: ~2 (k + 2)
+    Nv Nh per row), then its log-likelihood (exact when the smaller layer has <= 20 units,
+    else AIS)."""
+    unit = n_visible * n_hidden
+    # measured: the 8x8 digits' CD epochs run at ~1/9 of MNIST's multiply-add rate (small products)
+    epoch = 2 * (k + 2) * rows * unit / (RATES["cd"] if n_visible >= 256 else RATES["cd_small"])
+    if min(n_visible, n_hidden) <= EXACT_UNITS:  # dashboard.labs.frankwolfe_setup.cd_factory's choice
+        return trainers * (epoch + _enumeration(n_visible, n_hidden))
+    return trainers * (epoch + 2 * AIS_RUNS * AIS_BETAS * unit / RATES["cd"])
+
+
+#: The Bound lab's race problems: (parameters, training pairs, CPU seconds of one step of
+#: the race: its five methods once each, as measured by :func:`calibrate`).  The lab has no
+#: size setting (a choice among these fixed problems), so the measured step is the estimate.
+BOUND_PROBLEMS = {"wine": (42, 178, 0.001), "breast_cancer": (62, 569, 0.002), "digits": (650, 1797, 0.037),
+                  "chain": (48, 100, 0.015), "fvbm": (55, 500, 0.002)}
+
+
+def bound_step(problem: str) -> float:
+    """Seconds of one step of the Bound lab's race on ``problem`` (measured)."""
+    return BOUND_PROBLEMS[problem][2]
+
+
+# ---------------------------------------------------------------------- the check
+@dataclass(frozen=True)
+class Knob:
+    """A setting the refusal may suggest moving: ``key`` in the cost function's settings,
+    ``label`` as said to the user, its current ``value`` and ``cheap``, the end of its
+    range where the step costs least (below ``value``: "lower", above: "raise").  ``advice``,
+    if given, says the fix instead, with ``{value}`` the value that fits."""
+
+    key: str
+    label: str
+    value: int
+    cheap: int
+    advice: str = ""
+
+
+def _seconds_text(seconds: float) -> str:
+    if seconds >= 10:
+        return f"{seconds:,.0f}"
+    return f"{seconds:.1f}" if seconds >= 0.1 else f"{seconds:.2g}"
+
+
+def _fitting(cost: Callable[[Mapping[str, int]], float], settings: Mapping[str, int], knob: Knob,
+             limit: float) -> int | None:
+    """The value of ``knob`` nearest its current one at which the step fits, or None if not
+    even its cheap end fits.  The cost is about monotone in each knob: bisection, then a
+    short walk over what it may have jumped (e.g. the TAP lab's exact answer below 21
+    hidden units adds a cost of its own)."""
+    def fits(value: int) -> bool:
+        return cost({**settings, knob.key: value}) <= limit
+
+    good, bad = knob.cheap, knob.value
+    if good == bad or not fits(good):
+        return None
+    while abs(good - bad) > 1:  # bisection between a value that fits and one that does not
+        mid = (good + bad) // 2
+        good, bad = (mid, bad) if fits(mid) else (good, mid)
+    toward = 1 if knob.value > good else -1
+    for _ in range(64):
+        if good + toward == knob.value or not fits(good + toward):
+            break
+        good += toward
+    return good
+
+
+def refusal(cost: Callable[[Mapping[str, int]], float], knobs: Sequence[Knob], what: str,
+            extra: Sequence[str] = ()) -> str | None:
+    """The sentence refusing the settings (``cost`` of ``{knob.key: knob.value}`` in seconds,
+    described as ``what``), or None when they fit the limit.  It names the estimate, the
+    limit and, for each knob that alone can make the step fit, the value that does; ``extra``
+    adds suggestions of the lab's own."""
+    limit = LIMITS.step_seconds
+    settings = {k.key: k.value for k in knobs}
+    seconds = cost(settings)
+    if seconds <= limit:
+        return None
+    fixes = []
+    for knob in knobs:
+        value = _fitting(cost, settings, knob, limit)
+        if value is not None and knob.advice:
+            fixes.append(knob.advice.format(value=value))
+        elif value is not None:
+            verb, sign = ("lower", "≤") if value < knob.value else ("raise", "≥")
+            fixes.append(f"{verb} the {knob.label} to {sign} {value:,}")
+    fixes += list(extra)
+    if not fixes:
+        fixes = ["choose smaller settings"]
+    advice = fixes[0] if len(fixes) == 1 else ", ".join(fixes[:-1]) + " or " + fixes[-1]
+    return (f"This asks for ~{_seconds_text(seconds)} s per step ({what}); at most {limit:g} s are allowed "
+            f"on this server: {advice}.")
+
+
+def require(cost: Callable[[Mapping[str, int]], float], knobs: Sequence[Knob], what: str,
+            extra: Sequence[str] = ()) -> None:
+    """Raise :class:`TooMuchWork` with :func:`refusal`'s sentence unless the settings fit."""
+    text = refusal(cost, knobs, what, extra)
+    if text is not None:
+        raise TooMuchWork(text)
+
+
+# ---------------------------------------------------------------------- calibration run
+def _timed(trainer, steps: int = 3) -> tuple[float, list]:
+    """Median CPU seconds of ``steps`` steps of ``trainer`` (after one untimed step), and the
+    Records.  CPU time of this process (one BLAS thread): what the step costs one core,
+    whatever else the machine runs meanwhile."""
+    import statistics
+    import time
+
+    records = [trainer.step()]
+    times = []
+    for _ in range(steps):
+        t0 = time.process_time()
+        records.append(trainer.step())
+        times.append(time.process_time() - t0)
+    return statistics.median(times), records
+
+
+def calibrate() -> list[tuple[str, float, float]]:
+    """Time a few configurations of every lab headlessly on one core; ``(configuration,
+    measured seconds, estimated seconds)`` for each (``python -m dashboard.budget``)."""
+    import numpy as np
+    from threadpoolctl import threadpool_limits
+
+    import engine
+    from dashboard.labs import bound_setup, frankwolfe_setup, tap_setup
+
+    engine.warm_up()
+    rows = []
+
+    def add(name: str, measured: float, estimated: float) -> None:
+        rows.append((name, measured, estimated))
+        print(f"{name:58s} measured {measured:8.3f} s   estimated {estimated:8.3f} s   "
+              f"ratio {measured / estimated:5.2f}", flush=True)
+
+    with threadpool_limits(limits=1):
+        for data, nh, k, m in (("mnist", 100, 100, 100), ("mnist", 300, 300, 100), ("mnist", 100, 1000, 500),
+                               ("digits", 16, 100, 20), ("digits", 200, 500, 20), ("mnist", 18, 20, 500)):
+            n, nv = tap_setup.load_images(data).X_train.shape
+            batches = tap_setup.default_batches_per_step(n, m)
+            trainer = tap_setup.trainer_factory(data, n_hidden=nh, n_chains=k, batch_size=m)()["TAP"]
+            seconds, records = _timed(trainer)
+            sweeps = sum(r.scalars["tap_iterations"] for r in records) / len(records)
+            estimate = tap_step(n_visible=nv, n_hidden=nh, chains=k, batch=m, batches=batches, eval_rows=min(n, k),
+                                exact=min(nv, nh) <= EXACT_UNITS, sweeps=sweeps)
+            add(f"TAP {data} Nh={nh} K={k} M={m} (mean sweeps {sweeps:.1f})", seconds, estimate)
+        from engine import fvbm, fvbm_bound
+
+        for d, n in ((20, 20000), (30, 20000), (30, 60000)):  # uniform rows: about n distinct
+            X = np.where(np.random.default_rng(d).random((n, d)) < 0.5, -1.0, 1.0)
+            rows_ = len(np.unique(X, axis=0))
+            for name, trainer, counts in (
+                    ("BSLM", fvbm.FVBMTrainer(X, algorithm="bslm", tol=0.0), {"sweeps": 1}),
+                    ("bound", fvbm_bound.BoundMPLETrainer(X, tol=0.0), {"bounds": 1}),
+                    ("SQUAREM", fvbm_bound.BoundMPLETrainer(X, accelerate=True, tol=0.0), {"squarems": 1}),
+                    ("L-BFGS", fvbm_bound.LBFGSMPLETrainer(X, tol=0.0), {"lbfgs": 1})):
+                add(f"FVBM {name} d={d} n={n} ({rows_} distinct rows)", _timed(trainer)[0],
+                    fvbm_step(rows=rows_, d=d, **counts))
+        for data, T, samples, evaluate in (("mnist", 30, 500, "auto"), ("mnist", 30, 2000, "none"),
+                                           ("digits", 40, 500, "auto"), ("digits", 20, 500, "exact"),
+                                           ("digits", 150, 2000, "auto")):
+            X, _, _ = frankwolfe_setup.splits(data)
+            trainer = frankwolfe_setup.fw_factory(data, reg=0.3, bias_lr=0.05, samples=samples, max_hidden=T,
+                                                  evaluate=evaluate)()["FW"]
+            for _ in range(T - 2):
+                trainer.step()
+            seconds, records = _timed(trainer, 1)  # the last step, to T units, evaluated
+            evaluations = records[-1].scalars["inner_evaluations"]
+            add(f"Frank-Wolfe {data} T={T} S={samples} evaluate={evaluate} ({evaluations} inner evaluations)", seconds,
+                frankwolfe_step(n_visible=X.shape[1], rows=len(X), samples=samples, max_hidden=T, evaluate=evaluate))
+        for data, nh in (("mnist", 100), ("mnist", 18), ("digits", 30), ("digits", 400)):
+            X, _, _ = frankwolfe_setup.splits(data)
+            rng = np.random.default_rng(0)
+            params = (rng.normal(0, 0.01, (X.shape[1], nh)), np.zeros(X.shape[1]), np.zeros(nh))
+            trainer = frankwolfe_setup.cd_factory(data, params, epochs=10)()["CD (FW init)"]
+            seconds, _ = _timed(trainer, 2)
+            add(f"CD fork {data} Nh={nh} (one trainer's epoch)", seconds,
+                cd_epoch(n_visible=X.shape[1], n_hidden=nh, rows=len(X), trainers=1))
+        for problem in BOUND_PROBLEMS:
+            race = bound_setup.build_race(bound_setup.race_key(problem, 0.1, 0))
+            add(f"Bound race {problem}", sum(_timed(t)[0] for t in race.values()), bound_step(problem))
+    return rows
+
+
+if __name__ == "__main__":
+    calibrate()
