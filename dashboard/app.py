@@ -268,7 +268,8 @@ def presentation_toggle(labs: dict) -> pn.widgets.Toggle:
 def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
           allow_websocket_origin: list[str] | None = None, show: bool = False,
           max_training: int | None = None, dask_scheduler: str | None = None,
-          workers: int | None = None, **kwargs):
+          workers: int | None = None, max_step_seconds: float | None = None,
+          max_isomap_rows: int | None = None, **kwargs):
     """Serve the app at ``/`` with a ``/liveness`` endpoint (blocks until stopped).
 
     ``max_training`` caps the runs that train at once in this process (each further ▶ Play
@@ -280,6 +281,8 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
     server stops (``None``: one per core; the same actor path as ``dask_scheduler``), or
     ``0``: threads of this process (development, tests).  ``ValueError`` for ``workers``
     with ``dask_scheduler``, or worker processes with ``num_procs`` > 1.
+    ``max_step_seconds`` and ``max_isomap_rows`` set every session's work budget
+    (:func:`dashboard.budget.set_limits`; ``None``: as it is, by default 2 s and 500 rows).
     """
     import os
 
@@ -298,6 +301,9 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
         raise ValueError("num_procs > 1 needs workers=0 (the worker processes do the training; one "
                          "server process can drive many sessions).")
     SLOTS.set_limit(max_training)
+    from dashboard import budget
+
+    budget.set_limits(step_seconds=max_step_seconds, isomap_rows=max_isomap_rows)
     quiet_closed_connections()
     cluster = backend = None
     if dask_scheduler is not None:  # first: an unreachable scheduler fails before the warm-up

@@ -13,6 +13,8 @@ import math
 import sys
 from pathlib import Path
 
+from dashboard.budget import DEFAULT_ISOMAP_ROWS, DEFAULT_STEP_SECONDS
+
 EXIT_BAD_INPUT = 2
 EXIT_NO_MPLE = 3
 
@@ -106,7 +108,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         serve(
             port=args.port, address=args.address, num_procs=args.num_procs,
             allow_websocket_origin=args.allow_websocket_origin or None, show=args.show,
-            max_training=args.max_training, dask_scheduler=args.dask_scheduler, workers=args.workers, **auth,
+            max_training=args.max_training, dask_scheduler=args.dask_scheduler, workers=args.workers,
+            max_step_seconds=args.max_step_seconds, max_isomap_rows=args.max_isomap_rows, **auth,
         )
     except DaskUnavailable as exc:
         return _error(str(exc))
@@ -484,6 +487,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-training", type=_positive_int, default=None, metavar="N",
                        help="at most N runs train at once per server process; a further Play gets a "
                             "'server busy' message (default: no cap)")
+    serve.add_argument("--max-step-seconds", type=_positive_float, default=DEFAULT_STEP_SECONDS, metavar="S",
+                       help="the work budget of every session: settings (from the controls, presets, links or "
+                            "checkpoints) whose step is estimated to take more than S seconds on one core are "
+                            f"refused with a message saying what would fit (default {DEFAULT_STEP_SECONDS:g}; "
+                            "the labs' defaults and presets need at most ~0.8 s, a CD fork of 100 MNIST units "
+                            "1.6 s)")
+    serve.add_argument("--max-isomap-rows", type=_number(int, 2, inclusive=True), default=DEFAULT_ISOMAP_ROWS,
+                       metavar="N", help="the TAP lab maps at most N solutions per snapshot in its Isomap views, "
+                                         f"evenly spaced (default {DEFAULT_ISOMAP_ROWS})")
     serve.add_argument("--cookie-secret", default=None,
                        help="secret that signs the login cookie (default with --basic-auth: a random one per start)")
     serve.add_argument("--dask-scheduler", metavar="ADDRESS", default=None,

@@ -337,3 +337,34 @@ def test_the_tap_isomap_jobs_get_at_most_the_cap(make_lab, monkeypatch):
     assert list(shown[0][1]) == list(isomap_rows(n))  # the free energies of the rows mapped
     (_, vis), _ = submitted["isomap-data"]
     assert vis.shape == (10, nv)
+
+
+# ---------------------------------------------------------------------- the operator's flags
+def test_serve_flags_reach_the_budget(monkeypatch):
+    from dashboard import app, cli
+
+    parser = cli.build_parser()
+    args = parser.parse_args(["serve", "--port", "0", "--workers", "0", "--max-step-seconds", "0.5",
+                              "--max-isomap-rows", "100"])
+    assert (args.max_step_seconds, args.max_isomap_rows) == (0.5, 100)
+    defaults = parser.parse_args(["serve"])
+    assert (defaults.max_step_seconds, defaults.max_isomap_rows) == (2.0, 500)
+    serve_help = next(a for a in parser._subparsers._group_actions[0].choices.items() if a[0] == "serve")[1]
+    text = " ".join(serve_help.format_help().split())
+    assert "--max-step-seconds S" in text and "(default 2;" in text and "--max-isomap-rows N" in text
+    for bad in ("0", "-1", "nan", "soon"):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["serve", "--max-step-seconds", bad])
+
+    # cmd_serve passes them to app.serve, which sets the limits before serving
+    served = {}
+    monkeypatch.setattr(app.pn, "serve", lambda *a, **kw: served.update(kw))
+    monkeypatch.setattr(engine, "warm_up", lambda: None)
+    assert cli.cmd_serve(args) == 0 and served
+    assert budget.LIMITS.step_seconds == 0.5 and budget.LIMITS.isomap_rows == 100
+    # ... and the labs refuse by that limit: the default TAP step now is over it
+    with pytest.raises(budget.TooMuchWork, match="at most 0.5 s are allowed"):
+        tap_check("mnist", n_hidden=1000, n_chains=100, batch_size=100)
+    for bad in (0, -1.0, float("nan"), True):
+        with pytest.raises(ValueError):
+            budget.set_limits(step_seconds=bad)
