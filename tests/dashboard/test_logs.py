@@ -27,6 +27,21 @@ class Records(logging.Handler):
         self.records.append(record)
 
 
+@pytest.fixture(autouse=True)
+def listening():
+    """The loggers pass every record: another test's setup may have raised their level or
+    disabled them (a Dask LocalCluster silences logs)."""
+    loggers = [logging.getLogger(name) for name in LOGGERS]
+    saved = [(logger.level, logger.disabled) for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.DEBUG)
+        logger.disabled = False
+    yield
+    for logger, (level, disabled) in zip(loggers, saved):
+        logger.setLevel(level)
+        logger.disabled = disabled
+
+
 @pytest.fixture
 def logged():
     quiet_closed_connections()
