@@ -560,7 +560,9 @@ class LabTools:
             finally:
                 self._syncing_url = False
             self.lab.redraw(self.lab.runner.history.records())
-            self.show("error", f"**Could not load {filename}:** {type(exc).__name__}: {exc}  \n"
+            # a refused setting (ValueError, e.g. over the work budget) is its own sentence
+            text = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
+            self.show("error", f"**Could not load {filename}:** {text}  \n"
                                "The current run is unchanged.")
             return False
         self._syncing_url = False

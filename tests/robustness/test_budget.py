@@ -228,7 +228,7 @@ def test_a_checkpoint_over_the_budget_is_refused_and_the_session_unchanged(make_
     assert not lab.tools.load_bytes(write_checkpoint(big), filename="big.npz")
     sentence = refusal_of_tap(data="digits", batch=50, **TOO_BIG)
     assert lab.tools.message.level == "error"
-    assert lab.tools.message.text == (f"**Could not load big.npz:** TooMuchWork: {sentence}  \n"
+    assert lab.tools.message.text == (f"**Could not load big.npz:** {sentence}  \n"
                                       "The current run is unchanged.")
     assert lab.tools.settings_text() == settings
     trainers, history = run_of(lab)
