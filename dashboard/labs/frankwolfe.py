@@ -24,7 +24,7 @@ from dashboard import budget
 from dashboard.labs.base import RADIO, Lab, held, label
 from dashboard.labs.frankwolfe_setup import (CD_EPOCHS, CD_K, DATASETS, DEFAULTS, EVALUATIONS, cd_factory,
                                              fw_curves, fw_factory, log_likelihood_of, train_log_likelihood)
-from dashboard.labs.tap_setup import load_images
+from dashboard.labs.tap_setup import describe_images, load_images
 from dashboard.labtools import Preset
 from dashboard.runner import Runner, play_or_tell
 from dashboard.views import LiveCurve, StatusBadge
@@ -178,10 +178,7 @@ class FrankWolfeLab(Lab):
         if "data" not in changed:
             return
         images = load_images(self.data.value)
-        n, v, t = images.split_sizes
-        shape = images.image_shape
-        self.data_info.object = (f"**{images.name}**: {n:,} training, {v:,} validation (the stopping rule) and "
-                                 f"{t:,} test digits of {shape[0]}×{shape[1]} binary pixels.")
+        self.data_info.object = describe_images(images, "validation (the stopping rule)")
 
     def implied(self, values) -> dict[str, Any]:
         """A change of data set brings that set's default settings (the given values win)."""

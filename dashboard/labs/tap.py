@@ -23,7 +23,8 @@ from bokeh.plotting import figure
 
 from dashboard.labs.base import RADIO, Lab, held, label
 from dashboard.labs.tap_setup import (DATASETS, EXACT_LIMIT, History, check_work, data_embedding, denoise_curve,
-                                      denoise_digit, isomap_rows, load_images, solution_embedding)
+                                      denoise_digit, describe_images, isomap_rows, load_images,
+                                      solution_embedding)
 from dashboard.labs.tap_setup import trainer_factory as build_trainers
 from dashboard.labtools import Preset
 from dashboard.views import LiveCurve, StatusBadge
@@ -170,10 +171,7 @@ class TAPLab(Lab):
             return
         images = load_images(key)
         self._prepared = (key, images)
-        n, v, t = images.split_sizes
-        shape = images.image_shape
-        self.data_info.object = (f"**{images.name}**: {n:,} training, {v:,} validation and {t:,} test digits of "
-                                 f"{shape[0]}×{shape[1]} binary pixels.")
+        self.data_info.object = describe_images(images)
 
     def implied(self, values) -> dict[str, Any]:
         """A change of data set brings that set's default model settings."""

@@ -41,6 +41,14 @@ def load_images(key: str) -> ImageSet:
     raise ValueError(f"The data set must be one of {sorted(set(DATASETS.values()))}. Got {key!r}.")
 
 
+def describe_images(images: ImageSet, validation: str = "validation") -> str:
+    """One line for a lab's data panel: the set's name and splits (Markdown)."""
+    n, v, t = images.split_sizes
+    rows, cols = images.image_shape
+    return (f"**{images.name}**: {n:,} training, {v:,} {validation} and {t:,} test digits of "
+            f"{rows}×{cols} binary pixels.")
+
+
 class GroundTruthTrainer:
     """A TAP trainer plus, on every step of a small model, what exact answers allow.
 
