@@ -32,20 +32,15 @@ def _warm():
 
 
 @pytest.fixture
-def make_lab():
-    labs = []
-
+def make_lab(make_lab):
+    """The shared ``make_lab`` (tests/conftest.py), by default with the lab's SMALL settings."""
     def make(cls, small: bool = True) -> Lab:
-        lab = cls()
-        lab.panel()
+        lab = make_lab(cls)
         if small:
             lab.apply_settings(lab.tools.decode(SMALL[cls.key], strict=True)[0])
-        labs.append(lab)
         return lab
 
-    yield make
-    for lab in labs:
-        lab.close()
+    return make
 
 
 def steps(lab: Lab, k: int) -> None:

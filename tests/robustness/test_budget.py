@@ -44,23 +44,6 @@ def default_limits():
     budget.set_limits(budget.DEFAULT_STEP_SECONDS, budget.DEFAULT_ISOMAP_ROWS)
 
 
-@pytest.fixture
-def make_lab():
-    labs = []
-
-    def make(cls, settings=None) -> Lab:
-        lab = cls()
-        lab.panel()
-        if settings:
-            lab.apply_settings(settings)
-        labs.append(lab)
-        return lab
-
-    yield make
-    for lab in labs:
-        lab.close()
-
-
 def refusal_of_tap(data="mnist", batch=100, prior="bernoulli", **settings) -> str:
     with pytest.raises(budget.TooMuchWork) as info:
         tap_check(data, n_hidden=settings["n_hidden"], n_chains=settings["K"], batch_size=batch, prior_hid=prior)
