@@ -78,8 +78,8 @@ def _trained_rbm(n_hidden: int, V: np.ndarray, epochs: int) -> tuple[np.ndarray,
 
     trainer = RBMTrainer(V, n_hidden, step_unit="epoch", evaluate="none", max_epochs=epochs, seed=0)
     trainer.run()
-    state = trainer.state_dict()
-    return state["W"], state["b_vis"], state["b_hid"]
+    rbm = trainer.rbm  # float64 parameters, whatever the training precision
+    return rbm.W, rbm.b_vis, rbm.b_hid
 
 
 def run(hidden: tuple[int, ...] = (100, 500), K: int = 100, *, n_sweeps: int = 40, repeats: int = 7,

@@ -19,17 +19,22 @@ import math
 import numpy as np
 from numba import njit
 
+from engine.kernels.tap import exp_nonpositive
+
 LOG2 = math.log(2.0)
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # splitmix64's increment
+MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+MIX2 = np.uint64(0x94D049BB133111EB)
 RECON_ROWS = 20  # PCD: reconstruction error on this many rows of each batch (an extra product)
 
 
 @njit(cache=True, nogil=True, inline="always")
 def _uniform(state):
     """Next U[0, 1) double of the splitmix64 stream in state[0] (a uint64 array of one)."""
-    z = state[0] + np.uint64(0x9E3779B97F4A7C15)
+    z = state[0] + GOLDEN
     state[0] = z
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z = (z ^ (z >> np.uint64(30))) * MIX1
+    z = (z ^ (z >> np.uint64(27))) * MIX2
     z = z ^ (z >> np.uint64(31))
     return np.float64(z >> np.uint64(11)) * (1.0 / 9007199254740992.0)
 
@@ -71,13 +76,66 @@ def sigmoid(x):
 
 
 @njit(cache=True, nogil=True)
+def scratch(m):
+    """Scratch rows for :func:`_sigmoid_row` of rows up to m long (allocate once, reuse)."""
+    return np.empty((4, m))
+
+
+@njit(cache=True, nogil=True)
+def _sigmoid_row(x, bias, p, S):
+    """p[j] = sigmoid(x[j] + bias[j]) for one row (p may be x), in vectorisable passes.
+
+    sigmoid(t) = 1 / (1 + e) for t >= 0 and e / (1 + e) below, e = exp(-|t|), with the
+    polynomial exp of :func:`engine.kernels.tap.exp_nonpositive` (float64, relative error
+    < 3e-16) and a select instead of a branch: a branch on the sign of a random field is
+    mispredicted half the time, which cost more than the exp itself.
+    """
+    m = x.shape[0]
+    t = S[0, :m]
+    y = S[1, :m]
+    e = S[2, :m]
+    work = S[3, :m]
+    for j in range(m):
+        t[j] = x[j] + bias[j]
+        y[j] = -abs(t[j])
+    exp_nonpositive(y, e, work)
+    for j in range(m):
+        inv = 1.0 / (1.0 + e[j])
+        p[j] = inv if t[j] >= 0.0 else e[j] * inv
+
+
+@njit(cache=True, nogil=True)
+def _draw_row(p, state, out):
+    """out[j] = 1 if u_j < p[j] else 0 with u_j the next draws of the stream (out may be p).
+
+    The same draws as m calls of :func:`_uniform` (splitmix64 draw j mixes state + (j + 1)
+    GOLDEN), computed independently so the loop has no carried dependency and no branch.
+    The float64 draw is compared with p promoted to float64 (exact for float32 p).
+    """
+    m = p.shape[0]
+    base = state[0]
+    for j in range(m):
+        z = base + np.uint64(j + 1) * GOLDEN
+        z = (z ^ (z >> np.uint64(30))) * MIX1
+        z = (z ^ (z >> np.uint64(27))) * MIX2
+        z = z ^ (z >> np.uint64(31))
+        u = np.float64(z >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+        out[j] = np.float64(u < p[j])
+    state[0] = base + np.uint64(m) * GOLDEN
+
+
+@njit(cache=True, nogil=True)
+def _sigmoid_rows(X, bias, S):
+    """X <- sigmoid(X + bias) in place, row by row (X in its own dtype)."""
+    for r in range(X.shape[0]):
+        _sigmoid_row(X[r], bias, X[r], S)
+
+
+@njit(cache=True, nogil=True)
 def _layer_probabilities(A, B, bias):
     """sigmoid(A @ B + bias) row by row: the conditional of one layer given the other."""
     X = np.dot(A, B)
-    n, m = X.shape
-    for r in range(n):
-        for j in range(m):
-            X[r, j] = sigmoid(X[r, j] + bias[j])
+    _sigmoid_rows(X, bias, scratch(X.shape[1]))
     return X
 
 
@@ -94,24 +152,36 @@ def visible_probabilities(H, WT, b_vis):
 
 
 @njit(cache=True, nogil=True)
+def _bernoulli_into(P, state, out):
+    """out <- a 0/1 sample of independent Bernoulli(P) entries (out may be P).
+
+    The float64 draw u is compared with P's entry promoted to float64 (exact for float32 P),
+    so both precisions consume the same stream the same way."""
+    for r in range(P.shape[0]):
+        _draw_row(P[r], state, out[r])
+
+
+@njit(cache=True, nogil=True)
 def _bernoulli(P, state):
-    """A 0/1 float64 sample of independent Bernoulli(P) entries."""
-    n, m = P.shape
-    out = np.empty((n, m))
-    for r in range(n):
-        for c in range(m):
-            out[r, c] = 1.0 if _uniform(state) < P[r, c] else 0.0
+    """A 0/1 sample of independent Bernoulli(P) entries, in P's dtype."""
+    out = np.empty(P.shape, P.dtype)
+    _bernoulli_into(P, state, out)
     return out
 
 
 @njit(cache=True, nogil=True)
+def _sample_fields_into(X, bias, state, out, S):
+    """out <- a 0/1 sample of Bernoulli(sigmoid(X + bias)) entries (out may be X); S: scratch."""
+    for r in range(X.shape[0]):
+        _sigmoid_row(X[r], bias, out[r], S)
+        _draw_row(out[r], state, out[r])
+
+
+@njit(cache=True, nogil=True)
 def _sample_fields(X, bias, state):
-    """A 0/1 sample of Bernoulli(sigmoid(X + bias)) entries, (n, m)."""
-    n, m = X.shape
-    out = np.empty((n, m))
-    for r in range(n):
-        for c in range(m):
-            out[r, c] = 1.0 if _uniform(state) < sigmoid(X[r, c] + bias[c]) else 0.0
+    """A 0/1 sample of Bernoulli(sigmoid(X + bias)) entries, (n, m), in X's dtype."""
+    out = np.empty(X.shape, X.dtype)
+    _sample_fields_into(X, bias, state, out, scratch(X.shape[1]))
     return out
 
 
@@ -136,12 +206,17 @@ def gibbs_chains(V, W, WT, b_vis, b_hid, k, seed):
     """k steps of block Gibbs sampling h ~ P(h|v), v ~ P(v|h) on every chain (row of V).
 
     V is updated in place (one chain per row); returns the last hidden sample (n, Nh).
+    Runs in the dtype of V, W and WT (all float64 or all float32, C-contiguous); the
+    biases may be either.  Two buffers serve all k steps.
     """
     state = new_state(seed)
-    H = np.zeros((V.shape[0], W.shape[1]))
+    H = np.zeros((V.shape[0], W.shape[1]), V.dtype)
+    S = scratch(max(W.shape[0], W.shape[1]))
     for _ in range(k):
-        H = _sample_fields(np.dot(V, W), b_hid, state)
-        V[...] = _sample_fields(np.dot(H, WT), b_vis, state)
+        np.dot(V, W, H)
+        _sample_fields_into(H, b_hid, state, H, S)
+        np.dot(H, WT, V)
+        _sample_fields_into(V, b_vis, state, V, S)
     return H
 
 
@@ -282,68 +357,101 @@ def train_batches(V, rows, bounds, seeds, W, b_vis, b_hid, vW, v_vis, v_hid, cha
     for free (it is the first negative step); PCD computes it on the first RECON_ROWS
     rows of the (randomly ordered) batch only, an unbiased estimate at a fraction of a
     product's cost.
+
+    Precision: everything runs in the dtype of W (float32 or float64; V, the parameters,
+    velocities and chains share it).  The buffers are allocated once per call and reused
+    by every batch; the products write into them (``np.dot(a, b, out)``).
     """
     n_vis, n_hid = W.shape
+    dt = W.dtype
+    nb_max = 0
+    for t in range(seeds.shape[0]):
+        nb_max = max(nb_max, bounds[t + 1] - bounds[t])
+    n_chains = chains.shape[0] if persistent else nb_max
+    # L = [batch; negative states] and R = [P(h|batch) / nb; -P(h|neg) / n_neg]: the gradient
+    # of both phases is the one product L^T R; the batch and the CD chains live inside L
+    L = np.empty((nb_max + n_chains, n_vis), dt)
+    R = np.empty((nb_max + n_chains, n_hid), dt)
+    Hp = np.empty((nb_max, n_hid), dt)
+    Hc = np.empty((n_chains, n_hid), dt)
+    Hs = np.empty((nb_max, n_hid), dt)
+    Vr = np.empty((nb_max, n_vis), dt)
+    G = np.empty((n_vis, n_hid), dt)
+    sum_p = np.empty(n_hid)
+    sum_n = np.empty(n_hid)
+    S = scratch(max(n_vis, n_hid))
+    WT = W.T
     for t in range(seeds.shape[0]):
         state = new_state(seeds[t])
         idx = rows[bounds[t]:bounds[t + 1]]
         nb = idx.shape[0]
-        WT = W.T
+        B = L[:nb]
+        for r in range(nb):
+            B[r] = V[idx[r]]
+        hp = Hp[:nb]
+        np.dot(B, W, hp)
+        _sigmoid_rows(hp, b_hid, S)
+        # reconstruction error: all rows for CD (its first negative step), RECON_ROWS for PCD
+        nr = min(nb, RECON_ROWS) if persistent else nb
+        hs = Hs[:nr]
+        _bernoulli_into(hp[:nr], state, hs)
+        vr = Vr[:nr]
+        np.dot(hs, WT, vr)
+        _sigmoid_rows(vr, b_vis, S)
+        err = 0.0
+        for r in range(nr):
+            for i in range(n_vis):
+                d = B[r, i] - vr[r, i]
+                err += d * d
+        recon_out[t] = err / nr
         if persistent:
-            B = np.empty((nb, n_vis))
-            for r in range(nb):
-                B[r] = V[idx[r]]
-            Hp = hidden_probabilities(B, W, b_hid)
-            # reconstruction error on at most RECON_ROWS rows (the batch is a random sample)
-            nr = min(nb, RECON_ROWS)
-            Vr = visible_probabilities(_bernoulli(Hp[:nr], state), WT, b_vis)
-            err = 0.0
-            for r in range(nr):
-                for i in range(n_vis):
-                    d = B[r, i] - Vr[r, i]
-                    err += d * d
-            recon_out[t] = err / nr
-            neg = chains
+            n_neg = n_chains
+            neg = L[nb:nb + n_neg]
             for step in range(k):
                 if step == 0:
-                    Hc = _bernoulli(chain_hid, state)
+                    _bernoulli_into(chain_hid, state, Hc)
                 else:
-                    Hc = _sample_fields(np.dot(neg, W), b_hid, state)
-                neg[...] = _sample_fields(np.dot(Hc, WT), b_vis, state)
+                    np.dot(chains, W, Hc)
+                    _sample_fields_into(Hc, b_hid, state, Hc, S)
+                np.dot(Hc, WT, chains)
+                _sample_fields_into(chains, b_vis, state, chains, S)
+            neg[...] = chains
         else:
-            B = np.empty((nb, n_vis))
-            for r in range(nb):
-                B[r] = V[idx[r]]
-            Hp = hidden_probabilities(B, W, b_hid)
-            Vr = visible_probabilities(_bernoulli(Hp, state), WT, b_vis)  # CD's first negative step
-            err = 0.0
-            for r in range(nb):
-                for i in range(n_vis):
-                    d = B[r, i] - Vr[r, i]
-                    err += d * d
-            recon_out[t] = err / nb
-            neg = _bernoulli(Vr, state)
+            n_neg = nb
+            neg = L[nb:nb + n_neg]
+            _bernoulli_into(vr, state, neg)
+            hc = Hc[:nb]
             for _ in range(k - 1):
-                Hc = _sample_fields(np.dot(neg, W), b_hid, state)
-                neg = _sample_fields(np.dot(Hc, WT), b_vis, state)
-        Hn = hidden_probabilities(neg, W, b_hid)
+                np.dot(neg, W, hc)
+                _sample_fields_into(hc, b_hid, state, hc, S)
+                np.dot(hc, WT, neg)
+                _sample_fields_into(neg, b_vis, state, neg, S)
+        hn = R[nb:nb + n_neg]
+        np.dot(neg, W, hn)
+        _sigmoid_rows(hn, b_hid, S)
         if persistent:
-            chain_hid[...] = Hn
-        n_neg = neg.shape[0]
+            chain_hid[...] = hn
         cp = 1.0 / nb
         cn = 1.0 / n_neg
-        # one product for both phases: [B; neg]^T [Hp / nb; -Hn / n_neg]
-        L = np.empty((nb + n_neg, n_vis))
-        L[:nb] = B
-        L[nb:] = neg
-        R = np.empty((nb + n_neg, n_hid))
+        # hidden-bias gradient from the unscaled probabilities (column sums, row by row)
+        sum_p[:] = 0.0
+        sum_n[:] = 0.0
         for r in range(nb):
             for j in range(n_hid):
-                R[r, j] = cp * Hp[r, j]
+                sum_p[j] += hp[r, j]
         for r in range(n_neg):
             for j in range(n_hid):
-                R[nb + r, j] = -cn * Hn[r, j]
-        G = np.dot(L.T, R)
+                sum_n[j] += hn[r, j]
+        for j in range(n_hid):
+            v_hid[j] = momentum * v_hid[j] + learning_rate * (sum_p[j] * cp - sum_n[j] * cn)
+        for r in range(nb):
+            for j in range(n_hid):
+                R[r, j] = cp * hp[r, j]
+        for r in range(n_neg):
+            for j in range(n_hid):
+                hn[r, j] = -cn * hn[r, j]
+        m = nb + n_neg
+        np.dot(L[:m].T, R[:m], G)
         for i in range(n_vis):
             for j in range(n_hid):
                 vW[i, j] = momentum * vW[i, j] + learning_rate * (G[i, j] - weight_decay * W[i, j])
@@ -358,13 +466,6 @@ def train_batches(V, rows, bounds, seeds, W, b_vis, b_hid, vW, v_vis, v_hid, cha
             v_vis[i] = momentum * v_vis[i] + learning_rate * (sp * cp - sn * cn)
             b_vis[i] += v_vis[i]
         for j in range(n_hid):
-            sp = 0.0
-            for r in range(nb):
-                sp += Hp[r, j]
-            sn = 0.0
-            for r in range(n_neg):
-                sn += Hn[r, j]
-            v_hid[j] = momentum * v_hid[j] + learning_rate * (sp * cp - sn * cn)
             b_hid[j] += v_hid[j]
 
 

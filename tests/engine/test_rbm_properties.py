@@ -131,12 +131,16 @@ def test_gradient_estimator_with_exact_model_samples_is_unbiased():
 
 @pytest.fixture(scope="module")
 def trained_digits_rbms(digits):
-    """PCD-1 RBMs trained for 10 epochs on binarised digits (batch 20, lr 0.05, momentum 0.5)."""
+    """PCD-1 RBMs trained for 10 epochs on binarised digits (batch 20, lr 0.05, momentum 0.5).
+
+    In float64, the models these AIS tests were written against (float32 training is compared
+    with float64 in tests/engine/test_rbm_dtype.py; at batch 20 one rounding that moves a
+    probability across a draw sends a run on another path, e.g. seed 10 ends 1 nat apart)."""
     V, _ = digits
     out = {}
     for n_hidden in (10, 20):
         trainer = R.RBMTrainer(V, n_hidden, method="pcd", max_epochs=10, batch_size=20, step_unit="epoch",
-                               evaluate="none", seed=n_hidden)
+                               evaluate="none", seed=n_hidden, dtype="float64")
         trainer.run()
         out[n_hidden] = trainer.rbm
     return out
@@ -439,10 +443,15 @@ def test_trainer_starts_from_given_parameters(digits):
     model's (a CD run initialised from a Frank-Wolfe model, Ping et al. 2016 §4)."""
     V = digits[0][:300]
     model = R.RBM.random(V.shape[1], 7, seed=3, scale=0.3)
-    trainer = R.RBMTrainer(V, 7, init_params=(model.W, model.b_vis, model.b_hid), evaluate="exact", seed=1)
+    trainer = R.RBMTrainer(V, 7, init_params=(model.W, model.b_vis, model.b_hid), evaluate="exact", seed=1,
+                           dtype="float64")
     np.testing.assert_array_equal(trainer.rbm.W, model.W)
     np.testing.assert_array_equal(trainer.rbm.b_vis, model.b_vis)
     np.testing.assert_array_equal(trainer.rbm.b_hid, model.b_hid)
+    # the float32 default starts from the given model rounded to float32
+    t32 = R.RBMTrainer(V, 7, init_params=(model.W, model.b_vis, model.b_hid), evaluate="exact", seed=1)
+    np.testing.assert_array_equal(t32.rbm.W, model.W.astype(np.float32))
+    np.testing.assert_array_equal(t32.rbm.b_hid, model.b_hid.astype(np.float32))
     assert trainer.rbm.W is not model.W  # a copy: training does not change the caller's arrays
     trainer.step()
     assert not np.array_equal(trainer.rbm.W, model.W)
