@@ -36,6 +36,8 @@ from engine.rbm import (
     _seed,
     base_rate_biases,
     check_binary,
+    check_dtype,
+    check_dtype_matches,
     log_partition_exact,
 )
 from engine.stepping import Record, as_scalar
@@ -159,8 +161,10 @@ class TAPResult:
 class _Model:
     """Validated parameters in the kernels' calling convention."""
 
-    def __init__(self, W, b_vis, b_hid, prior_vis, prior_hid, owner, field_vis=None, n_chains=None):
-        self.W, b_vis, b_hid = _check_params(W, b_vis, b_hid, owner)
+    def __init__(self, W, b_vis, b_hid, prior_vis, prior_hid, owner, field_vis=None, n_chains=None, dtype="float64"):
+        W, b_vis, b_hid = _check_params(W, b_vis, b_hid, owner)
+        # W in the precision of the products; biases and prior parameters stay float64
+        self.W = W if dtype == "float64" else np.ascontiguousarray(W, dtype=dtype)
         self.vis = _layer(prior_vis, b_vis, "prior_vis", owner)
         self.hid = _layer(prior_hid, b_hid, "prior_hid", owner)
         self.has_field = field_vis is not None
@@ -191,7 +195,7 @@ def tap_fixed_points(
     W: np.ndarray, b_vis: np.ndarray, b_hid: np.ndarray, init_vis: np.ndarray, *,
     prior_vis: str | Prior = "bernoulli", prior_hid: str | Prior = "bernoulli",
     field_vis: np.ndarray | None = None, damping: float = 0.0, tol: float = DEFAULT_TOL,
-    max_iter: int = DEFAULT_MAX_ITER, init_c_vis: np.ndarray | None = None,
+    max_iter: int = DEFAULT_MAX_ITER, init_c_vis: np.ndarray | None = None, dtype: str = "float64",
 ) -> TAPResult:
     """TAP inference, Algorithm 1, for K = len(init_vis) chains at once.
 
@@ -204,22 +208,72 @@ def tap_fixed_points(
     the others.  ``damping`` in [0, 1) keeps that fraction of the old moments per update.
     ``field_vis`` (K, Nv) adds a per-chain field to the visible prior (U -> U + field), as
     for denoising on a binary symmetric channel (§VII.4, eq. 47).
+
+    ``dtype`` ("float64" default, or "float32") is the precision of the products and of the
+    returned moments.  float32 runs about twice as fast but its magnetizations stop moving
+    at rounding level (~1e-7): use a ``tol`` >= 1e-12 with it, and :func:`refine_fixed_points`
+    before comparing with exact answers.
     """
     owner = "tap_fixed_points"
+    dtype = check_dtype(dtype, owner)
     init = np.asarray(init_vis, dtype=np.float64)
-    model = _Model(W, b_vis, b_hid, prior_vis, prior_hid, owner, field_vis, init.shape[0] if init.ndim == 2 else None)
+    model = _Model(W, b_vis, b_hid, prior_vis, prior_hid, owner, field_vis, init.shape[0] if init.ndim == 2 else None,
+                   dtype=dtype)
     n_vis, n_hid = model.W.shape
-    av = _check_moments(init, "init_vis", owner, n_vis).copy()
+    av = _check_moments(init, "init_vis", owner, n_vis).astype(dtype)
     K = av.shape[0]
-    cv = np.zeros((K, n_vis)) if init_c_vis is None else _check_moments(init_c_vis, "init_c_vis", owner, n_vis, K).copy()
+    cv = (np.zeros((K, n_vis), dtype) if init_c_vis is None
+          else _check_moments(init_c_vis, "init_c_vis", owner, n_vis, K).astype(dtype))
     damping = _check_float("damping", damping, owner, 0.0, 1.0)
     tol = _check_float("tol", tol, owner, 0.0)
     max_iter = _check_int("max_iter", max_iter, owner, 1)
-    ah = np.zeros((K, n_hid))
-    ch = np.zeros((K, n_hid))
+    ah = np.zeros((K, n_hid), dtype)
+    ch = np.zeros((K, n_hid), dtype)
     iters = np.zeros(K, dtype=np.int64)
     conv = np.zeros(K, dtype=np.bool_)
     kernels.tap_iterate(*model.args(), av, cv, ah, ch, damping, tol, max_iter, iters, conv)
+    return TAPResult(av, cv, ah, ch, iters, conv)
+
+
+def refine_fixed_points(
+    W: np.ndarray, b_vis: np.ndarray, b_hid: np.ndarray, result: TAPResult, *,
+    prior_vis: str | Prior = "bernoulli", prior_hid: str | Prior = "bernoulli",
+    field_vis: np.ndarray | None = None, damping: float = 0.0, tol: float = DEFAULT_TOL,
+    max_iter: int = DEFAULT_MAX_ITER,
+) -> TAPResult:
+    """Continue Algorithm 1 in float64 from every converged chain of ``result`` (any dtype).
+
+    For estimates reported to users or compared with exact answers (eqs. 36, 39): a float32
+    solve finds the fixed points fast, a few float64 sweeps from all four moments (a, c of
+    both layers, so the first sweep starts *at* the float32 fixed point) settle them to
+    ``tol`` in float64.  Chains that had not converged are returned as they were (float64,
+    not converged), so the result's counts never include a chain float32 could not settle.
+    ``iterations`` adds the float64 sweeps to the float32 ones.
+    """
+    owner = "refine_fixed_points"
+    model = _Model(W, b_vis, b_hid, prior_vis, prior_hid, owner, field_vis, result.n_chains)
+    n_vis, n_hid = model.W.shape
+    K = result.n_chains
+    av, cv, ah, ch = (_check_moments(getattr(result, name), f"result.{name}", owner, n, K).copy()
+                      for name, n in (("a_vis", n_vis), ("c_vis", n_vis), ("a_hid", n_hid), ("c_hid", n_hid)))
+    damping = _check_float("damping", damping, owner, 0.0, 1.0)
+    tol = _check_float("tol", tol, owner, 0.0)
+    max_iter = _check_int("max_iter", max_iter, owner, 1)
+    iters = np.asarray(result.iterations, dtype=np.int64).copy()
+    conv = np.asarray(result.converged, dtype=np.bool_).copy()
+    todo = np.flatnonzero(conv)
+    if todo.size:
+        sub = [np.ascontiguousarray(x[todo]) for x in (av, cv, ah, ch)]
+        it = np.zeros(todo.size, dtype=np.int64)
+        ok = np.zeros(todo.size, dtype=np.bool_)
+        args = list(model.args())
+        if model.has_field:
+            args[-2] = np.ascontiguousarray(model.field[todo])
+        kernels.tap_iterate(*args, *sub, damping, tol, max_iter, it, ok)
+        for x, y in zip((av, cv, ah, ch), sub):
+            x[todo] = y
+        iters[todo] += it
+        conv[todo] = ok
     return TAPResult(av, cv, ah, ch, iters, conv)
 
 
@@ -364,19 +418,29 @@ def _canonical_order(F: np.ndarray, X: np.ndarray) -> np.ndarray:
 def tap_log_partition(
     W: np.ndarray, b_vis: np.ndarray, b_hid: np.ndarray, init_vis: np.ndarray, *,
     damping: float = 0.0, tol: float = TIGHT_TOL, max_iter: int = 20_000, unique_tol: float = DEFAULT_UNIQUE_TOL,
+    dtype: str = "float64",
 ) -> float:
     """TAP estimate of log Z of a binary {0, 1} RBM (same Z as :func:`engine.rbm.log_partition_exact`).
 
     Runs Algorithm 1 from the rows of ``init_vis`` to ``tol`` (default :data:`TIGHT_TOL`, an
     RMS change of 1e-12 per unit, so the estimate itself is accurate far below 1e-6) and
     returns -F averaged uniformly over the distinct solutions reached (eq. 39, §V.2).
+    With ``dtype="float32"`` Algorithm 1 runs in float32 to the paper's tol = 1e-8 and the
+    fixed points are then refined in float64 to ``tol`` (:func:`refine_fixed_points`) before
+    eq. 36 is evaluated (always in float64).
 
     Raises
     ------
     RuntimeError
         If no chain converged within ``max_iter`` sweeps (try ``damping``).
     """
-    result = tap_fixed_points(W, b_vis, b_hid, init_vis, damping=damping, tol=tol, max_iter=max_iter)
+    dtype = check_dtype(dtype, "tap_log_partition")
+    if dtype == "float64":
+        result = tap_fixed_points(W, b_vis, b_hid, init_vis, damping=damping, tol=tol, max_iter=max_iter)
+    else:
+        rough = tap_fixed_points(W, b_vis, b_hid, init_vis, damping=damping, tol=max(tol, DEFAULT_TOL),
+                                 max_iter=max_iter, dtype=dtype)
+        result = refine_fixed_points(W, b_vis, b_hid, rough, damping=damping, tol=tol, max_iter=max_iter)
     unique = unique_solutions(W, b_vis, b_hid, result, tol=unique_tol)
     if unique.count == 0:
         raise RuntimeError(f"tap_log_partition: none of the {result.n_chains} chains converged within {max_iter} sweeps "
@@ -442,7 +506,10 @@ def tap_gradient(
 
 
 def _gradient(model: _Model, X: np.ndarray, sol: UniqueSolutions) -> dict[str, np.ndarray]:
+    """Eqs. 40-42 with the products in the precision of ``model.W``."""
     W = model.W
+    X = np.ascontiguousarray(X, dtype=W.dtype)
+    sol = _astype_solutions(sol, W.dtype)
     _, Ha, Hc, Hnz = kernels.data_terms(X, W, *model.vis, *model.hid)
     if model.vis[0] == kernels.TRUNC_GAUSS_BERNOULLI or model.hid[0] == kernels.TRUNC_GAUSS_BERNOULLI:
         Bv, Av, Bh, Ah = kernels.tap_fields(W, sol.a_vis, sol.c_vis, sol.a_hid, sol.c_hid)
@@ -451,6 +518,7 @@ def _gradient(model: _Model, X: np.ndarray, sol: UniqueSolutions) -> dict[str, n
     else:
         nzv = np.ones_like(sol.a_vis)
         nzh = np.ones_like(sol.a_hid)
+    nzv, nzh = (np.ascontiguousarray(x, dtype=W.dtype) for x in (nzv, nzh))
     gW, gUv, gVv, gRv, gUh, gVh, gRh = kernels.tap_gradient(
         X, Ha, Hc, Hnz, sol.a_vis, sol.c_vis, sol.a_hid, sol.c_hid, nzv, nzh, W, model.vis[3], model.hid[3])
     out = {"W": gW, "b_vis": gUv, "b_hid": gUh}
@@ -460,6 +528,14 @@ def _gradient(model: _Model, X: np.ndarray, sol: UniqueSolutions) -> dict[str, n
         if code == kernels.TRUNC_GAUSS_BERNOULLI:
             out[f"rho_{side}"] = gR
     return out
+
+
+def _astype_solutions(sol: UniqueSolutions, dtype) -> UniqueSolutions:
+    if sol.a_vis.dtype == dtype:
+        return sol
+    cast = {name: np.ascontiguousarray(getattr(sol, name), dtype=dtype) for name in ("a_vis", "c_vis", "a_hid", "c_hid")}
+    return UniqueSolutions(**cast, free_energies=sol.free_energies, labels=sol.labels, counts=sol.counts,
+                           n_chains=sol.n_chains, n_converged=sol.n_converged, tol=sol.tol)
 
 
 # ----------------------------------------------------------------------- trainer
@@ -539,6 +615,12 @@ class TAPTrainer:
     * arrays W, b_vis, b_hid (and precision_* / rho_* for truncated priors),
       ``solution_free_energies``, ``solutions_vis`` (a_v) and ``solutions_hid`` (a_h).
 
+    ``dtype`` ("float32" default, or "float64") is the precision of Algorithm 1's sweeps
+    during training and of the gradient products and W's update of Algorithm 2 (float32
+    products run about twice as fast).  The biases and prior parameters, the solutions' free
+    energies and everything a Record reports stay float64: an evaluation solves in ``dtype``
+    and refines the fixed points in float64 (:func:`refine_fixed_points`) before eq. 36.
+
     In batch mode a step trains ``batches_per_step`` mini-batches (default 1), then
     evaluates: the evaluation costs about as much as one batch, so the live lab trains
     several per step.  With ``max_damping`` set, a batch in which no chain converges is
@@ -573,8 +655,10 @@ class TAPTrainer:
         batches_per_step: int = 1,
         max_damping: float | None = None,
         seed: int = 0,
+        dtype: str = "float32",
     ) -> None:
         owner = "TAPTrainer"
+        self.dtype = check_dtype(dtype, owner)
         self.prior_vis = _check_choice("prior_vis", prior_vis, owner, PRIOR_KINDS)
         self.prior_hid = _check_choice("prior_hid", prior_hid, owner, PRIOR_KINDS)
         probe = _layer(Prior("truncated_gaussian", bounds=bounds), np.zeros(1), "bounds", owner)
@@ -624,14 +708,15 @@ class TAPTrainer:
     # -- state
     def _set_state(self, *, W, b_vis, b_hid, precision_vis, rho_vis, precision_hid, rho_hid, vW, iteration,
                    elapsed, status, message) -> None:
-        self._W = np.array(W, dtype=np.float64, order="C")
+        # W and its velocity in the training precision; biases and prior parameters (vectors) float64
+        self._W = np.array(W, dtype=self.dtype, order="C")
         self._b_vis = np.array(b_vis, dtype=np.float64)
         self._b_hid = np.array(b_hid, dtype=np.float64)
         self._prec_vis = np.array(precision_vis, dtype=np.float64)
         self._rho_vis = np.array(rho_vis, dtype=np.float64)
         self._prec_hid = np.array(precision_hid, dtype=np.float64)
         self._rho_hid = np.array(rho_hid, dtype=np.float64)
-        self._vW = np.array(vW, dtype=np.float64, order="C")
+        self._vW = np.array(vW, dtype=self.dtype, order="C")
         self.iteration = int(iteration)
         self.elapsed = float(elapsed)
         self.status = str(status)
@@ -667,14 +752,19 @@ class TAPTrainer:
             self._perm_epoch = epoch
         return self._perm
 
-    def _model(self) -> _Model:
+    def _model(self, dtype: str | None = None) -> _Model:
         pv, ph = self.priors
-        return _Model(self._W, self._b_vis, self._b_hid, pv, ph, "TAPTrainer")
+        return _Model(self._W, self._b_vis, self._b_hid, pv, ph, "TAPTrainer", dtype=dtype or self.dtype)
 
-    def _solve(self, init: np.ndarray) -> tuple[TAPResult, UniqueSolutions]:
+    def _solve(self, init: np.ndarray, refine: bool = False) -> tuple[TAPResult, UniqueSolutions]:
+        """Algorithm 1 in the training precision, then the distinct solutions (free energies
+        in float64).  ``refine``: settle the fixed points in float64 first (evaluations)."""
         pv, ph = self.priors
         result = tap_fixed_points(self._W, self._b_vis, self._b_hid, init, prior_vis=pv, prior_hid=ph,
-                                  damping=self.damping, tol=self.tol, max_iter=self.max_iter)
+                                  damping=self.damping, tol=self.tol, max_iter=self.max_iter, dtype=self.dtype)
+        if refine and self.dtype != "float64":
+            result = refine_fixed_points(self._W, self._b_vis, self._b_hid, result, prior_vis=pv, prior_hid=ph,
+                                         damping=self.damping, tol=self.tol, max_iter=self.max_iter)
         unique = unique_solutions(self._W, self._b_vis, self._b_hid, result, prior_vis=pv, prior_hid=ph,
                                   tol=self.unique_tol)
         return result, unique
@@ -788,7 +878,7 @@ class TAPTrainer:
         return out
 
     def _evaluate(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        result, unique = self._solve(self._eval_init)
+        result, unique = self._solve(self._eval_init, refine=True)  # reported: fixed points settled in float64
         units = self.n_visible + self.n_hidden
         scalars: dict[str, Any] = {
             "n_solutions": unique.count,
@@ -798,7 +888,7 @@ class TAPTrainer:
             "helmholtz_free_energy": unique.helmholtz_free_energy,
             "log_z_tap": unique.log_partition,
         }
-        model = self._model()
+        model = self._model("float64")
         logp = kernels.data_terms(self._V_eval, model.W, *model.vis, *model.hid)[0]
         mean_logp = float(np.mean(logp))
         scalars["tap_log_likelihood"] = (mean_logp - unique.log_partition) / units if unique.count else math.nan
@@ -822,16 +912,20 @@ class TAPTrainer:
             "seed": self.seed, "n": self.n, "n_visible": self.n_visible, "n_hidden": self.n_hidden,
             "batch_size": self.batch_size, "n_chains": self.n_chains, "prior_vis": self.prior_vis,
             "prior_hid": self.prior_hid, "learning_rate": self.learning_rate, "weight_decay": self.weight_decay,
-            "momentum": self.momentum, "damping": self.damping, "tol": self.tol,
+            "momentum": self.momentum, "damping": self.damping, "tol": self.tol, "dtype": self.dtype,
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore :meth:`state_dict` output, validated against this trainer's data and settings."""
+        """Restore :meth:`state_dict` output, validated against this trainer's data and settings.
+
+        A checkpoint resumes only in its own ``dtype`` (no entry: float64); another is refused
+        with a ValueError saying which dtype to build the trainer with."""
         required = ("W", "b_vis", "b_hid", "precision_vis", "rho_vis", "precision_hid", "rho_hid", "vW",
                     "iteration", "elapsed", "status", "message")
         missing = [key for key in required if key not in state]
         if missing:
             raise ValueError(f"The checkpoint lacks the entries {missing} of a TAP trainer.")
+        check_dtype_matches(state, self.dtype, "TAPTrainer")
         for key in ("n", "n_visible", "n_hidden", "seed", "batch_size", "n_chains", "prior_vis", "prior_hid"):
             if key in state and as_scalar(state[key]) != getattr(self, key):
                 raise ValueError(f"The checkpoint was made with {key} = {as_scalar(state[key])!r}, but this trainer has {key} = {getattr(self, key)!r}.")
@@ -859,7 +953,8 @@ def warm_up_tap() -> None:
     """Run every TAP kernel once on tiny problems (numba compiles or loads its cache)."""
     rng = np.random.default_rng(0)
     V = (rng.random((12, 5)) < 0.5).astype(np.float64)
-    TAPTrainer(V, 3, batch_size=4, n_chains=4, max_epochs=1, step_unit="epoch").run()
+    for dtype in ("float32", "float64"):
+        TAPTrainer(V, 3, batch_size=4, n_chains=4, max_epochs=1, step_unit="epoch", dtype=dtype).run()
     Vr = rng.random((12, 5)) * (rng.random((12, 5)) < 0.7)
     for kind in ("truncated_gaussian", "truncated_gauss_bernoulli"):
         TAPTrainer(Vr, 3, prior_vis=kind, prior_hid=kind, batch_size=6, n_chains=3, max_epochs=1).step()
@@ -867,5 +962,6 @@ def warm_up_tap() -> None:
     init = random_init(3, 5, 0, "spin")
     tap_fixed_points(W, np.zeros(5), np.zeros(3), init, prior_vis="spin", prior_hid="spin", field_vis=np.zeros((3, 5)))
     tap_log_partition(W, np.zeros(5), np.zeros(3), V[:3])
+    tap_log_partition(W, np.zeros(5), np.zeros(3), V[:3], dtype="float32")
     for kind in PRIOR_KINDS:
         prior_log_partition(kind, np.zeros(2), np.zeros(2))
