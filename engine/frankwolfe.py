@@ -99,8 +99,13 @@ from engine.rbm import (
 )
 from engine.stepping import Record, as_scalar
 
-#: Exact expectations enumerate the 2^Nv visible states: allowed up to this many visibles.
+#: Exact expectations enumerate the 2^Nv visible states: allowed up to this many visibles ...
 MAX_EXACT_EXPECTATION_UNITS = 16
+#: ... or, for a standard RBM, the 2^n hidden states up to this many hidden units (0.7 s per
+#: enumeration at n = 20, Nv = 64): eq. 10 is then solved exactly and eq. 9 uses exact samples.
+MAX_EXACT_HIDDEN_EXPECTATION_UNITS = 20
+#: Eq. 10's convergence test allows this many standard errors of the sampled model means.
+BIAS_TEST_Z = 3.0
 #: ``evaluate="auto"`` uses the exact log Z when 2^m max(Nv, n) (m the smaller layer) is at
 #: most this many softplus terms (about 0.1 s), else AIS.
 AUTO_EXACT_BUDGET = 2**22
@@ -328,7 +333,8 @@ class FrankWolfeTrainer:
         samples: int = 500,
         reg: float = 0.3,
         bias_lr: float = 0.05,
-        bias_steps: int = 10,
+        bias_steps: int = 1000,
+        bias_tol: float = 0.01,
         gibbs_steps: int = 1,
         evaluate: Evaluate = "auto",
         ais_runs: int = 20,
@@ -362,6 +368,7 @@ class FrankWolfeTrainer:
         self.reg = _check_float("reg", reg, owner, 0.0)
         self.bias_lr = _check_float("bias_lr", bias_lr, owner, 0.0)
         self.bias_steps = _check_int("bias_steps", bias_steps, owner, 0)
+        self.bias_tol = _check_float("bias_tol", bias_tol, owner, 0.0)
         self.gibbs_steps = _check_int("gibbs_steps", gibbs_steps, owner, 1)
         evaluate = _check_choice("evaluate", evaluate, owner, ("auto", "exact", "ais", "none"))
         self.ais_runs = _check_int("ais_runs", ais_runs, owner, 2)
@@ -386,10 +393,19 @@ class FrankWolfeTrainer:
         self.inner_tol = _check_float("inner_tol", inner_tol, owner, 0.0)
         self.stop_window = _check_int("stop_window", stop_window, owner, 1)
         self.stop_increase = _check_float("stop_increase", stop_increase, owner, 0.0)
-        if self.exact_expectations and self.n_visible > MAX_EXACT_EXPECTATION_UNITS:
-            raise ValueError(
-                f"The 'exact_expectations' parameter of {owner} enumerates the 2^Nv visible states and needs "
-                f"n_visible <= {MAX_EXACT_EXPECTATION_UNITS}. Got n_visible = {self.n_visible}.")
+        # exact expectations enumerate the smaller side: the visibles, or the hidden units of a standard RBM
+        self._exact_mode = None
+        if self.exact_expectations:
+            if self.n_visible <= MAX_EXACT_EXPECTATION_UNITS:
+                self._exact_mode = "visible"
+            elif not self.fit_alpha and self.max_hidden <= MAX_EXACT_HIDDEN_EXPECTATION_UNITS:
+                self._exact_mode = "hidden"
+            else:
+                raise ValueError(
+                    f"The 'exact_expectations' parameter of {owner} enumerates the 2^Nv visible states (n_visible <= "
+                    f"{MAX_EXACT_EXPECTATION_UNITS}) or the 2^n hidden states of a standard RBM (max_hidden <= "
+                    f"{MAX_EXACT_HIDDEN_EXPECTATION_UNITS}, fit_alpha False). Got n_visible = {self.n_visible}, "
+                    f"max_hidden = {max_hidden}, fit_alpha = {self.fit_alpha}.")
         self.V_valid = None if V_valid is None else check_binary(V_valid, "V_valid", owner, self.n_visible)
         self.V_test = None if V_test is None else check_binary(V_test, "V_test", owner, self.n_visible)
 
@@ -433,7 +449,7 @@ class FrankWolfeTrainer:
         if self.V_test is not None:
             self._splits["test"] = self.V_test
         self._csr = {name: fwk.to_csr(X) for name, X in self._splits.items()}
-        if self.exact_expectations:
+        if self._exact_mode == "visible":
             self._states = _all_states(self.n_visible)
             self._states_csr = fwk.to_csr(self._states)
 
@@ -629,7 +645,7 @@ class FrankWolfeTrainer:
 
     def _model_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(indptr, indices, weights) of the model's expectation: chains (1/S each) or all states (p(v))."""
-        if self.exact_expectations:
+        if self._exact_mode == "visible":
             indptr, indices = self._states_csr
             return indptr, indices, self._exact_probabilities()
         indptr, indices = fwk.to_csr(self._chains)
@@ -637,7 +653,7 @@ class FrankWolfeTrainer:
 
     def _model_softplus_means(self) -> np.ndarray:
         """E_model softplus(w_i^T v + c_i) of every unit (chains or exact), (n,)."""
-        if self.exact_expectations:
+        if self._exact_mode == "visible":
             p = self._exact_probabilities()
             return p @ _softplus(self._states @ self._W + self._c)
         return _softplus(self._chains @ self._W + self._c).mean(axis=0)
@@ -689,30 +705,82 @@ class FrankWolfeTrainer:
         self._c = np.delete(self._c, a)
         self._unit_data = np.delete(self._unit_data, a)
 
-    def _bias_alpha_steps(self) -> tuple[int, int]:
-        """Algorithm 1's eq.-10 loop (and alpha steps with fit_alpha); (accepted, proposed)."""
-        if self.bias_steps == 0:
-            return 0, 0
+    def _bias_alpha_steps(self) -> tuple[int, int, int, float, bool]:
+        """Algorithm 1's eq.-10 loop until the visible means match (and alpha with fit_alpha).
+
+        Returns (accepted, proposed, updates, largest |data mean - model mean| at the last
+        test, converged); see :func:`engine.kernels.frankwolfe.bias_alpha_updates` for the test.
+        """
         n = self.n_hidden
         alpha_data = float(np.mean(self._unit_data - 0.5 * self.reg * self._penalties()))
         if self.exact_expectations:
-            for _ in range(self.bias_steps):
-                p = self._exact_probabilities()
-                grad_b = self._data_mean - p @ self._states
-                if self.fit_alpha:
-                    model_sp = float(np.mean(p @ _softplus(self._states @ self._W + self._c)))
-                    grad_a = alpha_data - model_sp
-                self._b += self.bias_lr * grad_b
-                if self.fit_alpha:
-                    self.alpha = max(ALPHA_MIN, self.alpha + self.alpha_lr * grad_a)
-            return 0, 0
-        seeds = np.array([self._seed_for(3, s) for s in range(self.bias_steps)], dtype=np.int64)
-        alpha, acc, prop = fwk.bias_alpha_updates(
+            return (0, 0) + self._exact_bias_alpha_steps(alpha_data)
+        alpha, acc, prop, updates, mismatch, converged = fwk.bias_alpha_updates(
             self._chains, self._W, self._b, self._c, self.alpha if self.fit_alpha else float(n), self._data_mean,
-            alpha_data, self.bias_lr, self.alpha_lr, ALPHA_MIN, self.gibbs_steps, self.standard, self.fit_alpha, seeds)
+            alpha_data, self.bias_lr, self.alpha_lr, ALPHA_MIN, self.gibbs_steps, self.standard, self.fit_alpha,
+            self._seed_for(3), self.bias_steps, self.bias_tol, BIAS_TEST_Z)
         if self.fit_alpha:
             self.alpha = float(alpha)
-        return int(acc), int(prop)
+        return int(acc), int(prop), int(updates), float(mismatch), bool(converged)
+
+    def _exact_visible_means(self) -> np.ndarray:
+        """E[v] under the current model, exactly (enumerating the visible or the hidden states)."""
+        if self.n_hidden == 0:
+            return 1.0 / (1.0 + np.exp(-self._b))
+        if self._exact_mode == "visible":
+            return self._exact_probabilities() @ self._states
+        return fwk.hidden_enumeration(self._W, self._b, self._c)[2]
+
+    def _exact_samples(self, seed: int) -> None:
+        """S independent exact samples of the current standard RBM into the chains (enumerating h)."""
+        if self.n_hidden == 0:
+            self._sample(1, seed)
+            return
+        logp, log_z, _ = fwk.hidden_enumeration(self._W, self._b, self._c)
+        rng = np.random.default_rng(seed)
+        p = np.exp(logp - log_z)
+        g = rng.choice(p.shape[0], size=self.samples, p=p / p.sum())
+        codes = g ^ (g >> 1)  # Gray-code position -> hidden state (bit j = h_j)
+        H = ((codes[:, None] >> np.arange(self.n_hidden)[None, :]) & 1).astype(np.float64)
+        P = 1.0 / (1.0 + np.exp(-(H @ self._W.T + self._b)))
+        self._chains[...] = (rng.random(P.shape) < P).astype(np.float64)
+
+    def _exact_bias_alpha_steps(self, alpha_data: float) -> tuple[int, float, bool]:
+        """Eq. 10 (and alpha) with exact expectations until max |data mean - E[v]| <= bias_tol.
+
+        Enumerating the hidden layer, the loop's limit is computed directly: eq. 10 is gradient
+        ascent on the log-likelihood, concave in b, so it converges to the b where data mean
+        = E[v]; L-BFGS finds that b with the same test (max |gradient| <= bias_tol, at most
+        ``bias_steps`` iterations).
+        """
+        if self._exact_mode == "hidden":
+            W, c, d = self._W, self._c, self._data_mean
+
+            def negative_ll(b):  # -(d^T b - log Z(b)) + const; gradient E[v] - d
+                _, log_z, m = fwk.hidden_enumeration(W, b, c)
+                return log_z - float(d @ b), m - d
+
+            res = scipy.optimize.minimize(negative_ll, self._b.copy(), jac=True, method="L-BFGS-B",
+                                          options={"maxiter": max(self.bias_steps, 1), "gtol": self.bias_tol,
+                                                   "ftol": 0.0})
+            self._b = np.array(res.x, dtype=np.float64)
+            mismatch = float(np.max(np.abs(res.jac)))
+            return int(res.nit), mismatch, mismatch <= self.bias_tol
+        updates = 0
+        while True:
+            m = self._exact_visible_means()
+            mismatch = float(np.max(np.abs(self._data_mean - m)))
+            if mismatch <= self.bias_tol:
+                return updates, mismatch, True
+            if updates == self.bias_steps:
+                return updates, mismatch, False
+            if self.fit_alpha:
+                p = self._exact_probabilities()
+                grad_a = alpha_data - float(np.mean(p @ _softplus(self._states @ self._W + self._c)))
+            self._b += self.bias_lr * (self._data_mean - m)
+            if self.fit_alpha:
+                self.alpha = max(ALPHA_MIN, self.alpha + self.alpha_lr * grad_a)
+            updates += 1
 
     def step(self) -> Record:
         """One Frank-Wolfe iteration (Algorithm 1's loop body): a unit inserted (or removed)."""
@@ -727,7 +795,9 @@ class FrankWolfeTrainer:
         n_before = self.n_hidden
         b_before = self._b.copy()
         # 1. samples {v_s} from p(v | q_{t-1}, theta_{t-1})
-        if not self.exact_expectations:
+        if self._exact_mode == "hidden":
+            self._exact_samples(self._seed_for(1))
+        elif not self.exact_expectations:
             a, p = self._sample(self.gibbs_steps, self._seed_for(1))
             accepted, proposed = accepted + a, proposed + p
         rows = self._model_rows()
@@ -759,7 +829,7 @@ class FrankWolfeTrainer:
             else:
                 self.alpha = float(n_before + 1)
         # 4. eq. 10 (and alpha with fit_alpha)
-        a, p = self._bias_alpha_steps()
+        a, p, bias_updates, bias_mismatch, bias_converged = self._bias_alpha_steps()
         accepted, proposed = accepted + a, proposed + p
         n = self.n_hidden
         finite = bool(np.all(np.isfinite(self._W)) and np.all(np.isfinite(self._b)) and np.all(np.isfinite(self._c))
@@ -769,6 +839,7 @@ class FrankWolfeTrainer:
             "inner_objective": j_star, "inner_iterations": nit, "inner_evaluations": nfev, "fw_gap": float(fw_gap),
             "away_step": removed >= 0, "removed_unit": removed, "new_hidden_bias": float(theta[self.n_visible]) if removed < 0 else 0.0,
             "alpha": self.alpha, "bias_change": float(np.linalg.norm(self._b - b_before)),
+            "bias_updates": bias_updates, "bias_mismatch": bias_mismatch, "bias_converged": bias_converged,
             "acceptance_rate": accepted / proposed if proposed else 1.0,
         }
         # early stopping (§4): the train/validation gap, log Z cancelled

@@ -140,11 +140,17 @@ class Settings:
     # Frank-Wolfe (Algorithm 1)
     fw_max_hidden: int = 500  # T (paper: 700)
     fw_eval_every: int = 25  # AIS every this many units (paper: 20)
-    reg_grid: tuple[float, ...] = (0.2, 0.3, 0.5)  # lambda, chosen on validation
-    reg_select_hidden: int = 200  # ... by the validation log-likelihood at this many units
-    fw_samples: int = 500  # S
-    bias_lr: float = 0.05  # eta
-    bias_steps: int = 10
+    reg_grid: tuple[float, ...] = (1.0, 0.5, 0.1, 0.05, 0.01)  # lambda, the paper's grid, chosen on validation
+    # eta, chosen with lambda.  The paper's grid is (0.05, 0.02, 0.01, 0.005); with eq. 10 run to
+    # convergence eta only sets how many updates that takes, not where b ends (the digits run
+    # searches the whole grid; 20 units: -20.64 nats at 0.05 in ~125 updates per insertion,
+    # -20.71 at 0.5 in ~16), and at 0.05 growing MNIST to 500 units would take hours here, so
+    # 0.5 (outside the grid) by default; ``bias_lr_grid`` (CLI --bias-lr-grid) sets the grid.
+    bias_lr_grid: tuple[float, ...] = (0.5,)
+    reg_select_hidden: int = 100  # ... by the validation log-likelihood at this many units
+    fw_samples: int = 2000  # S
+    bias_steps: int = 1000  # at most this many eq.-10 updates per insertion ...
+    bias_tol: float = 0.01  # ... until the visible means match the data's (engine.frankwolfe)
     gibbs_steps: int = 1
     stop_window: int = 20  # the §4 rule (engine defaults)
     stop_increase: float = 1.0
@@ -172,12 +178,12 @@ class Settings:
 
     @classmethod
     def quick_settings(cls, **overrides: Any) -> "Settings":
-        base = cls(fw_max_hidden=100, fw_eval_every=25, reg_grid=(0.2, 0.3), reg_select_hidden=50,
+        base = cls(fw_max_hidden=100, fw_eval_every=25, reg_grid=(0.1, 0.05), reg_select_hidden=50,
                    cd_hidden=(50, 100), cd_epochs=10, cd_seeds=2, ais_runs=50, ais_schedule="live", quick=True)
         return replace(base, **overrides)
 
 
-_TUPLES = {"reg_grid": float, "cd_hidden": int, "cd_learning_rates": float}
+_TUPLES = {"reg_grid": float, "bias_lr_grid": float, "cd_hidden": int, "cd_learning_rates": float}
 
 
 def make_settings(quick: bool = False, seed: int = 0, **overrides: Any) -> Settings:
@@ -206,18 +212,21 @@ def make_settings(quick: bool = False, seed: int = 0, **overrides: Any) -> Setti
         value = getattr(s, name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 2):
             raise ValueError(f"The '{name}' setting of {owner} must be None or an int >= 2. Got {value!r}.")
-    for name in ("bias_lr", "stop_increase", "cd_momentum", "classifier_C"):
+    for name in ("bias_tol", "stop_increase", "cd_momentum", "classifier_C"):
         value = getattr(s, name)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
             raise ValueError(f"The '{name}' setting of {owner} must be a finite float >= 0. Got {value!r}.")
-    if not s.reg_grid or any(not (r > 0 and math.isfinite(r)) for r in s.reg_grid):
-        raise ValueError(f"The 'reg_grid' setting of {owner} must list floats > 0. Got {s.reg_grid!r}.")
+    for name in ("reg_grid", "bias_lr_grid"):
+        grid = getattr(s, name)
+        if not grid or any(not (r > 0 and math.isfinite(r)) for r in grid):
+            raise ValueError(f"The '{name}' setting of {owner} must list floats > 0. Got {grid!r}.")
     if not s.cd_learning_rates or any(not (r > 0 and math.isfinite(r)) for r in s.cd_learning_rates):
         raise ValueError(f"The 'cd_learning_rates' setting of {owner} must list floats > 0. Got {s.cd_learning_rates!r}.")
     if not s.cd_hidden or any(h < 1 or h > s.fw_max_hidden for h in s.cd_hidden):
         raise ValueError(f"The 'cd_hidden' setting of {owner} must list ints from 1 to fw_max_hidden = {s.fw_max_hidden} "
                          f"(CD is also initialised by the FW model of that size). Got {s.cd_hidden!r}.")
-    s = replace(s, cd_hidden=tuple(sorted(set(s.cd_hidden))), reg_grid=tuple(dict.fromkeys(s.reg_grid)))
+    s = replace(s, cd_hidden=tuple(sorted(set(s.cd_hidden))), reg_grid=tuple(dict.fromkeys(s.reg_grid)),
+                bias_lr_grid=tuple(dict.fromkeys(s.bias_lr_grid)))
     if s.reg_select_hidden > s.fw_max_hidden:
         raise ValueError(f"The 'reg_select_hidden' setting of {owner} must be <= fw_max_hidden = {s.fw_max_hidden}. "
                          f"Got {s.reg_select_hidden}.")
@@ -354,6 +363,8 @@ class _FWRun:
         self.selected: int | None = None
         self.fired_at: int | None = None
         self.total = 0.0
+        self.bias_updates: list[int] = []  # eq.-10 updates of every insertion
+        self.bias_capped = 0  # insertions whose eq.-10 loop hit its cap
         self.evaluations: dict[int, dict] = {}
 
     def seconds_at(self, n: int) -> float:
@@ -369,6 +380,8 @@ class _FWRun:
             self.hidden.append(n)
             self.gaps.append(float(rec.get("train_valid_gap", math.nan)))
             self.seconds.append(self.total)
+            self.bias_updates.append(int(rec["bias_updates"]))
+            self.bias_capped += not rec["bias_converged"]
             self.recent[n] = params
             while len(self.recent) > self.window + 1:
                 self.recent.popitem(last=False)
@@ -420,38 +433,41 @@ def _run(s: Settings, output_dir: str | Path | None, say: Callable[[str], None])
     # ---------------------------------------------------------------- Frank-Wolfe
     points = set(range(s.fw_eval_every, s.fw_max_hidden + 1, s.fw_eval_every)) | set(s.cd_hidden) | {s.fw_max_hidden}
     keep = points | {s.reg_select_hidden}
-    runs: dict[float, _FWRun] = {}
+    runs: dict[tuple[float, float], _FWRun] = {}
     selection: list[dict] = []
-    for reg in s.reg_grid:
+    pairs = [(reg, lr) for reg in s.reg_grid for lr in s.bias_lr_grid]
+    for reg, lr in pairs:
         trainer = FrankWolfeTrainer(
-            X_train, max_hidden=s.fw_max_hidden, samples=s.fw_samples, reg=reg, bias_lr=s.bias_lr,
-            bias_steps=s.bias_steps, gibbs_steps=s.gibbs_steps, evaluate="none", V_valid=X_valid, seed=s.seed,
-            stop_window=s.stop_window, stop_increase=s.stop_increase)
+            X_train, max_hidden=s.fw_max_hidden, samples=s.fw_samples, reg=reg, bias_lr=lr,
+            bias_steps=s.bias_steps, bias_tol=s.bias_tol, gibbs_steps=s.gibbs_steps, evaluate="none",
+            V_valid=X_valid, seed=s.seed, stop_window=s.stop_window, stop_increase=s.stop_increase)
         fw = _FWRun(trainer, reg, keep, s.stop_window)
-        runs[reg] = fw
-        if len(s.reg_grid) > 1:
-            say(f"FW lambda = {reg:g}: growing to {s.reg_select_hidden} units for the choice of lambda")
+        runs[reg, lr] = fw
+        if len(pairs) > 1:
+            say(f"FW lambda = {reg:g}, eta = {lr:g}: growing to {s.reg_select_hidden} units for the choice of lambda and eta")
             fw.grow(s.reg_select_hidden, say, s.fw_eval_every)
             n = fw.hidden[-1]
             ev = evaluate(*fw.snapshots[n])
             fw.evaluations[n] = ev
-            selection.append({"reg": reg, "n_hidden": n, "valid_log_likelihood": ev["valid_log_likelihood"],
+            selection.append({"reg": reg, "bias_lr": lr, "n_hidden": n, "valid_log_likelihood": ev["valid_log_likelihood"],
                               "test_log_likelihood": ev["test_log_likelihood"], "log_z_spread": ev["log_z_spread"],
-                              "seconds": fw.total, "status": trainer.status})
-            say(f"FW lambda = {reg:g} at {n} units: validation log-likelihood {ev['valid_log_likelihood']:.2f} "
-                f"(± {ev['log_z_spread']:.2f}), {fw.total:.1f} s")
-    if len(s.reg_grid) > 1:
+                              "seconds": fw.total, "status": trainer.status,
+                              "mean_bias_updates": float(np.mean(fw.bias_updates)), "bias_capped": fw.bias_capped})
+            say(f"FW lambda = {reg:g}, eta = {lr:g} at {n} units: validation log-likelihood {ev['valid_log_likelihood']:.2f} "
+                f"(± {ev['log_z_spread']:.2f}), {fw.total:.1f} s, {np.mean(fw.bias_updates):.0f} eq.-10 updates per unit")
+    if len(pairs) > 1:
         finite = [r for r in selection if math.isfinite(r["valid_log_likelihood"])]
-        reg = max(finite, key=lambda r: r["valid_log_likelihood"])["reg"] if finite else s.reg_grid[0]
-        say(f"FW: chose lambda = {reg:g} (highest validation log-likelihood at {s.reg_select_hidden} units)")
+        best = max(finite, key=lambda r: r["valid_log_likelihood"]) if finite else selection[0]
+        reg, lr = best["reg"], best["bias_lr"]
+        say(f"FW: chose lambda = {reg:g}, eta = {lr:g} (highest validation log-likelihood at {s.reg_select_hidden} units)")
     else:
-        reg = s.reg_grid[0]
-    fw = runs[reg]
-    say(f"FW lambda = {reg:g}: growing to {s.fw_max_hidden} units")
+        reg, lr = pairs[0]
+    fw = runs[reg, lr]
+    say(f"FW lambda = {reg:g}, eta = {lr:g}: growing to {s.fw_max_hidden} units")
     fw.grow(s.fw_max_hidden, say, s.fw_eval_every)
-    selection_seconds = sum(r.total for g, r in runs.items() if g != reg)
+    selection_seconds = sum(r.total for g, r in runs.items() if g != (reg, lr))
     for g in list(runs):
-        if g != reg:
+        if g != (reg, lr):
             del runs[g]  # free the other trainers' snapshots
     eval_points = sorted(n for n in fw.snapshots if n in points or n == fw.selected or n == fw.hidden[-1])
     curve: dict[str, list] = {k: [] for k in ("hidden_units", "train_log_likelihood", "valid_log_likelihood",
@@ -474,8 +490,11 @@ def _run(s: Settings, output_dir: str | Path | None, say: Callable[[str], None])
     frankwolfe = {
         **curve,
         "reg": reg,
+        "bias_lr": lr,
         "reg_selection": selection,
-        "reg_select_hidden": s.reg_select_hidden if len(s.reg_grid) > 1 else None,
+        "reg_select_hidden": s.reg_select_hidden if len(selection) else None,
+        "mean_bias_updates": float(np.mean(fw.bias_updates)) if fw.bias_updates else 0.0,
+        "bias_capped": fw.bias_capped,
         "selected_hidden": fw.selected,
         "selected_test_log_likelihood": fw_eval[fw.selected]["test_log_likelihood"] if fw.selected in fw_eval else None,
         "stop_rule_fired_at_iteration": fw.fired_at,
@@ -812,10 +831,10 @@ def format_table(result: dict) -> str:
     fw, cd, cls, timing = result["frankwolfe"], result["cd"], result["classification"], result["timing"]
     lines = []
     if fw.get("reg_selection"):
-        lines.append(f"Choice of lambda (validation log-likelihood at {fw['reg_select_hidden']} units):")
+        lines.append(f"Choice of lambda and eta (validation log-likelihood at {fw['reg_select_hidden']} units):")
         for r in fw["reg_selection"]:
-            mark = "  <- chosen" if r["reg"] == fw["reg"] else ""
-            lines.append(f"  lambda = {r['reg']:<5g} valid {_fmt(r['valid_log_likelihood']):>8} ± "
+            mark = "  <- chosen" if (r["reg"], r["bias_lr"]) == (fw["reg"], fw["bias_lr"]) else ""
+            lines.append(f"  lambda = {r['reg']:<5g} eta = {r['bias_lr']:<6g} valid {_fmt(r['valid_log_likelihood']):>8} ± "
                          f"{_fmt(r['log_z_spread'])}  test {_fmt(r['test_log_likelihood']):>8}  {r['seconds']:.1f} s{mark}")
         lines.append("")
     sel = fw.get("selected_hidden")

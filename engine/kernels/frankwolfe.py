@@ -246,46 +246,112 @@ def sample_model(V, W, b_vis, b_hid, coef, standard, k, seed):
 
 
 @njit(cache=True, nogil=True)
-def bias_alpha_updates(V, W, b_vis, b_hid, alpha, data_mean, alpha_data, eta, alpha_lr, alpha_min, k,
-                       standard, fit_alpha, seeds):
-    """Algorithm 1's inner "repeat" loop: per seed, k sampler steps on the chains, then eq. 10.
+def _gibbs_step_means(V, X, H, Y, W, WT, b_vis, b_hid, state, m_sum, m_sq):
+    """One block Gibbs step v -> h -> v on every chain (V in place; X, H, Y are reused
+    buffers of shapes (S, n), (S, n), (S, Nv)), adding each chain's P(v_i = 1 | h) to
+    m_sum[i] and its square to m_sq[i]: the Rao-Blackwellised estimate of E[v] and its
+    spread.  The stream gives the hidden uniforms row by row, then the visible ones, as in
+    :func:`engine.kernels.rbm.gibbs_chains`."""
+    S, n_vis = V.shape
+    n = W.shape[1]
+    np.dot(V, W, X)
+    for r in range(S):
+        for j in range(n):
+            H[r, j] = 1.0 if _uniform(state) < sigmoid(X[r, j] + b_hid[j]) else 0.0
+    np.dot(H, WT, Y)
+    for r in range(S):
+        for i in range(n_vis):
+            p = sigmoid(Y[r, i] + b_vis[i])
+            m_sum[i] += p
+            m_sq[i] += p * p
+            V[r, i] = 1.0 if _uniform(state) < p else 0.0
 
-        b_vis <- b_vis + eta (data_mean - mean over chains of v)                   (eq. 10)
+
+@njit(cache=True, nogil=True)
+def bias_alpha_updates(V, W, b_vis, b_hid, alpha, data_mean, alpha_data, eta, alpha_lr, alpha_min, k,
+                       standard, fit_alpha, seed, max_steps, tol, z):
+    """Algorithm 1's inner "repeat ... until" loop: eq. 10 until the model's visible means match the data's.
+
+    Each step advances the chains k sampler steps (one stream seeded with ``seed``), estimates
+    m = E_model[v] from them, then
+
+        b_vis <- b_vis + eta (data_mean - m)                                       (eq. 10)
 
     and, with ``fit_alpha``, on the same samples a gradient step on alpha (appendix):
 
         alpha <- max(alpha_min, alpha + alpha_lr (alpha_data - (1/n) sum_i mean_s softplus(x_si)))
 
-    where alpha_data = (1/n) sum_i [mean_data softplus(x_ni) - lam/2 ||(w_i, c_i)||^2] (the
-    data and penalty part of the gradient of the objective; see engine.frankwolfe).  The
-    coefficients are alpha / n (every unit alike).  Chains V (S, Nv) and b_vis are updated
-    in place; sampling is :func:`sample_model` with the seed of each step.  Returns
-    (alpha, accepted, proposed).
+    where alpha_data = (1/n) sum_i [mean_data softplus(x_ni) - lam/2 ||(w_i, c_i)||^2] (see
+    engine.frankwolfe); the coefficients are alpha / n.  For a standard RBM m is the
+    Rao-Blackwellised mean over chains of P(v | h) of the last Gibbs step (unbiased, with
+    less noise than the chains' 0/1 values); for the Metropolis-Hastings sampler it is the
+    chains' mean.  "Until": the loop stops *before* updating when every visible unit has
+
+        |data_mean_i - m_i| <= tol + z se_i,
+
+    se_i the standard error of m_i over the S chains (so the test asks for a mismatch that
+    the samples can resolve), or after ``max_steps`` updates.  Chains V (S, Nv) and b_vis
+    are updated in place.  Returns (alpha, accepted, proposed, updates, largest |data_mean -
+    m| at the last test, converged).
     """
-    S = V.shape[0]
+    S, n_vis = V.shape
     n = W.shape[1]
-    n_vis = W.shape[0]
+    WT = np.ascontiguousarray(W.T)
+    X = np.empty((S, n), V.dtype)
+    H = np.empty((S, n), V.dtype)
+    Y = np.empty((S, n_vis), V.dtype)
+    m_sum = np.zeros(n_vis)
+    m_sq = np.zeros(n_vis)
     coef = np.empty(n)
+    state = new_state(seed)
     accepted = 0
     proposed = 0
-    for t in range(seeds.shape[0]):
+    mismatch = np.inf
+    updates = 0
+    converged = False
+    while True:
         for j in range(n):
             coef[j] = alpha / n
-        accepted += sample_model(V, W, b_vis, b_hid, coef, standard, k, seeds[t])
-        proposed += k * S
-        for i in range(n_vis):
-            s = 0.0
+        m_sum[:] = 0.0
+        m_sq[:] = 0.0
+        if standard:
+            for _ in range(k):
+                m_sum[:] = 0.0
+                m_sq[:] = 0.0
+                _gibbs_step_means(V, X, H, Y, W, WT, b_vis, b_hid, state, m_sum, m_sq)
+            accepted += k * S
+        else:
+            Xf = _fields(V, W, b_hid)
+            accepted += _mh_sweeps(V, Xf, W, b_hid, coef, b_vis, k, state)
             for r in range(S):
-                s += V[r, i]
-            b_vis[i] += eta * (data_mean[i] - s / S)
+                for i in range(n_vis):
+                    m_sum[i] += V[r, i]
+                    m_sq[i] += V[r, i]
+        proposed += k * S
+        mismatch = 0.0
+        worst = -np.inf
+        for i in range(n_vis):
+            m = m_sum[i] / S
+            var = max(m_sq[i] / S - m * m, 0.0)
+            gap = abs(data_mean[i] - m)
+            mismatch = max(mismatch, gap)
+            worst = max(worst, gap - z * math.sqrt(var / S))
+        if worst <= tol:
+            converged = True
+            break
+        if updates == max_steps:
+            break
+        for i in range(n_vis):
+            b_vis[i] += eta * (data_mean[i] - m_sum[i] / S)
         if fit_alpha:
-            X = np.dot(V, W)
+            X2 = np.dot(V, W)
             s = 0.0
             for r in range(S):
                 for j in range(n):
-                    s += softplus(X[r, j] + b_hid[j])
+                    s += softplus(X2[r, j] + b_hid[j])
             alpha = max(alpha_min, alpha + alpha_lr * (alpha_data - s / (S * n)))
-    return alpha, accepted, proposed
+        updates += 1
+    return alpha, accepted, proposed, updates, mismatch, converged
 
 
 @njit(cache=True, nogil=True)
@@ -330,3 +396,73 @@ def fractional_ais_log_weights(W, b_vis, b_hid, coef, base_vis, betas, n_runs, s
             cb[j] = beta * coef[j]
         _mh_sweeps(V, X, W, b_hid, cb, lin, 1, state)
     return logw
+
+
+@njit(cache=True, nogil=True)
+def _set_fields(x, W, b_vis, h):
+    """x = b_vis + W h (fresh, to bound the drift of the Gray-code updates)."""
+    for i in range(x.shape[0]):
+        s = b_vis[i]
+        for j in range(h.shape[0]):
+            if h[j] != 0.0:
+                s += W[i, j]
+        x[i] = s
+
+
+@njit(cache=True, nogil=True)
+def hidden_enumeration(W, b_vis, b_hid):
+    """Exact log Z and E[v] of a standard RBM (eq. 3) by enumerating its 2^n hidden states.
+
+    States are visited in Gray-code order (state g = g ^ (g >> 1), bit j = h_j), so each
+    step flips one unit and updates the visible fields x = b_vis + W h in O(Nv):
+    log p*(h) = b_hid^T h + sum_i softplus(x_i), E[v] = sum_h p(h) sigmoid(x), both in one
+    pass (the sums are rescaled whenever log p* reaches a new maximum).  Returns
+    (log p*(h) over the Gray-code order, (2^n,); log Z; E[v], (Nv,)).
+    """
+    n_vis, n = W.shape
+    N = 1 << n
+    x = np.empty(n_vis)
+    sig = np.empty(n_vis)
+    h = np.zeros(n)
+    logp = np.empty(N)
+    means = np.zeros(n_vis)
+    acc = 0.0
+    top = -np.inf
+    lin = 0.0
+    _set_fields(x, W, b_vis, h)
+    for g in range(N):
+        if g > 0:
+            j = 0
+            while (g >> j) & 1 == 0:
+                j += 1
+            sign = 1.0 if h[j] == 0.0 else -1.0
+            h[j] = 1.0 - h[j]
+            lin += sign * b_hid[j]
+            if g % 4096 == 0:
+                _set_fields(x, W, b_vis, h)
+            else:
+                for i in range(n_vis):
+                    x[i] += sign * W[i, j]
+        s = lin
+        for i in range(n_vis):
+            e = math.exp(-abs(x[i]))
+            if x[i] > 0.0:
+                s += x[i] + math.log1p(e)
+                sig[i] = 1.0 / (1.0 + e)
+            else:
+                s += math.log1p(e)
+                sig[i] = e / (1.0 + e)
+        logp[g] = s
+        if s > top:
+            scale = math.exp(top - s)
+            acc *= scale
+            for i in range(n_vis):
+                means[i] *= scale
+            top = s
+        w = math.exp(s - top)
+        acc += w
+        for i in range(n_vis):
+            means[i] += w * sig[i]
+    for i in range(n_vis):
+        means[i] /= acc
+    return logp, top + math.log(acc), means

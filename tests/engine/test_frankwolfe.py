@@ -184,36 +184,73 @@ def test_sample_model_is_gibbs_for_a_standard_rbm():
     np.testing.assert_array_equal(V, Vr)
 
 
-@pytest.mark.parametrize("standard,fit_alpha", [(True, False), (False, True), (False, False)])
-def test_bias_alpha_updates_match_numpy_reference(standard, fit_alpha):
-    """Eq. 10 steps (and alpha steps) with the sampler run before each, as in the kernel."""
-    W, b0, c, _ = tiny_fractional(6, 3, seed=5)
-    chains0 = random_binary(8, 6, 6)
-    data_mean = np.random.default_rng(7).random(6)
-    alpha0, alpha_data, eta, alpha_lr, k = (3.0 if standard else 2.2), 0.9, 0.1, 0.2, 2
-    seeds = np.array([11, 22, 33], dtype=np.int64)
-    chains, b = chains0.copy(), b0.copy()
-    alpha, acc, prop = kernels.bias_alpha_updates(chains, W, b, c, alpha0, data_mean, alpha_data, eta, alpha_lr, 1e-6, k,
-                                                  standard, fit_alpha, seeds)
-    Vr, br, ar, acc_r = chains0.copy(), b0.copy(), alpha0, 0
-    for s in seeds:
-        stream = Stream(int(s))
-        coef = np.full(3, ar / 3)
+def ref_bias_loop(V, W, b, c, alpha, data_mean, alpha_data, eta, alpha_lr, k, standard, fit_alpha, seed, max_steps,
+                  tol, z):
+    """Algorithm 1's eq.-10 loop as the kernel runs it: one stream; Rao-Blackwellised means
+    P(v | h) of the last Gibbs step (the chains' mean for Metropolis-Hastings); stop before
+    updating when every |data mean - m| <= tol + z se, or after max_steps updates."""
+    stream, S, n = Stream(seed), V.shape[0], W.shape[1]
+    acc = prop = updates = 0
+    while True:
+        coef = np.full(n, alpha / n)
         for _ in range(k):
             if standard:
-                Vr = ref_gibbs_step(Vr, W, br, c, stream)
-                acc_r += 8
+                H = (stream.take((S, n)) < ref_sigmoid(V @ W + c)).astype(float)
+                P = ref_sigmoid(H @ W.T + b)
+                V = (stream.take(V.shape) < P).astype(float)
+                acc += S
             else:
-                Vr, a = ref_mh_step(Vr, W, c, coef, br, stream)
-                acc_r += a
-        br = br + eta * (data_mean - Vr.mean(0))
+                V, a = ref_mh_step(V, W, c, coef, b, stream)
+                acc += a
+        prop += k * S
+        m, var = (P.mean(0), P.var(0)) if standard else (V.mean(0), V.mean(0) * (1 - V.mean(0)))
+        mismatch = np.abs(data_mean - m)
+        if np.max(mismatch - z * np.sqrt(var / S)) <= tol:
+            return V, b, alpha, acc, prop, updates, mismatch.max(), True
+        if updates == max_steps:
+            return V, b, alpha, acc, prop, updates, mismatch.max(), False
+        b = b + eta * (data_mean - m)
         if fit_alpha:
-            ar = max(1e-6, ar + alpha_lr * (alpha_data - ref_softplus(Vr @ W + c).mean()))
-    np.testing.assert_array_equal(chains, Vr)
-    np.testing.assert_allclose(b, br, rtol=1e-12, atol=1e-14)
-    assert alpha == pytest.approx(ar, rel=1e-12)
-    assert (acc, prop) == (acc_r, 3 * k * 8)
+            alpha = max(1e-6, alpha + alpha_lr * (alpha_data - ref_softplus(V @ W + c).mean()))
+        updates += 1
 
+
+@pytest.mark.parametrize("standard,fit_alpha", [(True, False), (False, True), (False, False)])
+@pytest.mark.parametrize("tol,max_steps", [(0.0, 3), (0.15, 200)])
+def test_bias_alpha_updates_match_numpy_reference(standard, fit_alpha, tol, max_steps):
+    """Eq. 10 steps (and alpha steps) with the sampler run before each, as in the kernel:
+    with tol = 0 the loop runs to its cap; with tol = 0.15 it stops on the test (both seen)."""
+    W, b0, c, _ = tiny_fractional(6, 3, seed=5)
+    chains0 = random_binary(40, 6, 6)
+    data_mean = np.random.default_rng(7).random(6)
+    alpha0, alpha_data, eta, alpha_lr, k = (3.0 if standard else 2.2), 0.9, 0.1, 0.2, 2
+    chains, b = chains0.copy(), b0.copy()
+    got = kernels.bias_alpha_updates(chains, W, b, c, alpha0, data_mean, alpha_data, eta, alpha_lr, 1e-6, k,
+                                     standard, fit_alpha, 123, max_steps, tol, 1.0)
+    ref = ref_bias_loop(chains0.copy(), W, b0.copy(), c, alpha0, data_mean, alpha_data, eta, alpha_lr, k, standard,
+                        fit_alpha, 123, max_steps, tol, 1.0)
+    np.testing.assert_array_equal(chains, ref[0])
+    np.testing.assert_allclose(b, ref[1], rtol=1e-12, atol=1e-14)
+    assert got[0] == pytest.approx(ref[2], rel=1e-12)
+    assert got[1:3] == ref[3:5] and got[3] == ref[5] and got[5] == ref[7]
+    assert got[4] == pytest.approx(ref[6], rel=1e-12)
+    assert got[5] == (tol > 0) and (got[3] == max_steps) == (tol == 0)
+
+
+def test_hidden_enumeration_matches_visible_enumeration():
+    """log Z and E[v] by the Gray-code walk over 2^n hidden states against the 2^Nv visible states (NumPy)."""
+    for n_vis, n_hid, seed in ((7, 5, 0), (4, 9, 1), (6, 13, 2)):  # 13 > 12: passes the every-4096 refresh
+        model = R.RBM.random(n_vis, n_hid, seed, scale=1.5)
+        W, b, c = model.W, model.b_vis, model.b_hid
+        S = ref_states(n_vis)
+        lp = S @ b + ref_softplus(S @ W + c).sum(1)
+        p = np.exp(lp - scipy.special.logsumexp(lp))
+        logp, log_z, means = kernels.hidden_enumeration(W, b, c)
+        assert log_z == pytest.approx(scipy.special.logsumexp(lp), abs=1e-10)
+        np.testing.assert_allclose(means, p @ S, atol=1e-12)
+        g = np.arange(2**n_hid)
+        H = (((g ^ (g >> 1))[:, None] >> np.arange(n_hid)) & 1).astype(float)  # Gray-code order
+        np.testing.assert_allclose(logp, H @ c + ref_softplus(H @ W.T + b).sum(1), atol=1e-9)
 
 def ref_fractional_ais(W, b_vis, b_hid, coef, base, betas, n_runs, stream):
     V = (stream.take((n_runs, W.shape[0])) < ref_sigmoid(base)).astype(float)
@@ -308,7 +345,7 @@ def test_eq9_is_the_frank_wolfe_linear_program_of_the_penalized_likelihood(seed,
     of exact fractional-RBM log-likelihoods on a trained 6-visible model; and the trainer's
     fw_objective_exact is that L'."""
     V = proto_data(150, 6, 3, 2)
-    trainer = FW.FrankWolfeTrainer(V, max_hidden=3, reg=0.05, bias_lr=0.5, bias_steps=20, exact_expectations=True,
+    trainer = FW.FrankWolfeTrainer(V, max_hidden=3, reg=0.05, bias_lr=0.5, bias_steps=20, bias_tol=0.0, exact_expectations=True,
                                    evaluate="exact")
     trainer.step()
     trainer.step()
@@ -348,7 +385,7 @@ def test_penalized_log_likelihood_rises_over_frank_wolfe_iterations_with_exact_e
     unit's full norm) fell by up to 3e-2 nats at lam = 0.03 (reported, not asserted)."""
     for data_seed, n_vis in ((0, 8), (1, 8), (2, 7), (3, 8), (4, 8), (5, 6)):
         V = proto_data(400, n_vis, 3, data_seed)
-        trainer = FW.FrankWolfeTrainer(V, max_hidden=8, reg=reg, bias_lr=0.5, bias_steps=200, exact_expectations=True,
+        trainer = FW.FrankWolfeTrainer(V, max_hidden=8, reg=reg, bias_lr=0.5, bias_steps=200, bias_tol=1e-6, exact_expectations=True,
                                        evaluate="exact", seed=0)
         seq, ll = [trainer.penalized_log_likelihood_exact()], [trainer.penalized_log_likelihood_exact()]
         while not trainer.done:
@@ -394,7 +431,7 @@ def test_away_steps_remove_harmful_units_and_never_exceed_t():
     removes the unit with the largest J(w_i), only when J(w_i) > -J(w*), leaves the other
     units as they were, and the model stays a standard RBM (alpha = n); n_hidden <= t."""
     V = proto_data(300, 7, 3, 1)
-    trainer = FW.FrankWolfeTrainer(V, max_hidden=6, reg=0.02, bias_lr=0.5, bias_steps=50, exact_expectations=True,
+    trainer = FW.FrankWolfeTrainer(V, max_hidden=6, reg=0.02, bias_lr=0.5, bias_steps=50, bias_tol=0.0, exact_expectations=True,
                                    away_steps=True, evaluate="exact", max_iterations=14)
     n_away = 0
     while not trainer.done:
@@ -422,7 +459,7 @@ def test_fitted_alpha_follows_the_gradient_of_the_penalized_likelihood():
     dL'/dalpha = -E_q[J(w)], matches central differences of the exact L' in alpha; and the
     sampled trainer (MH chains) runs and reports its acceptance rate."""
     V = proto_data(300, 7, 3, 4)
-    trainer = FW.FrankWolfeTrainer(V, max_hidden=4, reg=0.05, bias_lr=0.5, bias_steps=30, exact_expectations=True,
+    trainer = FW.FrankWolfeTrainer(V, max_hidden=4, reg=0.05, bias_lr=0.5, bias_steps=30, bias_tol=0.0, exact_expectations=True,
                                    fit_alpha=True, alpha_lr=0.5, evaluate="exact")
     records = trainer.run()
     assert not trainer.standard
@@ -632,5 +669,6 @@ def test_bench_runs_and_reports_ratios():
     assert [r["n_hidden"] for r in result["rows"]] == [5, 10]
     for r in result["rows"]:
         assert r["ratio_insertion_to_epoch"] == pytest.approx(r["fw_seconds_per_insertion"] / r["cd_seconds_per_epoch"])
-        assert r["fw_seconds_to_grow_estimate"] > 0
+        assert r["fw_seconds_to_grow_estimate"] > 0 and r["fw_fixed10_seconds_per_insertion"] > 0
+        assert 0 <= r["fw_bias_updates"] <= 2
     assert "ratio" in bench_frankwolfe.format_table(result)

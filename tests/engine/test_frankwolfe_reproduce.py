@@ -8,7 +8,7 @@ import pytest
 from engine.experiments import frankwolfe_mnist
 
 TINY = dict(fw_max_hidden=6, fw_eval_every=3, reg_grid=(0.3, 0.5), reg_select_hidden=3, fw_samples=50,
-            bias_steps=3, cd_hidden=(3, 6), cd_epochs=1, cd_seeds=2, cd_batch_size=50, ais_runs=3,
+            bias_steps=3, bias_lr_grid=(0.05,), cd_hidden=(3, 6), cd_epochs=1, cd_seeds=2, cd_batch_size=50, ais_runs=3,
             ais_schedule="live", n_train=200, n_valid=50, n_test=100, stop_window=2)
 
 
