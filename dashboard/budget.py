@@ -141,18 +141,25 @@ def fvbm_step(*, rows: int, d: int, sweeps: int = 0, bounds: int = 0, squarems: 
     return loops / RATES["fvbm_sweep"] + blas / RATES["fvbm_bound"]
 
 
+def eq10_updates(bias_lr: float, bias_steps: int) -> float:
+    """The eq.-10 updates an insertion typically takes before its loop's test passes: about
+    7 / eta (measured on the digits, S = 2000, lambda = 0.05, 20 units: mean 125 / 36 / 16 / 9
+    / 6 at eta = 0.05 / 0.2 / 0.5 / 1 / 2), plus the final test, at most the cap."""
+    return min(float(bias_steps), 7.0 / max(bias_lr, 1e-9)) + 1.0
+
+
 def frankwolfe_step(*, n_visible: int, rows: int, samples: int, max_hidden: int, evaluate: str,
-                    gibbs_steps: int = 1, bias_steps: int = 10) -> float:
+                    gibbs_steps: int = 1, bias_lr: float = 0.5, bias_steps: int = 200) -> float:
     """Seconds of the slowest Frank-Wolfe step (:class:`engine.frankwolfe.FrankWolfeTrainer`):
     the last one, with T = ``max_hidden`` units, which is always evaluated.  Gibbs sampling
-    of the S chains before the inner problem and in each of the ``bias_steps`` eq.-10 steps
-    (2 S Nv T each), the units' expectations (S Nv T), the inner problem (eq. 9: L-BFGS,
+    of the S chains before the inner problem and in each of the eq.-10 updates
+    (:func:`eq10_updates`; 2 S Nv T each), the units' expectations (S Nv T), the inner problem (eq. 9: L-BFGS,
     FW_INNER_EVALUATIONS passes over the S samples and the ``rows`` data rows) and the
     evaluation: exact log Z (2^m max(Nv, T), m = min(Nv, T) <= 20) or AIS (20 runs of
     1,001 betas, 2 Nv T each), as ``evaluate`` asks ("auto": exact while 2^m max <= 2^22)."""
     T = max_hidden
     unit = n_visible * T
-    work = (2 * gibbs_steps * (1 + bias_steps) + 1) * samples * unit
+    work = (2 * gibbs_steps * (1 + eq10_updates(bias_lr, bias_steps)) + 1) * samples * unit
     work += FW_INNER_EVALUATIONS * (samples + rows) * n_visible
     small, large = sorted((n_visible, T))
     cheap = small <= EXACT_UNITS and 2**small * large <= 2**22  # engine.frankwolfe.AUTO_EXACT_BUDGET
@@ -328,7 +335,7 @@ def calibrate() -> list[tuple[str, float, float]]:
                                            ("digits", 40, 500, "auto"), ("digits", 20, 500, "exact"),
                                            ("digits", 150, 2000, "auto")):
             X, _, _ = frankwolfe_setup.splits(data)
-            trainer = frankwolfe_setup.fw_factory(data, reg=0.3, bias_lr=0.05, samples=samples, max_hidden=T,
+            trainer = frankwolfe_setup.fw_factory(data, reg=0.1, bias_lr=0.5, samples=samples, max_hidden=T,
                                                   evaluate=evaluate)()["FW"]
             for _ in range(T - 2):
                 trainer.step()
