@@ -446,7 +446,8 @@ def cmd_bench_frankwolfe(args: argparse.Namespace) -> int:
     log(f"timing CD-{args.cd_k} epochs and Frank-Wolfe insertions at Nh = {', '.join(map(str, args.hidden))} "
         "on the bundled MNIST (Nv = 784) ...")
     result = bench_frankwolfe.run(hidden=tuple(args.hidden), insertions=args.insertions, repeats=args.repeats,
-                                  cd_k=args.cd_k, samples=args.samples, reg=args.reg, cd_epochs=args.cd_epochs)
+                                  cd_k=args.cd_k, samples=args.samples, reg=args.reg, bias_lr=args.bias_lr,
+                                  cd_epochs=args.cd_epochs)
     if args.json:
         print(json.dumps(_json_safe(result)))
         return 0
@@ -703,6 +704,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_fw.add_argument("--cd-k", type=_positive_int, default=10, help="Gibbs steps of CD (default 10, the paper's)")
     bench_fw.add_argument("--samples", type=_positive_int, default=2000, help="S, model samples per insertion (default 2000)")
     bench_fw.add_argument("--reg", type=_positive_float, default=0.1, help="lambda (default 0.1)")
+    bench_fw.add_argument("--bias-lr", type=_positive_float, default=0.5, help="eta of eq. 10 (default 0.5, the lab's)")
     bench_fw.add_argument("--cd-epochs", type=_positive_int, default=200,
                           help="length of the CD run the FW growth is compared with (default 200, the paper's)")
     bench_fw.add_argument("--json", action="store_true", help="print the results as one JSON object")

@@ -15,7 +15,8 @@ size n this bench
   match the data's, at most ``bias_steps`` updates; evaluations off) and reports their mean
   and the mean number of eq.-10 updates;
 * times the same insertions with the schedule used before eq. 10 was run to convergence
-  (S = 500, 10 fixed eq.-10 steps) beside it: the price of the converged loop.
+  (S = 500, 10 fixed eq.-10 steps) beside it: the price of the converged loop; and with the
+  sampler in float64 instead of float32 (issue 18).
 
 The ratio per row is seconds per insertion / seconds per CD epoch.  The paper's claim is
 about whole runs, so the result also estimates the time to grow an RBM to n units by FW,
@@ -32,7 +33,7 @@ import numpy as np
 
 def run(hidden: tuple[int, ...] = (100, 300, 500), *, insertions: int = 3, repeats: int = 2, cd_k: int = 10,
         batch_size: int = 100, learning_rate: float = 0.05, samples: int = 2000, bias_steps: int = 1000,
-        bias_tol: float = 0.01, gibbs_steps: int = 1, reg: float = 0.1, cd_epochs: int = 200, burn_in: int = 10,
+        bias_tol: float = 0.01, bias_lr: float = 0.5, gibbs_steps: int = 1, reg: float = 0.1, cd_epochs: int = 200, burn_in: int = 10,
         seed: int = 0) -> dict:
     """JSON-ready timings; see the module docstring.  Default run: about a minute on 2 cores."""
     from engine.frankwolfe import FrankWolfeTrainer
@@ -55,16 +56,18 @@ def run(hidden: tuple[int, ...] = (100, 300, 500), *, insertions: int = 3, repea
         cd_s = min(cd.step()["wall_time"] for _ in range(repeats))
         W, b_vis, b_hid = cd.rbm.W, cd.rbm.b_vis, cd.rbm.b_hid
 
-        def insertions_from_cd(S: int, steps: int, tol: float) -> list:
-            fw = FrankWolfeTrainer(V, max_hidden=n_hidden + insertions + 1, samples=S, reg=reg, bias_steps=steps,
+        def insertions_from_cd(S: int, steps: int, tol: float, dtype: str = "float32") -> list:
+            fw = FrankWolfeTrainer(V, max_hidden=n_hidden + insertions + 1, samples=S, reg=reg, bias_lr=bias_lr,
+                                   bias_steps=steps,
                                    bias_tol=tol, gibbs_steps=gibbs_steps, evaluate="none", seed=seed,
-                                   init_rbm=(W, b_vis, b_hid), burn_in=burn_in)
+                                   init_rbm=(W, b_vis, b_hid), burn_in=burn_in, dtype=dtype)
             fw.step()  # burn-in and compile
             return [fw.step() for _ in range(insertions)]
 
         records = insertions_from_cd(samples, bias_steps, bias_tol)
         fw_s = float(np.mean([r["wall_time"] for r in records]))
-        fixed_s = float(np.mean([r["wall_time"] for r in insertions_from_cd(500, 10, 0.0)]))
+        fixed_s = float(np.mean([r["wall_time"] for r in insertions_from_cd(500, 10, 0.0)]))  # eta as set
+        f64_s = float(np.mean([r["wall_time"] for r in insertions_from_cd(samples, bias_steps, bias_tol, "float64")]))
         rows.append({
             "n_hidden": n_hidden, "n_visible": int(V.shape[1]), "n_train": int(V.shape[0]),
             "cd_k": cd_k, "batch_size": batch_size, "cd_seconds_per_epoch": cd_s,
@@ -73,6 +76,7 @@ def run(hidden: tuple[int, ...] = (100, 300, 500), *, insertions: int = 3, repea
             "fw_bias_updates": float(np.mean([r["bias_updates"] for r in records])),
             "fw_bias_converged": float(np.mean([r["bias_converged"] for r in records])),
             "fw_fixed10_seconds_per_insertion": fixed_s,
+            "fw_float64_seconds_per_insertion": f64_s, "float32_speedup": f64_s / fw_s,
             "samples": samples, "bias_steps": bias_steps, "bias_tol": bias_tol, "gibbs_steps": gibbs_steps,
         })
     sizes = np.array([r["n_hidden"] for r in rows], dtype=float)
@@ -101,11 +105,12 @@ def run(hidden: tuple[int, ...] = (100, 300, 500), *, insertions: int = 3, repea
 
 def format_table(result: dict) -> str:
     """A plain-text table of :func:`run`'s rows."""
-    lines = [f"{'hidden':>6} {'CD epoch s':>11} {'FW insert s':>12} {'eq.10 upd':>9} {'fixed10 s':>9} {'ratio':>7} "
+    lines = [f"{'hidden':>6} {'CD epoch s':>11} {'FW insert s':>12} {'eq.10 upd':>9} {'fixed10 s':>9} {'f64 s':>7} {'ratio':>7} "
              f"{'FW grow s':>10} {'CD run s':>9} {'ratio':>7}"]
     for r in result["rows"]:
         lines.append(f"{r['n_hidden']:>6} {r['cd_seconds_per_epoch']:>11.3f} {r['fw_seconds_per_insertion']:>12.3f} "
                      f"{r['fw_bias_updates']:>9.0f} {r['fw_fixed10_seconds_per_insertion']:>9.3f} "
+                     f"{r['fw_float64_seconds_per_insertion']:>7.3f} "
                      f"{r['ratio_insertion_to_epoch']:>7.3f} {r['fw_seconds_to_grow_estimate']:>10.1f} "
                      f"{r['cd_seconds_for_epochs']:>9.1f} {r['ratio_fw_run_to_cd_run']:>7.3f}")
     lines.append(f"(CD run = {result['cd_epochs']} epochs of CD-{result['rows'][0]['cd_k']}; {result['fit']})")

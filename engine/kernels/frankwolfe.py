@@ -180,12 +180,12 @@ def _mh_sweeps(V, X, W, b_hid, coef, lin_vis, k, state):
     """
     S, n_vis = V.shape
     n = W.shape[1]
-    WsT = np.empty((n, n_vis))  # (coef_i w_i) as rows: the proposal RBM's W^T
+    WsT = np.empty((n, n_vis), W.dtype)  # (coef_i w_i) as rows: the proposal RBM's W^T
     for j in range(n):
         for i in range(n_vis):
             WsT[j, i] = coef[j] * W[i, j]
-    H = np.empty((S, n))
-    Vp = np.empty((S, n_vis))
+    H = np.empty((S, n), V.dtype)  # buffers in the chains' precision (V and W share it)
+    Vp = np.empty((S, n_vis), V.dtype)
     accepted = 0
     for _ in range(k):
         for r in range(S):

@@ -215,13 +215,16 @@ def ref_bias_loop(V, W, b, c, alpha, data_mean, alpha_data, eta, alpha_lr, k, st
         updates += 1
 
 
-@pytest.mark.parametrize("standard,fit_alpha", [(True, False), (False, True), (False, False)])
+@pytest.mark.parametrize("standard,fit_alpha,dtype", [(True, False, np.float64), (False, True, np.float64),
+                                                     (False, False, np.float64), (True, False, np.float32)])
 @pytest.mark.parametrize("tol,max_steps", [(0.0, 3), (0.15, 200)])
-def test_bias_alpha_updates_match_numpy_reference(standard, fit_alpha, tol, max_steps):
+def test_bias_alpha_updates_match_numpy_reference(standard, fit_alpha, dtype, tol, max_steps):
     """Eq. 10 steps (and alpha steps) with the sampler run before each, as in the kernel:
-    with tol = 0 the loop runs to its cap; with tol = 0.15 it stops on the test (both seen)."""
+    with tol = 0 the loop runs to its cap; with tol = 0.15 it stops on the test (both seen).
+    float32: chains and weights in single precision (the products too), biases float64."""
     W, b0, c, _ = tiny_fractional(6, 3, seed=5)
-    chains0 = random_binary(40, 6, 6)
+    W = W.astype(dtype)
+    chains0 = random_binary(40, 6, 6).astype(dtype)
     data_mean = np.random.default_rng(7).random(6)
     alpha0, alpha_data, eta, alpha_lr, k = (3.0 if standard else 2.2), 0.9, 0.1, 0.2, 2
     chains, b = chains0.copy(), b0.copy()
@@ -229,11 +232,12 @@ def test_bias_alpha_updates_match_numpy_reference(standard, fit_alpha, tol, max_
                                      standard, fit_alpha, 123, max_steps, tol, 1.0)
     ref = ref_bias_loop(chains0.copy(), W, b0.copy(), c, alpha0, data_mean, alpha_data, eta, alpha_lr, k, standard,
                         fit_alpha, 123, max_steps, tol, 1.0)
+    rel = 1e-12 if dtype == np.float64 else 1e-6  # float32: sigmoid of single-precision fields
     np.testing.assert_array_equal(chains, ref[0])
-    np.testing.assert_allclose(b, ref[1], rtol=1e-12, atol=1e-14)
-    assert got[0] == pytest.approx(ref[2], rel=1e-12)
+    np.testing.assert_allclose(b, ref[1], rtol=rel, atol=rel)
+    assert got[0] == pytest.approx(ref[2], rel=rel)
     assert got[1:3] == ref[3:5] and got[3] == ref[5] and got[5] == ref[7]
-    assert got[4] == pytest.approx(ref[6], rel=1e-12)
+    assert got[4] == pytest.approx(ref[6], rel=rel)
     assert got[5] == (tol > 0) and (got[3] == max_steps) == (tol == 0)
 
 
@@ -568,7 +572,7 @@ def _same(a, b):
         np.testing.assert_array_equal(a.arrays[key], b.arrays[key])
 
 
-@pytest.mark.parametrize("kw", [{}, {"fit_alpha": True, "away_steps": True, "reg": 0.02},
+@pytest.mark.parametrize("kw", [{}, {"dtype": "float64"}, {"fit_alpha": True, "away_steps": True, "reg": 0.02},
                                 {"init_rbm": (np.random.default_rng(0).normal(0, 0.5, (9, 2)), np.zeros(9), np.zeros(2)),
                                  "burn_in": 5, "evaluate": "ais", "ais_runs": 4}])
 def test_state_dict_round_trip_resumes_bit_exactly(kw):
@@ -590,6 +594,16 @@ def test_state_dict_round_trip_resumes_bit_exactly(kw):
     _same(again.step(), first[0])
     other = _trainer(seed=6, **{k: v for k, v in kw.items()})
     assert not np.array_equal(other.step()["W"], first[0]["W"])
+
+
+def test_a_checkpoint_records_its_dtype_and_refuses_the_other():
+    state = _trainer().state_dict()
+    assert state["dtype"] == "float32" and state["chains"].dtype == np.float32
+    buffer = io.BytesIO()
+    save_state(_trainer(), buffer)
+    buffer.seek(0)
+    with pytest.raises(ValueError, match="dtype = float32, but this trainer has dtype = float64"):
+        _trainer(dtype="float64").load_state_dict(load_state(buffer))
 
 
 def test_load_state_dict_rejects_foreign_checkpoints():
