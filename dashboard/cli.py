@@ -410,11 +410,10 @@ def cmd_bench_rbm(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result))
         return 0
-    print("PCD-1 epoch on binarised MNIST (train split), batch 100, same run:")
+    print("PCD-1 epoch on binarised MNIST (train split), batch 100, every column measured in the same run:")
+    print(bench_rbm.format_table(result))
     for row in result["rows"]:
-        print(f"  Nh = {row['n_hidden']:>4}: engine {row['engine_seconds_per_epoch']:.3f} s, "
-              f"scikit-learn BernoulliRBM {row['sklearn_seconds_per_epoch']:.3f} s, ratio {row['ratio']:.1f}x; "
-              f"AIS ({row['ais_runs']} runs, {row['ais_schedule']} schedule) {row['ais_seconds']:.1f} s "
+        print(f"  Nh = {row['n_hidden']:>4}: AIS ({row['ais_runs']} runs, {row['ais_schedule']} schedule) {row['ais_seconds']:.1f} s "
               f"= {row['ais_seconds_per_run']:.3f} s per run, log Z = {row['ais_log_z']:.2f} ± {row['ais_spread']:.2f}")
     return 0
 
@@ -436,6 +435,11 @@ def cmd_bench_tap(args: argparse.Namespace) -> int:
               f"ratio {row['ratio']:.2f}x; engine at {100 * row['fraction_of_matmul']:.0f}% of the products' "
               f"matmul rate ({row['engine_gflops']:.1f} of {row['matmul_gflops']:.1f} GFLOPS); "
               f"to tol 1e-8: {row['converge_seconds']:.2f} s, median {row['converge_sweeps_median']:.0f} sweeps")
+        print(f"  {'':>24}float32: engine {row['engine_float32_sweeps_per_s']:7.1f} sweeps/s, NumPy/BLAS float32 "
+              f"{row['numpy_float32_sweeps_per_s']:7.1f} sweeps/s; {row['float32_speedup']:.2f}x the float64 engine, "
+              f"{row['float32_vs_numpy_float64']:.2f}x the float64 NumPy; at {100 * row['float32_fraction_of_sgemm']:.0f}% "
+              f"of SGEMM ({row['engine_float32_gflops']:.1f} of {row['sgemm_gflops']:.1f} GFLOPS); "
+              f"to tol 1e-8: {row['converge_float32_seconds']:.2f} s")
     return 0
 
 
@@ -666,20 +670,21 @@ def build_parser() -> argparse.ArgumentParser:
     bench_fvbm.add_argument("--seconds", type=_positive_float, default=3.0, help="time to spend on each (default 3)")
     bench_fvbm.set_defaults(func=cmd_bench_fvbm)
     bench_rbm = bench_sub.add_parser(
-        "rbm", help="seconds per PCD-1 epoch on binarised MNIST: engine vs scikit-learn; AIS time",
+        "rbm", help="seconds per PCD-1 epoch on binarised MNIST: engine vs scikit-learn, float32 and float64; AIS time",
         description="Time one PCD-1 epoch (batch 100) on the bundled binarised MNIST training split with this "
-        "engine and with scikit-learn's BernoulliRBM (same settings, same run), and one AIS estimate of log Z.",
+        "engine (float32 and float64) and with scikit-learn's BernoulliRBM fed float32 and float64 (same settings, "
+        "same run), each engine time against the SGEMM/DGEMM floor of its products, and one AIS estimate of log Z.",
     )
     bench_rbm.add_argument("--hidden", type=_positive_int, nargs="+", default=[100, 500],
                            help="numbers of hidden units (default 100 500)")
-    bench_rbm.add_argument("--repeats", type=_positive_int, default=2, help="best of this many epochs (default 2)")
+    bench_rbm.add_argument("--repeats", type=_positive_int, default=3, help="best of this many epochs (default 3)")
     bench_rbm.add_argument("--ais-runs", type=_positive_int, default=100, help="AIS runs (default 100)")
     bench_rbm.add_argument("--ais-schedule", choices=["default", "live"], default="default",
                            help="default: 14,500 betas (Frank-Wolfe paper); live: the cheap schedule of the app")
     bench_rbm.add_argument("--json", action="store_true", help="print the results as one JSON object")
     bench_rbm.set_defaults(func=cmd_bench_rbm)
     bench_tap = bench_sub.add_parser(
-        "tap", help="TAP sweeps per second (K chains, Nv = 784): engine vs plain NumPy/BLAS, same run",
+        "tap", help="TAP sweeps per second (K chains, Nv = 784), float32 and float64: engine vs plain NumPy/BLAS, same run",
         description="Time Algorithm 1 of the TAP paper (K chains at once) on briefly trained MNIST RBMs, "
                     "the numba engine against a plain NumPy/BLAS implementation in the same run, and "
                     "report the fraction of the machine's measured matrix-multiply rate the engine reaches.")

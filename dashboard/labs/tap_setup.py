@@ -104,12 +104,14 @@ class GroundTruthTrainer:
 def trainer_factory(data_key: str, *, n_hidden: int, prior_hid: str = "bernoulli", learning_rate: float = 0.005,
                     weight_decay: float = 0.001, momentum: float = 0.5, batch_size: int = 100, n_chains: int = 100,
                     damping: float = 0.0, seed: int = 0, max_epochs: int = 100,
-                    batches_per_step: int | None = None) -> Callable[[], dict]:
+                    batches_per_step: int | None = None, dtype: str = "float32") -> Callable[[], dict]:
     """A factory of ``{"TAP": trainer}`` for the runner; validates the settings at once.
 
     Each step trains ``batches_per_step`` mini-batches (default: about STEPS_PER_EPOCH
     steps per epoch) and then evaluates; a batch where no TAP chain converges is redone
-    with more damping (up to MAX_DAMPING) rather than stopping the run.
+    with more damping (up to MAX_DAMPING) rather than stopping the run.  The lab trains in
+    float32 (``dtype``; see :class:`engine.tap.TAPTrainer`): its reported log Z and
+    likelihoods are evaluated in float64 all the same.
     """
     images = load_images(data_key)
     X = images.X_train
@@ -121,7 +123,7 @@ def trainer_factory(data_key: str, *, n_hidden: int, prior_hid: str = "bernoulli
                                  weight_decay=weight_decay, momentum=momentum, batch_size=batch_size,
                                  n_chains=n_chains, damping=damping, seed=seed, step_unit="batch",
                                  max_epochs=max_epochs, batches_per_step=batches_per_step,
-                                 max_damping=max(MAX_DAMPING, damping))
+                                 max_damping=max(MAX_DAMPING, damping), dtype=dtype)
         return {"TAP": GroundTruthTrainer(trainer, X) if trainer.exact else trainer}
 
     build()

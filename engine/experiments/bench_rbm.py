@@ -1,5 +1,7 @@
-"""`boltzlab bench rbm`: seconds per PCD-1 epoch on binarised MNIST, this engine vs
-scikit-learn's BernoulliRBM with the same settings, measured in the same run; and the
+"""`boltzlab bench rbm`: seconds per PCD-1 epoch on binarised MNIST, this engine in float32
+and float64 against scikit-learn's BernoulliRBM fed float32 and float64 input (it keeps the
+input's dtype), all measured in the same run; each engine time against the floor its matrix
+products set (their FLOPs over the SGEMM / DGEMM rate measured on the same shapes); and the
 time of an AIS estimate of log Z."""
 
 from __future__ import annotations
@@ -7,57 +9,146 @@ from __future__ import annotations
 import time
 
 import numpy as np
+from numba import njit
+
+DTYPES = ("float32", "float64")
+
+
+@njit(cache=True, nogil=True)
+def _epoch_products(V, W, WT, n_batches, batch_size, recon_rows, L, R, H, Hs, Vr, G):
+    """Only the matrix products of a PCD-1 epoch of engine.kernels.rbm.train_batches, with
+    the same shapes, BLAS (numba's np.dot) and output buffers: the floor of an epoch."""
+    nb = batch_size
+    for _ in range(n_batches):
+        np.dot(V[:nb], W, H)  # positive phase P(h|batch)
+        np.dot(Hs, WT, Vr)  # reconstruction error on RECON_ROWS rows
+        np.dot(H, WT, L[nb:])  # the chains' visible half-step
+        np.dot(L[nb:], W, H)  # P(h|chains)
+        np.dot(L.T, R, G)  # the gradient of both phases
+
+
+def product_flops(n_visible: int, n_hidden: int, batch_size: int, recon_rows: int) -> float:
+    """FLOPs (2 per multiply-add) of the five products of one PCD-1 batch (see above)."""
+    return 2.0 * n_visible * n_hidden * (5 * batch_size + recon_rows)
+
+
+def _floor_seconds(n_visible: int, n_hidden: int, batch_size: int, n_batches: int, dtype: str, repeats: int) -> float:
+    from engine.kernels.rbm import RECON_ROWS
+
+    rng = np.random.default_rng(0)
+    V = (rng.random((batch_size, n_visible)) < 0.3).astype(dtype)
+    W = rng.normal(0, 0.01, (n_visible, n_hidden)).astype(dtype)
+    WT = np.ascontiguousarray(W.T)
+    L = np.ascontiguousarray(np.vstack([V, V]))
+    R = rng.random((2 * batch_size, n_hidden)).astype(dtype)
+    H = rng.random((batch_size, n_hidden)).astype(dtype)
+    Hs = np.ascontiguousarray(H[:RECON_ROWS])
+    Vr = np.empty((Hs.shape[0], n_visible), dtype)
+    G = np.empty((n_visible, n_hidden), dtype)
+    args = (V, W, WT, n_batches, batch_size, RECON_ROWS, L, R, H, Hs, Vr, G)
+    _epoch_products(*args[:3], 1, *args[4:])  # compile / warm
+    best = np.inf
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        _epoch_products(*args)
+        best = min(best, time.perf_counter() - t0)
+    return best
 
 
 def run(hidden: tuple[int, ...] = (100, 500), *, batch_size: int = 100, learning_rate: float = 0.05,
-        repeats: int = 2, ais_runs: int = 100, ais_schedule: str = "default") -> dict:
+        repeats: int = 3, ais_runs: int = 100, ais_schedule: str = "default") -> dict:
     """JSON-ready timings; ``ais_schedule`` is "default" (14,501 betas) or "live" (1,001).
 
     The engine's epoch is timed as the trainer's own ``wall_time`` of its numba call (the
     35 mini-batch updates); the pseudo-likelihood and log-likelihood evaluations the
     trainer schedules between epochs are excluded, as scikit-learn's ``fit`` computes none.
     scikit-learn's epoch is ``BernoulliRBM(n_iter=1).fit`` (PCD-1 with ``batch_size``
-    persistent chains, the same as the engine's).  Both run with the same settings (no
-    momentum, no weight decay), float64, best of ``repeats``, in the same process.
+    persistent chains, the same as the engine's).  Same settings (no momentum, no weight
+    decay), best of ``repeats``, every variant in the same process, interleaved repeat by
+    repeat so a burst of other load on the machine hits them alike.
+
+    Per row: ``engine_float32_seconds``, ``engine_float64_seconds``,
+    ``sklearn_float32_seconds``, ``sklearn_float64_seconds`` (per epoch);
+    ``product_gflop_per_epoch`` (the five products per batch: P(h|batch), the
+    reconstruction rows, the chains' visible half-step, P(h|chains), the two-phase
+    gradient); ``sgemm_floor_seconds`` / ``dgemm_floor_seconds`` (those products alone, same
+    shapes and BLAS) with ``sgemm_gflops`` / ``dgemm_gflops``; ``float32_floor_fraction`` =
+    sgemm floor / engine float32 time (1 = the sigmoids, draws and updates cost nothing),
+    ``float64_floor_fraction`` likewise; ``speedup_vs_sklearn_float32`` = sklearn float32 /
+    engine float32.  Kept from before (float64 on both sides): ``engine_seconds_per_epoch``,
+    ``sklearn_seconds_per_epoch``, ``ratio``.
     """
     from sklearn.neural_network import BernoulliRBM
 
     from engine import rbm as rbm_module
     from engine.images import mnist
+    from engine.kernels.rbm import RECON_ROWS
 
     if ais_schedule not in ("default", "live"):
         raise ValueError(f"The 'ais_schedule' parameter of bench rbm must be 'default' or 'live'. Got {ais_schedule!r}.")
     data = mnist()
     V = np.asarray(data.X_train, dtype=np.float64)
+    inputs = {dtype: V.astype(dtype) for dtype in DTYPES}
+    n, n_visible = V.shape
+    n_batches = -(-n // batch_size)
     rows = []
     for n_hidden in hidden:
-        trainer = rbm_module.RBMTrainer(
-            V, n_hidden, method="pcd", k=1, batch_size=batch_size, learning_rate=learning_rate,
-            momentum=0.0, step_unit="epoch", evaluate="none", seed=0, max_epochs=10**6,
-        )
-        trainer.step()  # compile or load the kernels from the cache before timing
-        engine_s = min(trainer.step()["wall_time"] for _ in range(repeats))
-        sklearn_times = []
+        trainers = {}
+        for dtype in DTYPES:
+            trainers[dtype] = rbm_module.RBMTrainer(
+                V, n_hidden, method="pcd", k=1, batch_size=batch_size, learning_rate=learning_rate,
+                momentum=0.0, step_unit="epoch", evaluate="none", seed=0, max_epochs=10**6, dtype=dtype,
+            )
+            trainers[dtype].step()  # compile or load the kernels from the cache before timing
+        engine = {dtype: np.inf for dtype in DTYPES}
+        sklearn = {dtype: np.inf for dtype in DTYPES}
         for _ in range(repeats):
-            t0 = time.perf_counter()
-            BernoulliRBM(n_components=n_hidden, batch_size=batch_size, learning_rate=learning_rate,
-                         n_iter=1, random_state=0).fit(V)
-            sklearn_times.append(time.perf_counter() - t0)
-        sklearn_s = min(sklearn_times)
-        state = trainer.state_dict()
-        W, b_vis, b_hid = state["W"], state["b_vis"], state["b_hid"]
+            for dtype in DTYPES:
+                engine[dtype] = min(engine[dtype], trainers[dtype].step()["wall_time"])
+                t0 = time.perf_counter()
+                BernoulliRBM(n_components=n_hidden, batch_size=batch_size, learning_rate=learning_rate,
+                             n_iter=1, random_state=0).fit(inputs[dtype])
+                sklearn[dtype] = min(sklearn[dtype], time.perf_counter() - t0)
+        flops = n_batches * product_flops(n_visible, n_hidden, batch_size, RECON_ROWS)
+        floor = {dtype: _floor_seconds(n_visible, n_hidden, batch_size, n_batches, dtype, max(3, repeats))
+                 for dtype in DTYPES}
+        rbm = trainers["float64"].rbm
         schedule = None if ais_schedule == "default" else rbm_module.AIS_SCHEDULE_LIVE
-        rbm_module.ais_log_partition(W, b_vis, b_hid, n_runs=2, schedule=rbm_module.AIS_SCHEDULE_LIVE, seed=0)
+        rbm_module.ais_log_partition(rbm.W, rbm.b_vis, rbm.b_hid, n_runs=2, schedule=rbm_module.AIS_SCHEDULE_LIVE, seed=0)
         t0 = time.perf_counter()
-        estimate, spread = rbm_module.ais_log_partition(W, b_vis, b_hid, n_runs=ais_runs, schedule=schedule, seed=0,
-                                                        base_vis=trainer.base_vis)
+        estimate, spread = rbm_module.ais_log_partition(rbm.W, rbm.b_vis, rbm.b_hid, n_runs=ais_runs, schedule=schedule,
+                                                        seed=0, base_vis=trainers["float64"].base_vis)
         ais_s = time.perf_counter() - t0
         rows.append({
-            "n_hidden": n_hidden, "n_train": int(V.shape[0]), "batch_size": batch_size,
-            "engine_seconds_per_epoch": engine_s, "sklearn_seconds_per_epoch": sklearn_s,
-            "ratio": sklearn_s / engine_s,
+            "n_hidden": n_hidden, "n_train": int(n), "batch_size": batch_size,
+            "engine_float32_seconds": engine["float32"], "engine_float64_seconds": engine["float64"],
+            "sklearn_float32_seconds": sklearn["float32"], "sklearn_float64_seconds": sklearn["float64"],
+            "speedup_vs_sklearn_float32": sklearn["float32"] / engine["float32"],
+            "product_gflop_per_epoch": flops / 1e9,
+            "sgemm_floor_seconds": floor["float32"], "dgemm_floor_seconds": floor["float64"],
+            "sgemm_gflops": flops / floor["float32"] / 1e9, "dgemm_gflops": flops / floor["float64"] / 1e9,
+            "float32_floor_fraction": floor["float32"] / engine["float32"],
+            "float64_floor_fraction": floor["float64"] / engine["float64"],
+            "engine_seconds_per_epoch": engine["float64"], "sklearn_seconds_per_epoch": sklearn["float64"],
+            "ratio": sklearn["float64"] / engine["float64"],
             "ais_runs": ais_runs, "ais_schedule": ais_schedule, "ais_betas": int(
                 (rbm_module.AIS_SCHEDULE_DEFAULT if schedule is None else schedule).shape[0]),
             "ais_seconds": ais_s, "ais_seconds_per_run": ais_s / ais_runs, "ais_log_z": estimate, "ais_spread": spread,
         })
-    return {"rows": rows, "note": "engine time excludes the trainer's scheduled evaluations; AIS base rates from the training data"}
+    return {"rows": rows, "note": "engine time excludes the trainer's scheduled evaluations; AIS (float64) on the "
+                                  "float64-trained model, base rates from the training data"}
+
+
+def format_table(result: dict) -> str:
+    """The rows as a text table (milliseconds per epoch)."""
+    lines = [f"{'Nh':>5} {'eng f32':>8} {'eng f64':>8} {'skl f32':>8} {'skl f64':>8} {'vs skl32':>8} "
+             f"{'SGEMM':>7} {'DGEMM':>7} {'f32 floor':>9} {'f64 floor':>9}  AIS s/run"]
+    for r in result["rows"]:
+        lines.append(
+            f"{r['n_hidden']:>5} {1e3 * r['engine_float32_seconds']:>8.1f} {1e3 * r['engine_float64_seconds']:>8.1f} "
+            f"{1e3 * r['sklearn_float32_seconds']:>8.1f} {1e3 * r['sklearn_float64_seconds']:>8.1f} "
+            f"{r['speedup_vs_sklearn_float32']:>7.2f}x {r['sgemm_gflops']:>7.1f} {r['dgemm_gflops']:>7.1f} "
+            f"{100 * r['float32_floor_fraction']:>8.0f}% {100 * r['float64_floor_fraction']:>8.0f}%  "
+            f"{r['ais_seconds_per_run']:.3f}")
+    lines.append("ms per PCD-1 epoch; SGEMM/DGEMM in GFLOP/s on the epoch's product shapes; floor = products alone / engine time")
+    return "\n".join(lines)

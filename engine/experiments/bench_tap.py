@@ -1,6 +1,7 @@
 """`bench tap`: TAP sweeps per second (Algorithm 1, K chains at once) on MNIST-sized binary
-RBMs, this engine against the best plain NumPy/BLAS implementation written here, both
-measured in the same run, and against the machine's float64 matrix-multiply rate.
+RBMs, this engine in float32 and float64 against the best plain NumPy/BLAS implementation
+written here (in both dtypes), all measured in the same run, and against the machine's
+SGEMM / DGEMM rate on the sweep's own products.
 
 One sweep is a hidden and a visible half-step: four products (K x Nv)(Nv x Nh) or
 (K x Nh)(Nh x Nv) -- a_v W, c_v W^2, a_h W^T, c_h (W^2)^T -- plus K (Nv + Nh) sigmoids and
@@ -20,21 +21,25 @@ import scipy.special
 def numpy_tap_sweeps(W: np.ndarray, b_vis: np.ndarray, b_hid: np.ndarray, init_vis: np.ndarray,
                      n_sweeps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Algorithm 1 for binary units in NumPy: preallocated buffers, BLAS products with out=,
-    in-place ufuncs (scipy.special.expit) and no temporaries in the loop.
+    in-place ufuncs (scipy.special.expit) and no temporaries in the loop.  Runs in the dtype
+    of ``init_vis`` (W is converted to it), float32 or float64.
 
     x_h = b_hid + a_v W - (c_v W^2)(a_h - 1/2) is U + B - A/2 with A = -c_v W^2 and
     B = A a_h + a_v W (eqs. 33-34, C.3).  Returns (a_v, c_v, a_h, c_h, mean squared change).
     """
     K, n_vis = init_vis.shape
     n_hid = W.shape[1]
+    dt = init_vis.dtype
+    W = np.ascontiguousarray(W, dtype=dt)
+    b_vis, b_hid = np.asarray(b_vis, dtype=dt), np.asarray(b_hid, dtype=dt)
     W2 = W * W
     WT = np.ascontiguousarray(W.T)
     W2T = np.ascontiguousarray(W2.T)
-    av, cv = init_vis.copy(), np.zeros((K, n_vis))
-    ah, ch = np.zeros((K, n_hid)), np.zeros((K, n_hid))
-    G_h, S_h, new_h = np.empty((K, n_hid)), np.empty((K, n_hid)), np.empty((K, n_hid))
-    G_v, S_v, new_v = np.empty((K, n_vis)), np.empty((K, n_vis)), np.empty((K, n_vis))
-    change = np.empty(K)
+    av, cv = init_vis.copy(), np.zeros((K, n_vis), dt)
+    ah, ch = np.zeros((K, n_hid), dt), np.zeros((K, n_hid), dt)
+    G_h, S_h, new_h = (np.empty((K, n_hid), dt) for _ in range(3))
+    G_v, S_v, new_v = (np.empty((K, n_vis), dt) for _ in range(3))
+    change = np.empty(K, dt)
     for _ in range(n_sweeps):
         np.dot(av, W, out=G_h)
         np.dot(cv, W2, out=S_h)
@@ -86,13 +91,21 @@ def run(hidden: tuple[int, ...] = (100, 500), K: int = 100, *, n_sweeps: int = 4
         train_epochs: int = 1, threads: int | None = 1) -> dict:
     """JSON-ready sweep rates for each Nh in ``hidden``.
 
-    Per row: ``engine_sweeps_per_s``, ``numpy_sweeps_per_s``, ``ratio`` (engine / NumPy),
-    ``matmul_gflops`` (the best float64 rate of the four products of a sweep, timed alone),
-    ``engine_gflops`` (8 K Nv Nh flops per sweep over the engine's time) and
+    Per row, for the float64 engine (keys kept from before): ``engine_sweeps_per_s``,
+    ``numpy_sweeps_per_s`` (the float64 NumPy reference), ``ratio`` (engine / NumPy),
+    ``matmul_gflops`` (= ``dgemm_gflops``: the best float64 rate of the four products of a
+    sweep, timed alone), ``engine_gflops`` (8 K Nv Nh flops per sweep over the engine's time),
     ``fraction_of_matmul`` (engine_gflops / matmul_gflops: 1 would mean the sigmoids and
     bookkeeping cost nothing), ``max_abs_difference`` between the two implementations'
-    magnetizations, and the engine's time to convergence at the paper's tol = 1e-8 from
-    the same rows (``converge_seconds``, ``converge_sweeps_median``).
+    magnetizations, and the engine's time to convergence at the paper's tol = 1e-8 from the
+    same rows (``converge_seconds``, ``converge_sweeps_median``).  For float32:
+    ``engine_float32_sweeps_per_s``, ``numpy_float32_sweeps_per_s``, ``sgemm_gflops`` (the
+    same four products in float32), ``engine_float32_gflops``, ``float32_fraction_of_sgemm``,
+    ``float32_vs_numpy_float64`` (float32 engine rate / float64 NumPy rate),
+    ``float32_speedup`` (float32 engine / float64 engine), ``max_abs_difference_float32``
+    (float32 engine vs float64 engine after ``n_sweeps``), ``converge_float32_seconds``.
+    ``float64_fraction_of_dgemm`` repeats ``fraction_of_matmul`` under the new naming.
+    Every variant is timed in the same process, interleaved repeat by repeat.
     ``threads`` limits the BLAS threads of every library (threadpoolctl); None keeps the
     libraries' defaults.  The default is 1: on this 2-core machine shared with other work,
     OpenBLAS's default two threads spin against the other load and multiplied 5-8 GFLOPS
@@ -115,45 +128,70 @@ def run(hidden: tuple[int, ...] = (100, 500), K: int = 100, *, n_sweeps: int = 4
         for n_hidden in hidden:
             W, b_vis, b_hid = _trained_rbm(n_hidden, V, train_epochs)
             n_vis = W.shape[0]
-
-            def engine():
-                return tap.tap_fixed_points(W, b_vis, b_hid, init, tol=0.0, max_iter=n_sweeps)
-
-            def numpy_ref():
-                return numpy_tap_sweeps(W, b_vis, b_hid, init, n_sweeps)
-
-            got, want = engine(), numpy_ref()  # compile / warm caches, and check agreement
-            diff = max(float(np.abs(got.a_vis - want[0]).max()), float(np.abs(got.a_hid - want[2]).max()))
-            engine_s = _best_of(engine, repeats) / n_sweeps
-            numpy_s = _best_of(numpy_ref, repeats) / n_sweeps
-            W2, WT = W * W, np.ascontiguousarray(W.T)
-            W2T = np.ascontiguousarray(W2.T)
-            A = np.ascontiguousarray(init)
-            H = np.random.default_rng(0).random((K, n_hidden))
-            out_h, out_v = np.empty((K, n_hidden)), np.empty((K, n_vis))
-
-            def products():
-                for _ in range(n_sweeps):
-                    np.dot(A, W, out=out_h)
-                    np.dot(A, W2, out=out_h)
-                    np.dot(H, WT, out=out_v)
-                    np.dot(H, W2T, out=out_v)
-
-            matmul_s = _best_of(products, repeats) / n_sweeps
             flops = 8.0 * K * n_vis * n_hidden
-            t0 = time.perf_counter()
-            conv = tap.tap_fixed_points(W, b_vis, b_hid, init, tol=tap.DEFAULT_TOL, max_iter=tap.DEFAULT_MAX_ITER)
-            converge_s = time.perf_counter() - t0
+            fns, products = {}, {}
+            for dtype in ("float32", "float64"):
+                start = init.astype(dtype)
+
+                def engine(dtype=dtype):
+                    return tap.tap_fixed_points(W, b_vis, b_hid, init, tol=0.0, max_iter=n_sweeps, dtype=dtype)
+
+                def numpy_ref(start=start):
+                    return numpy_tap_sweeps(W, b_vis, b_hid, start, n_sweeps)
+
+                Wd = W.astype(dtype)
+                W2, WT = Wd * Wd, np.ascontiguousarray(Wd.T)
+                W2T = np.ascontiguousarray(W2.T)
+                H = np.random.default_rng(0).random((K, n_hidden)).astype(dtype)
+                out_h, out_v = np.empty((K, n_hidden), dtype), np.empty((K, n_vis), dtype)
+
+                def matmul(A=start, Wd=Wd, W2=W2, WT=WT, W2T=W2T, H=H, out_h=out_h, out_v=out_v):
+                    for _ in range(n_sweeps):
+                        np.dot(A, Wd, out=out_h)
+                        np.dot(A, W2, out=out_h)
+                        np.dot(H, WT, out=out_v)
+                        np.dot(H, W2T, out=out_v)
+
+                fns[f"engine_{dtype}"], fns[f"numpy_{dtype}"], fns[f"matmul_{dtype}"] = engine, numpy_ref, matmul
+            got, want = fns["engine_float64"](), fns["numpy_float64"]()  # compile / warm caches, check agreement
+            diff = max(float(np.abs(got.a_vis - want[0]).max()), float(np.abs(got.a_hid - want[2]).max()))
+            got32 = fns["engine_float32"]()
+            diff32 = max(float(np.abs(got32.a_vis - got.a_vis).max()), float(np.abs(got32.a_hid - got.a_hid).max()))
+            for fn in fns.values():
+                fn()
+            best = {name: np.inf for name in fns}
+            for _ in range(repeats):
+                for name, fn in fns.items():
+                    t0 = time.perf_counter()
+                    fn()
+                    best[name] = min(best[name], (time.perf_counter() - t0) / n_sweeps)
+            converge = {}
+            for dtype in ("float32", "float64"):
+                t0 = time.perf_counter()
+                conv = tap.tap_fixed_points(W, b_vis, b_hid, init, tol=tap.DEFAULT_TOL, max_iter=tap.DEFAULT_MAX_ITER,
+                                            dtype=dtype)
+                converge[dtype] = (time.perf_counter() - t0, conv)
+            e64, e32 = best["engine_float64"], best["engine_float32"]
+            n64, n32 = best["numpy_float64"], best["numpy_float32"]
+            m64, m32 = best["matmul_float64"], best["matmul_float32"]
+            conv64 = converge["float64"][1]
             rows.append({
                 "n_visible": n_vis, "n_hidden": n_hidden, "K": K, "n_sweeps": n_sweeps, "repeats": repeats,
                 "threads": threads,
-                "engine_sweeps_per_s": 1.0 / engine_s, "numpy_sweeps_per_s": 1.0 / numpy_s,
-                "ratio": numpy_s / engine_s,
-                "matmul_gflops": flops / matmul_s / 1e9, "engine_gflops": flops / engine_s / 1e9,
-                "numpy_gflops": flops / numpy_s / 1e9, "fraction_of_matmul": matmul_s / engine_s,
+                "engine_sweeps_per_s": 1.0 / e64, "numpy_sweeps_per_s": 1.0 / n64, "ratio": n64 / e64,
+                "matmul_gflops": flops / m64 / 1e9, "engine_gflops": flops / e64 / 1e9,
+                "numpy_gflops": flops / n64 / 1e9, "fraction_of_matmul": m64 / e64,
                 "max_abs_difference": diff,
-                "converge_seconds": converge_s, "converge_sweeps_median": float(np.median(conv.iterations)),
-                "converged_fraction": float(conv.converged.mean()),
+                "converge_seconds": converge["float64"][0], "converge_sweeps_median": float(np.median(conv64.iterations)),
+                "converged_fraction": float(conv64.converged.mean()),
+                "dgemm_gflops": flops / m64 / 1e9, "sgemm_gflops": flops / m32 / 1e9,
+                "float64_fraction_of_dgemm": m64 / e64,
+                "engine_float32_sweeps_per_s": 1.0 / e32, "numpy_float32_sweeps_per_s": 1.0 / n32,
+                "engine_float32_gflops": flops / e32 / 1e9, "float32_fraction_of_sgemm": m32 / e32,
+                "float32_vs_numpy_float64": n64 / e32, "float32_speedup": e64 / e32,
+                "max_abs_difference_float32": diff32,
+                "converge_float32_seconds": converge["float32"][0],
+                "converge_float32_sweeps_median": float(np.median(converge["float32"][1].iterations)),
             })
     return {"rows": rows}
 
