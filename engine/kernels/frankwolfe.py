@@ -25,7 +25,8 @@ import math
 import numpy as np
 from numba import njit
 
-from engine.kernels.rbm import _uniform, gibbs_chains, new_state, sigmoid, softplus
+from engine.kernels.rbm import (_draw_row, _sample_fields_into, _sigmoid_row, _uniform, gibbs_chains, new_state, scratch,
+                                sigmoid, softplus)
 
 
 @njit(cache=True, nogil=True)
@@ -246,25 +247,22 @@ def sample_model(V, W, b_vis, b_hid, coef, standard, k, seed):
 
 
 @njit(cache=True, nogil=True)
-def _gibbs_step_means(V, X, H, Y, W, WT, b_vis, b_hid, state, m_sum, m_sq):
+def _gibbs_step_means(V, X, H, Y, W, WT, b_vis, b_hid, state, m_sum, m_sq, S):
     """One block Gibbs step v -> h -> v on every chain (V in place; X, H, Y are reused
-    buffers of shapes (S, n), (S, n), (S, Nv)), adding each chain's P(v_i = 1 | h) to
-    m_sum[i] and its square to m_sq[i]: the Rao-Blackwellised estimate of E[v] and its
-    spread.  The stream gives the hidden uniforms row by row, then the visible ones, as in
-    :func:`engine.kernels.rbm.gibbs_chains`."""
-    S, n_vis = V.shape
-    n = W.shape[1]
+    buffers of shapes (S, n), (S, n), (S, Nv); S: scratch rows), adding each chain's
+    P(v_i = 1 | h) to m_sum[i] and its square to m_sq[i]: the Rao-Blackwellised estimate of
+    E[v] and its spread.  The draws are those of :func:`engine.kernels.rbm.gibbs_chains`
+    (hidden row by row, then visible), with its vectorised rows."""
     np.dot(V, W, X)
-    for r in range(S):
-        for j in range(n):
-            H[r, j] = 1.0 if _uniform(state) < sigmoid(X[r, j] + b_hid[j]) else 0.0
+    _sample_fields_into(X, b_hid, state, H, S)
     np.dot(H, WT, Y)
-    for r in range(S):
-        for i in range(n_vis):
-            p = sigmoid(Y[r, i] + b_vis[i])
+    for r in range(Y.shape[0]):
+        _sigmoid_row(Y[r], b_vis, Y[r], S)
+        for i in range(Y.shape[1]):
+            p = np.float64(Y[r, i])
             m_sum[i] += p
             m_sq[i] += p * p
-            V[r, i] = 1.0 if _uniform(state) < p else 0.0
+        _draw_row(Y[r], state, V[r])
 
 
 @njit(cache=True, nogil=True)
@@ -302,6 +300,7 @@ def bias_alpha_updates(V, W, b_vis, b_hid, alpha, data_mean, alpha_data, eta, al
     Y = np.empty((S, n_vis), V.dtype)
     m_sum = np.zeros(n_vis)
     m_sq = np.zeros(n_vis)
+    scratch_rows = scratch(max(n, n_vis))
     coef = np.empty(n)
     state = new_state(seed)
     accepted = 0
@@ -318,7 +317,7 @@ def bias_alpha_updates(V, W, b_vis, b_hid, alpha, data_mean, alpha_data, eta, al
             for _ in range(k):
                 m_sum[:] = 0.0
                 m_sq[:] = 0.0
-                _gibbs_step_means(V, X, H, Y, W, WT, b_vis, b_hid, state, m_sum, m_sq)
+                _gibbs_step_means(V, X, H, Y, W, WT, b_vis, b_hid, state, m_sum, m_sq, scratch_rows)
             accepted += k * S
         else:
             Xf = _fields(V, W, b_hid)
