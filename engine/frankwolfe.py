@@ -112,6 +112,7 @@ from engine.rbm import (
     ais_log_partition,
     base_rate_biases,
     check_binary,
+    check_dtype_matches,
     log_partition_exact,
 )
 from engine.stepping import Record, as_scalar
@@ -950,7 +951,8 @@ class FrankWolfeTrainer:
         missing = [key for key in required if key not in state]
         if missing:
             raise ValueError(f"The checkpoint lacks the entries {missing} of a Frank-Wolfe trainer.")
-        for key in ("n", "n_visible", "seed", "samples", "initial_hidden", "fit_alpha", "dtype"):
+        check_dtype_matches(state, self.dtype, "FrankWolfeTrainer")
+        for key in ("n", "n_visible", "seed", "samples", "initial_hidden", "fit_alpha"):
             if key in state and as_scalar(state[key]) != getattr(self, key):
                 raise ValueError(f"The checkpoint was made with {key} = {as_scalar(state[key])}, but this trainer has {key} = {getattr(self, key)}.")
         W = np.asarray(state["W"], dtype=np.float64)

@@ -700,9 +700,10 @@ class RBMTrainer:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` output, validated against this trainer's data and settings.
 
-        A checkpoint resumes only in its own precision (``dtype``; checkpoints without the
-        entry are float64): converting would not continue the same run bit-exactly, so a
-        mismatch is refused with a ValueError that says which dtype to build the trainer with.
+        A checkpoint resumes only in its own precision (``dtype``): converting would not
+        continue the same run bit-exactly, so a mismatch is refused with a ValueError that
+        says which dtype to build the trainer with (checkpoints from before the option,
+        without the entry, are converted: see :func:`check_dtype_matches`).
         """
         required = ("W", "b_vis", "b_hid", "vW", "v_vis", "v_hid", "chains", "chain_hid", "iteration", "elapsed",
                     "work_pl", "work_ll", "status", "message")
@@ -737,8 +738,14 @@ class RBMTrainer:
 
 
 def check_dtype_matches(state: Mapping[str, Any], dtype: str, owner: str) -> None:
-    """Refuse a checkpoint made in another precision than ``dtype`` (no entry: float64)."""
-    saved = str(as_scalar(state["dtype"])) if "dtype" in state else "float64"
+    """Refuse a checkpoint made in another precision than ``dtype``.
+
+    A checkpoint without the entry predates the option (it was float64): it is accepted and
+    continues in ``dtype`` (converted, so not bit-for-bit the run it came from), so that
+    checkpoints saved before the option still load in the labs, which train in float32."""
+    if "dtype" not in state:
+        return
+    saved = str(as_scalar(state["dtype"]))
     if saved != dtype:
         raise ValueError(f"The checkpoint was made with dtype = {saved!r}, but this trainer has dtype = {dtype!r}; "
                          f"build the {owner} with dtype={saved!r} to resume it (it resumes bit-exactly only in its own precision).")

@@ -918,7 +918,8 @@ class TAPTrainer:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` output, validated against this trainer's data and settings.
 
-        A checkpoint resumes only in its own ``dtype`` (no entry: float64); another is refused
+        A checkpoint resumes only in its own ``dtype`` (no entry: from before the option,
+        converted); another is refused
         with a ValueError saying which dtype to build the trainer with."""
         required = ("W", "b_vis", "b_hid", "precision_vis", "rho_vis", "precision_hid", "rho_hid", "vW",
                     "iteration", "elapsed", "status", "message")

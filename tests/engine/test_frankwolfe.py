@@ -602,7 +602,7 @@ def test_a_checkpoint_records_its_dtype_and_refuses_the_other():
     buffer = io.BytesIO()
     save_state(_trainer(), buffer)
     buffer.seek(0)
-    with pytest.raises(ValueError, match="dtype = float32, but this trainer has dtype = float64"):
+    with pytest.raises(ValueError, match="dtype = 'float32', but this trainer has dtype = 'float64'"):
         _trainer(dtype="float64").load_state_dict(load_state(buffer))
 
 

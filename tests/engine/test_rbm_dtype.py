@@ -172,10 +172,12 @@ def test_a_checkpoint_in_the_other_dtype_is_refused_with_a_clear_message(digits)
     with pytest.raises(ValueError, match=r"dtype = 'float64'.*dtype='float64'"):
         R.RBMTrainer(digits, 6, batch_size=50).load_state_dict(a64.state_dict())
     old = a64.state_dict()
-    del old["dtype"]  # checkpoints from before the option are float64
-    with pytest.raises(ValueError, match="dtype"):
-        R.RBMTrainer(digits, 6, batch_size=50, dtype="float32").load_state_dict(old)
-    R.RBMTrainer(digits, 6, batch_size=50, dtype="float64").load_state_dict(old)
+    del old["dtype"]  # checkpoints from before the option (float64) load into either, converted
+    for dtype in ("float32", "float64"):
+        t = R.RBMTrainer(digits, 6, batch_size=50, dtype=dtype)
+        t.load_state_dict(old)
+        assert t.state_dict()["W"].dtype == np.dtype(dtype)
+        np.testing.assert_allclose(t.state_dict()["W"], old["W"], rtol=1e-6)
 
 
 def test_dtype_is_validated(digits):

@@ -148,5 +148,10 @@ def test_tap_checkpoint_in_another_dtype_is_refused(digits_train):
     a.step()
     with pytest.raises(ValueError, match=r"dtype = 'float64'.*dtype='float64'"):
         T.TAPTrainer(digits_train[:100], 6, batch_size=20, n_chains=20).load_state_dict(a.state_dict())
+    old = a.state_dict()
+    del old["dtype"]  # from before the option: loads into the float32 trainer, converted
+    b = T.TAPTrainer(digits_train[:100], 6, batch_size=20, n_chains=20)
+    b.load_state_dict(old)
+    np.testing.assert_allclose(b.state_dict()["W"], old["W"], rtol=1e-6)
     with pytest.raises(ValueError, match="'dtype' parameter of TAPTrainer"):
         T.TAPTrainer(digits_train[:100], 6, dtype="half")
