@@ -158,7 +158,7 @@ class FrankWolfeLab(Lab):
         self.reg = w.FloatInput(label="Regularization λ", value=d["reg"], start=0.0, end=100.0, step=0.01, width=140)
         self.bias_lr = w.FloatInput(label="Bias step η", value=d["bias_lr"], start=0.0, end=10.0, step=0.005, width=140)
         self.samples = w.IntInput(label="Samples S", value=d["samples"], start=1, end=20000, width=140)
-        self.bias_steps = w.IntInput(label="Eq. 10 updates at most", value=d["bias_steps"], start=0, end=5000, width=140)
+        self.bias_steps = w.IntInput(label="Eq. 10 updates ≤", value=d["bias_steps"], start=0, end=5000, width=140)
         self.max_hidden = w.IntInput(label="Max hidden units T", value=d["max_hidden"], start=2, end=2000, width=140)
         self.evaluate = w.Select(label="Log-likelihood", options=EVALUATIONS, value="auto", width=290)
         self.eval_every = w.IntInput(label="Evaluate every", value=d["eval_every"], start=1, end=1000, width=140)

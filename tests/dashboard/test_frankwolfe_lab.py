@@ -153,3 +153,18 @@ def test_fw_curves_reads_only_evaluated_splits():
     c = fw_curves(Record({"iteration": 3, "n_hidden": 3, "inner_objective": -1.0, "bias_change": 0.1,
                           "train_log_likelihood": -30.0, "test_log_likelihood": float("nan")}, {}))
     assert c["train"] == -30.0 and "test" not in c and "valid" not in c
+
+
+def test_next_step_says_how_eq10_ended(lab):
+    """Issue 16: the presentation text says how many eq.-10 updates an insertion took and
+    whether the loop's test passed or its cap stopped it (the 'eq. 10 cut off' preset)."""
+    lab.apply_settings({"data": "digits", "samples": 500, "max_hidden": 12, "bias_steps": 2, "bias_lr": 0.05})
+    steps(lab, 2)
+    rows = lab.runner.history.rows["FW"]
+    text = lab.describe_change("FW", rows[-2], rows[-1], None, None)
+    assert "in 2 updates, <b>its cap: stopped before the pixel means matched</b>" in text
+    lab.apply_settings({"bias_steps": 200, "bias_lr": 0.5})
+    steps(lab, 2)
+    rows = lab.runner.history.rows["FW"]
+    text = lab.describe_change("FW", rows[-2], rows[-1], None, None)
+    assert "until the pixel means matched the data's" in text and rows[-1]["bias_converged"]
