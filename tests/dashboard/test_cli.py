@@ -181,6 +181,22 @@ def test_reproduce_frankwolfe_tiny_json_and_figures(tmp_path):
         assert (tmp_path / paths["png"].split("/")[-1]).exists()
 
 
+def test_reproduce_frankwolfe_digits_json_keys_and_exact_numbers():
+    """`--data digits`: the issue's JSON keys, lists over hidden_units, exact (finite) numbers,
+    and the sampled FW within the goal of FW with exact expectations (5 units, lambda 0.05)."""
+    out = run("reproduce", "frankwolfe", "--data", "digits", "--quick", "--json", "--hidden", "3", "5",
+              "--reg-grid", "0.05")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["hidden_units"] == [3, 5]
+    for key in ("fw_test_log_likelihood", "fw_exact_test_log_likelihood", "cd_test_log_likelihood"):
+        assert len(result[key]) == 2 and all(-30 < v < -15 for v in result[key]), (key, result[key])
+    assert result["fw_reg"] == [0.05, 0.05] and result["goal_met"] == all(
+        d >= -0.5 for d in result["fw_minus_exact"])
+    out = run("reproduce", "frankwolfe", "--data", "digits", "--hidden", "21")
+    assert out.returncode != 0 and "from 1 to 20" in out.stderr
+
+
 def test_reproduce_frankwolfe_rejects_a_bad_override():
     out = run("reproduce", "frankwolfe", "--max-hidden", "0")
     assert out.returncode == 2 and "--max-hidden" in out.stderr
