@@ -5,9 +5,9 @@ What is run (§4 of the paper, on :func:`engine.images.mnist`: 3,500 training, 5
 validation and 1,000 test digits, 784 pixels, labels 0-9):
 
 1. **Frank-Wolfe** (:class:`engine.frankwolfe.FrankWolfeTrainer`, Algorithm 1): one hidden
-   unit per iteration up to T = ``fw_max_hidden`` units.  The regularisation lambda is chosen
-   on the validation set from ``reg_grid``: every lambda grows a model to
-   ``reg_select_hidden`` units, the one with the highest validation log-likelihood (AIS)
+   unit per iteration up to T = ``fw_max_hidden`` units.  The regularisation lambda and the
+   step eta of eq. 10 are chosen on the validation set from ``reg_grid`` x ``bias_lr_grid``:
+   every pair grows a model to ``reg_select_hidden`` units, the one with the highest validation log-likelihood (AIS)
    continues to T (the trainer is deterministic, so that is the same as a fresh run).  The
    model is evaluated every ``fw_eval_every`` units, at every CD size and at T.  The §4
    early-stopping rule runs alongside (the trainer's :func:`engine.frankwolfe.gap_stop_rule`:
@@ -51,13 +51,15 @@ thread, another job on the other core):
   50, 100, 200, 400.  A CD-10 epoch took 0.45 / 0.7 / 1.2 / 2.2 s at 50 / 100 / 200 / 400
   units; at 400 units the test log-likelihood was -123 after 10 epochs, -104 after 20 and
   -98 after 30 (train -92: CD is still improving, and starting to overfit).
-* FW: T = 500 (paper: 700); samples S = 500, eta = 0.05 with 10 bias steps per iteration
-  (the engine's defaults); lambda from (0.2, 0.3, 0.5) chosen at 200 units.  The engine's
-  lambda scales differently from the paper's: a unit's norm grows like 1/lambda and it
-  enters at full strength (alpha_t = t), so the paper's grid is unusable here -- lambda = 0.1
-  fell to -290 nats at 10 units (engine docstring), lambda = 0.15 reached -157 at 200 units
-  against -150 for 0.2, -157 for 0.3 and -170 for 0.5 (design runs, test log-likelihood).
-  FW to 500 units took about 120 s at lambda = 0.3.
+* FW: T = 500 (paper: 700); S = 2000 chains; eq. 10 run until the model's pixel means match
+  the data's (engine.frankwolfe: at most 1,000 updates, tolerance 0.01 + 3 standard errors);
+  lambda from the paper's grid (1, 0.5, 0.1, 0.05, 0.01), chosen at 100 units; eta = 0.5,
+  outside the paper's grid (0.05, 0.02, 0.01, 0.005): a converged eq. 10 ends at the same
+  biases whatever eta (the digits run, which searches the whole grid: -20.64 nats at 0.05,
+  -20.71 at 0.5, 20 units), and 0.5 needs ~16 updates per insertion instead of ~125, so the
+  run takes 25 minutes instead of hours.  Before eq. 10 was converged (10 fixed steps,
+  S = 500) the paper's small lambdas collapsed (-290 nats at 10 units for 0.1) and the run
+  used lambda in (0.2, 0.3, 0.5).
 * AIS: 100 runs on a schedule of the paper's shape thinned five-fold (100 + 800 + 2,000
   intermediate temperatures, ``ais_schedule="medium"``).  On the CD model with 400 units
   above it gave log Z = 399.1 +- 0.7 and 399.3 +- 0.7 (seeds 0, 1) against 399.2 +- 0.5
@@ -72,27 +74,23 @@ thread, another job on the other core):
 * Classification: 3,500 training and 1,000 test digits (paper: 50,000 / 10,000), so one
   error is 0.1 percentage points and a binomial standard error at 5% error is 0.7 points.
 
-Measured (seed 0, with other jobs keeping the load average near 3 on the 2 cores): the
-full run took 1,628 s (27 minutes): FW 160 s to 500 units (+ 85 s for the other two
-lambdas), CD 758 s, AIS 603 s, logistic regressions 15 s; on an idle machine expect about
-20 minutes.  ``--quick`` (:meth:`Settings.quick_settings`): FW to 100 units evaluated every
-25, lambda from (0.2, 0.3) at 50 units, CD at 50 and 100 units for 10 epochs with 2 seeds,
-AIS with 50 runs on the dashboard's 1,001-beta schedule: a smoke test of the pipeline in
-84 s, not a reproduction.
+Measured (seed 0, with another reproduction and test jobs on the 2 cores): the full run took
+1,382 s (23 minutes): FW 291 s to 500 units (+ 262 s for the other four lambdas), CD 299 s,
+AIS 508 s, logistic regressions 18 s.  ``--quick`` (:meth:`Settings.quick_settings`): FW to 100
+units evaluated every 25, lambda from (0.1, 0.05) at 50 units, CD at 50 and 100 units for 10
+epochs with 2 seeds, AIS with 50 runs on the dashboard's 1,001-beta schedule: a smoke test of
+the pipeline in 126 s, not a reproduction (10 CD epochs from random are far from converged).
 
 What the full run found (seed 0; the claims' rules are in :func:`evaluate_claims`):
-lambda = 0.2 was chosen; its FW path rose from -206 (25 units) to -142.6 (500 units) and
-was still rising slowly, while CD reached -98 at 400 units after 30 epochs: with this
-engine's lambda (effectively an L2 weight decay of lambda on W) FW's own models are far
-below CD's in likelihood, and its features classify worse (8.4% against 5.9% error at 400
-units).  The §4 rule fired at 46 units and selected 26: the train - validation gap starts
-near 0, falls to -2.0 nats at 28 units (the early units fit the validation digits
-better than the training digits) and climbs back by more than 1 nat within 20
-iterations (-0.61 at 46 units); afterwards it grows by only 1.2 nats over 100 -> 500
-units, so read as implemented the rule fires on that early transient, not on overfitting.  FW-initialised CD
-beat the best of 3 random initialisations at 100, 200 and 400 units (+2.1, +2.0, +1.3
-nats) but not at 50 (-1.5); its classification error was not lower.  FW's time to grow to
-n units was 0.05-0.17 of a 200-epoch CD run at n (0.35-1.17 of this run's 30 epochs).
+lambda = 0.05 was chosen (validation -137.5 at 100 units; 0.1: -139.3; 0.01: -329.9, units
+too large).  Its FW path rose from -155.1 (25 units) to -115.5 (500 units), still rising; CD
+reached -98.4 at 400 units after 30 epochs, so FW stays 19 nats below CD there (46 before eq.
+10 was converged).  FW-initialised CD was within the AIS spreads of the best random start at
+50 and 100 units (+0.8, +0.5) and below it at 200 and 400 (-4.8, -6.6).  The §4 rule never
+fired: the train - validation gap grew steadily from -0.45 to 4.0 nats but never by more than
+1 nat over 20 iterations.  FW's time to grow to n units was 0.47-1.22 of a 200-epoch CD run
+at n.  FW's features classify within 2 binomial standard errors of CD's at 400 units (8.1%
+against 6.7% error).
 
 BLAS runs on one thread (``blas_threads``), as in :mod:`engine.experiments.tap_mnist`.
 """
