@@ -19,7 +19,7 @@ import math
 import numpy as np
 from numba import njit
 
-from engine.kernels.tap import exp_nonpositive
+from engine.kernels.tap import F32, _fdiv, exp_nonpositive, sigmoid32
 
 LOG2 = math.log(2.0)
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # splitmix64's increment
@@ -85,12 +85,22 @@ def scratch(m):
 def _sigmoid_row(x, bias, p, S):
     """p[j] = sigmoid(x[j] + bias[j]) for one row (p may be x), in vectorisable passes.
 
-    sigmoid(t) = 1 / (1 + e) for t >= 0 and e / (1 + e) below, e = exp(-|t|), with the
-    polynomial exp of :func:`engine.kernels.tap.exp_nonpositive` (float64, relative error
-    < 3e-16) and a select instead of a branch: a branch on the sign of a random field is
-    mispredicted half the time, which cost more than the exp itself.
+    float64 p: sigmoid(t) = 1 / (1 + e) for t >= 0 and e / (1 + e) below, e = exp(-|t|),
+    with the polynomial exp of :func:`engine.kernels.tap.exp_nonpositive` (float64,
+    relative error < 3e-16) and a select instead of a branch: a branch on the sign of a
+    random field is mispredicted half the time, which cost more than the exp itself.
+    float32 p: the same formula in float32 (:func:`engine.kernels.tap.sigmoid32`, error
+    < 3 ulp), t = x + bias rounded to float32, in one fused loop.
     """
     m = x.shape[0]
+    if p.itemsize == 4:
+        if p.ctypes.data == x.ctypes.data:  # in place: one pointer, so no overlap check
+            for j in range(m):
+                p[j] = sigmoid32(F32(p[j] + bias[j]))
+        else:
+            for j in range(m):
+                p[j] = sigmoid32(F32(x[j] + bias[j]))
+        return
     t = S[0, :m]
     y = S[1, :m]
     e = S[2, :m]
@@ -100,8 +110,19 @@ def _sigmoid_row(x, bias, p, S):
         y[j] = -abs(t[j])
     exp_nonpositive(y, e, work)
     for j in range(m):
-        inv = 1.0 / (1.0 + e[j])
+        inv = _fdiv(1.0, 1.0 + e[j])
         p[j] = inv if t[j] >= 0.0 else e[j] * inv
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _draw(base, j, p):
+    """1.0 if the (j + 1)-th draw after ``base`` of the splitmix64 stream is below p (float64)."""
+    z = base + np.uint64(j + 1) * GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * MIX1
+    z = (z ^ (z >> np.uint64(27))) * MIX2
+    z = z ^ (z >> np.uint64(31))
+    u = np.float64(z >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+    return np.float64(u < p)
 
 
 @njit(cache=True, nogil=True)
@@ -110,17 +131,19 @@ def _draw_row(p, state, out):
 
     The same draws as m calls of :func:`_uniform` (splitmix64 draw j mixes state + (j + 1)
     GOLDEN), computed independently so the loop has no carried dependency and no branch.
-    The float64 draw is compared with p promoted to float64 (exact for float32 p).
+    The float64 draw is compared with p promoted to float64 (exact for float32 p).  In
+    place (out is p) the loop goes through one pointer: LLVM vectorises a loop over two
+    possibly overlapping arrays only after a runtime overlap check, which fails when they
+    are the same array and leaves the scalar loop.
     """
     m = p.shape[0]
     base = state[0]
-    for j in range(m):
-        z = base + np.uint64(j + 1) * GOLDEN
-        z = (z ^ (z >> np.uint64(30))) * MIX1
-        z = (z ^ (z >> np.uint64(27))) * MIX2
-        z = z ^ (z >> np.uint64(31))
-        u = np.float64(z >> np.uint64(11)) * (1.0 / 9007199254740992.0)
-        out[j] = np.float64(u < p[j])
+    if out.ctypes.data == p.ctypes.data:
+        for j in range(m):
+            out[j] = _draw(base, j, np.float64(out[j]))
+    else:
+        for j in range(m):
+            out[j] = _draw(base, j, np.float64(p[j]))
     state[0] = base + np.uint64(m) * GOLDEN
 
 
@@ -170,11 +193,31 @@ def _bernoulli(P, state):
 
 
 @njit(cache=True, nogil=True)
+def _sample_row(x, bias, state, out, S):
+    """out <- a 0/1 sample of Bernoulli(sigmoid(x + bias)) for one row (out may be x).
+
+    :func:`_sigmoid_row` then :func:`_draw_row`; in float32 fused into one loop (the
+    probability stays in a register, promoted to float64 for the comparison as there)."""
+    if out.itemsize == 4:
+        m = x.shape[0]
+        base = state[0]
+        if out.ctypes.data == x.ctypes.data:  # in place: one pointer (see _draw_row)
+            for j in range(m):
+                out[j] = _draw(base, j, np.float64(sigmoid32(F32(out[j] + bias[j]))))
+        else:
+            for j in range(m):
+                out[j] = _draw(base, j, np.float64(sigmoid32(F32(x[j] + bias[j]))))
+        state[0] = base + np.uint64(m) * GOLDEN
+        return
+    _sigmoid_row(x, bias, out, S)
+    _draw_row(out, state, out)
+
+
+@njit(cache=True, nogil=True)
 def _sample_fields_into(X, bias, state, out, S):
     """out <- a 0/1 sample of Bernoulli(sigmoid(X + bias)) entries (out may be X); S: scratch."""
     for r in range(X.shape[0]):
-        _sigmoid_row(X[r], bias, out[r], S)
-        _draw_row(out[r], state, out[r])
+        _sample_row(X[r], bias, state, out[r], S)
 
 
 @njit(cache=True, nogil=True)
@@ -369,41 +412,65 @@ def train_batches(V, rows, bounds, seeds, W, b_vis, b_hid, vW, v_vis, v_hid, cha
         nb_max = max(nb_max, bounds[t + 1] - bounds[t])
     n_chains = chains.shape[0] if persistent else nb_max
     # L = [batch; negative states] and R = [P(h|batch) / nb; -P(h|neg) / n_neg]: the gradient
-    # of both phases is the one product L^T R; the batch and the CD chains live inside L
+    # of both phases is the one product L^T R; the batch and the CD chains live inside L, and
+    # P(h|batch), P(h|neg) are computed in R and scaled there in place
     L = np.empty((nb_max + n_chains, n_vis), dt)
     R = np.empty((nb_max + n_chains, n_hid), dt)
-    Hp = np.empty((nb_max, n_hid), dt)
     Hc = np.empty((n_chains, n_hid), dt)
-    Hs = np.empty((nb_max, n_hid), dt)
-    Vr = np.empty((nb_max, n_vis), dt)
+    Hs = np.empty((min(nb_max, RECON_ROWS) if persistent else nb_max, n_hid), dt)
+    Vr = np.empty((Hs.shape[0], n_vis), dt)
     G = np.empty((n_vis, n_hid), dt)
     sum_p = np.empty(n_hid)
     sum_n = np.empty(n_hid)
+    sum_vp = np.empty(n_vis)
+    sum_vn = np.empty(n_vis)
     S = scratch(max(n_vis, n_hid))
     WT = W.T
+    Wf = W.reshape(-1)  # flat views for the update pass
+    vWf = vW.reshape(-1)
+    Gf = G.reshape(-1)
     for t in range(seeds.shape[0]):
         state = new_state(seeds[t])
         idx = rows[bounds[t]:bounds[t + 1]]
         nb = idx.shape[0]
         B = L[:nb]
+        # gather the batch and its visible sums in one pass
+        sum_vp[:] = 0.0
         for r in range(nb):
-            B[r] = V[idx[r]]
-        hp = Hp[:nb]
+            src = V[idx[r]]
+            dst = B[r]
+            for i in range(n_vis):
+                x = src[i]
+                dst[i] = x
+                sum_vp[i] += x
+        hp = R[:nb]
         np.dot(B, W, hp)
-        _sigmoid_rows(hp, b_hid, S)
         # reconstruction error: all rows for CD (its first negative step), RECON_ROWS for PCD
         nr = min(nb, RECON_ROWS) if persistent else nb
         hs = Hs[:nr]
-        _bernoulli_into(hp[:nr], state, hs)
+        # P(h|batch) row by row: sigmoid, hidden sums, the reconstruction's draws (rows < nr,
+        # in row order as before), then the scaling by 1 / nb, while the row is in cache
+        cp = 1.0 / nb
+        sum_p[:] = 0.0
+        for r in range(nb):
+            row = hp[r]
+            _sigmoid_row(row, b_hid, row, S)
+            for j in range(n_hid):
+                sum_p[j] += row[j]
+            if r < nr:
+                _draw_row(row, state, hs[r])
+            for j in range(n_hid):
+                row[j] = cp * row[j]
         vr = Vr[:nr]
         np.dot(hs, WT, vr)
-        _sigmoid_rows(vr, b_vis, S)
         err = 0.0
         for r in range(nr):
+            _sigmoid_row(vr[r], b_vis, vr[r], S)
             for i in range(n_vis):
                 d = B[r, i] - vr[r, i]
                 err += d * d
         recon_out[t] = err / nr
+        sum_vn[:] = 0.0
         if persistent:
             n_neg = n_chains
             neg = L[nb:nb + n_neg]
@@ -413,57 +480,57 @@ def train_batches(V, rows, bounds, seeds, W, b_vis, b_hid, vW, v_vis, v_hid, cha
                 else:
                     np.dot(chains, W, Hc)
                     _sample_fields_into(Hc, b_hid, state, Hc, S)
-                np.dot(Hc, WT, chains)
-                _sample_fields_into(chains, b_vis, state, chains, S)
-            neg[...] = chains
+                if step == k - 1:
+                    # the last visible half-step samples into L, with the chains' copy and sums
+                    np.dot(Hc, WT, neg)
+                    for r in range(n_neg):
+                        row = neg[r]
+                        _sample_row(row, b_vis, state, row, S)
+                        dst = chains[r]
+                        for i in range(n_vis):
+                            x = row[i]
+                            dst[i] = x
+                            sum_vn[i] += x
+                else:
+                    np.dot(Hc, WT, chains)
+                    _sample_fields_into(chains, b_vis, state, chains, S)
         else:
             n_neg = nb
             neg = L[nb:nb + n_neg]
-            _bernoulli_into(vr, state, neg)
             hc = Hc[:nb]
-            for _ in range(k - 1):
-                np.dot(neg, W, hc)
-                _sample_fields_into(hc, b_hid, state, hc, S)
-                np.dot(hc, WT, neg)
-                _sample_fields_into(neg, b_vis, state, neg, S)
+            for step in range(k):
+                if step == 0:
+                    _bernoulli_into(vr, state, neg)
+                else:
+                    np.dot(neg, W, hc)
+                    _sample_fields_into(hc, b_hid, state, hc, S)
+                    np.dot(hc, WT, neg)
+                    _sample_fields_into(neg, b_vis, state, neg, S)
+            for r in range(n_neg):
+                for i in range(n_vis):
+                    sum_vn[i] += neg[r, i]
         hn = R[nb:nb + n_neg]
         np.dot(neg, W, hn)
-        _sigmoid_rows(hn, b_hid, S)
-        if persistent:
-            chain_hid[...] = hn
-        cp = 1.0 / nb
         cn = 1.0 / n_neg
-        # hidden-bias gradient from the unscaled probabilities (column sums, row by row)
-        sum_p[:] = 0.0
         sum_n[:] = 0.0
-        for r in range(nb):
-            for j in range(n_hid):
-                sum_p[j] += hp[r, j]
         for r in range(n_neg):
+            row = hn[r]
+            _sigmoid_row(row, b_hid, row, S)
+            if persistent:
+                chain_hid[r] = row
             for j in range(n_hid):
-                sum_n[j] += hn[r, j]
+                sum_n[j] += row[j]
+            for j in range(n_hid):
+                row[j] = -cn * row[j]
         for j in range(n_hid):
             v_hid[j] = momentum * v_hid[j] + learning_rate * (sum_p[j] * cp - sum_n[j] * cn)
-        for r in range(nb):
-            for j in range(n_hid):
-                R[r, j] = cp * hp[r, j]
-        for r in range(n_neg):
-            for j in range(n_hid):
-                hn[r, j] = -cn * hn[r, j]
         m = nb + n_neg
         np.dot(L[:m].T, R[:m], G)
+        for q in range(Wf.shape[0]):
+            vWf[q] = momentum * vWf[q] + learning_rate * (Gf[q] - weight_decay * Wf[q])
+            Wf[q] += vWf[q]
         for i in range(n_vis):
-            for j in range(n_hid):
-                vW[i, j] = momentum * vW[i, j] + learning_rate * (G[i, j] - weight_decay * W[i, j])
-                W[i, j] += vW[i, j]
-        for i in range(n_vis):
-            sp = 0.0
-            for r in range(nb):
-                sp += B[r, i]
-            sn = 0.0
-            for r in range(n_neg):
-                sn += neg[r, i]
-            v_vis[i] = momentum * v_vis[i] + learning_rate * (sp * cp - sn * cn)
+            v_vis[i] = momentum * v_vis[i] + learning_rate * (sum_vp[i] * cp - sum_vn[i] * cn)
             b_vis[i] += v_vis[i]
         for j in range(n_hid):
             b_hid[j] += v_hid[j]

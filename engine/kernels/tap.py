@@ -49,7 +49,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
 BERNOULLI = 0
 SPIN = 1
@@ -74,6 +76,22 @@ EXP_MAGIC_BITS = np.int64(0x4338000000000000)
 EXP_FLOOR = -708.0  # keeps 2^k normal; exp(-708) = 3e-308 stands in for anything smaller
 _E = [1.0 / math.factorial(k) for k in range(14)]
 E0, E1, E2, E3, E4, E5, E6, E7, E8, E9, E10, E11, E12, E13 = _E
+# the same in float32 (sigmoids of float32 RBM / TAP rows): Cody-Waite with a 9-bit ln2_hi
+# (k ln2_hi exact for |k| <= 126), a degree-7 Taylor polynomial (truncation < 6e-9 relative
+# on |r| <= ln2/2, below half a float32 ulp), everything in float32 so a vector holds twice
+# the lanes; total error measured < 2 ulp (tests/engine/test_tap_dtype.py)
+F32 = np.float32
+LOG2E_32 = F32(LOG2E)
+LN2_HI_32 = F32(0.693359375)
+LN2_LO_32 = F32(math.log(2.0) - 0.693359375)
+EXP_MAGIC_32 = F32(12582912.0)  # 1.5 * 2^23
+EXP_BIAS_32 = 127 - 0x4B400000  # bits of (t = k + EXP_MAGIC_32) - 0x4B400000 + 127: 2^k's exponent field
+EXP_FLOOR_32 = F32(-87.0)  # keeps 2^k normal in float32 (exp(-87) = 1.6e-38)
+ZERO_32 = F32(0.0)
+ONE_32 = F32(1.0)
+HALF_32 = F32(0.5)
+_F = [F32(1.0 / math.factorial(k)) for k in range(8)]
+F0, F1, F2, F3, F4, F5, F6, F7 = _F
 SQRT2 = math.sqrt(2.0)
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(24)
 GL_NODES = 0.5 * (_GL_X + 1.0)  # Gauss-Legendre on [0, 1]
@@ -127,6 +145,81 @@ def exp_nonpositive(y, out, work):
     scale = bits.view(np.float64)
     for j in range(n):
         out[j] *= scale[j]
+
+
+@intrinsic
+def _f32_bits(typingctx, x):
+    """The bits of a float32 as an int32 (a register bitcast; vectorises)."""
+    if x != types.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(32))
+
+    return types.int32(types.float32), codegen
+
+
+@intrinsic
+def _f32_from_bits(typingctx, i):
+    """The float32 whose bits are the low 32 bits of the integer i."""
+    if not isinstance(i, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        v = args[0]
+        if i.bitwidth > 32:
+            v = builder.trunc(v, ir.IntType(32))
+        elif i.bitwidth < 32:
+            v = builder.sext(v, ir.IntType(32))
+        return builder.bitcast(v, ir.FloatType())
+
+    return types.float32(i), codegen
+
+
+@intrinsic
+def _fdiv(typingctx, a, b):
+    """a / b of two floats of one type as the bare IEEE division (numba's ``/`` adds a check
+    for b == 0 that raises, a branch that keeps a loop from vectorising; the callers divide
+    by 1 + e >= 1)."""
+    if not (isinstance(a, types.Float) and a == b):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.fdiv(args[0], args[1])
+
+    return a(a, b), codegen
+
+
+@njit(cache=True, nogil=True)
+def exp_nonpositive32(y):
+    """exp(y) of a float32 y <= 0 in float32 (error < 2 ulp; y below -87 gives exp(-87)).
+
+    A scalar function for fused, vectorisable loops: :func:`exp_nonpositive` in single
+    precision, with 2^k assembled by bit casts in registers instead of a pass over memory.
+    """
+    v = max(F32(y), EXP_FLOOR_32)
+    t = v * LOG2E_32 + EXP_MAGIC_32
+    k = t - EXP_MAGIC_32
+    r = (v - k * LN2_HI_32) - k * LN2_LO_32
+    p = F7
+    p = p * r + F6
+    p = p * r + F5
+    p = p * r + F4
+    p = p * r + F3
+    p = p * r + F2
+    p = p * r + F1
+    p = p * r + F0
+    return p * _f32_from_bits((_f32_bits(t) + EXP_BIAS_32) << 23)
+
+
+@njit(cache=True, nogil=True)
+def sigmoid32(x):
+    """1 / (1 + e^-x) of a float32 x in float32: e = exp(-|x|), 1 / (1 + e) or e / (1 + e)
+    branch-free (max(e, [x >= 0]) picks the numerator), so loops of it vectorise."""
+    x = F32(x)
+    e = exp_nonpositive32(-abs(x))
+    inv = _fdiv(ONE_32, ONE_32 + e)
+    return max(e, F32(x >= ZERO_32)) * inv  # inv for x >= 0 (max(e, 1) = 1), e inv below
 
 
 @njit(cache=True, nogil=True)
@@ -427,11 +520,36 @@ def _half_step(code, G, S, a, c, U, V, rho, lo, hi, field, has_field, damping, d
     (a, c) <- (1 - damping) (f_a, f_c)(B, A) + damping (a, c); diff[r] += sum (a_new - a_old)^2.
     The Bernoulli case (the common one) runs as vectorisable passes per row with
     :func:`exp_nonpositive`; the others call :func:`prior_moments` per unit.  G, S, a, c are
-    float32 or float64 (the products' precision); the elementwise work is float64 either way
-    (it is a small part of a sweep).  ``scratch`` is (5, >= m) float64, reused every sweep.
+    float32 or float64 (the products' precision); a float32 Bernoulli layer runs its
+    elementwise work in float32 too (one fused loop per row, :func:`exp_nonpositive32`),
+    the other priors in float64.  ``scratch`` is (5, >= m) float64, reused every sweep.
     """
     n, m = G.shape
     take = 1.0 - damping
+    if code == BERNOULLI and G.itemsize == 4:
+        # float32: the same, fused into one loop per row in float32 (exp_nonpositive32); the
+        # squared changes go to a float32 scratch row and are summed in float64
+        sq32 = scratch[4].view(np.float32)[:m]
+        take32 = F32(take)
+        damp32 = F32(damping)
+        for r in range(n):
+            for j in range(m):
+                xj = F32(U[j]) + G[r, j] - S[r, j] * (a[r, j] - HALF_32)
+                if has_field:
+                    xj = F32(xj + field[r, j])
+                e = exp_nonpositive32(-abs(xj))
+                inv = _fdiv(ONE_32, ONE_32 + e)
+                fa = max(e, F32(xj >= ZERO_32)) * inv
+                fc = e * inv * inv
+                old = a[r, j]
+                if damping > 0.0:
+                    fa = take32 * fa + damp32 * old
+                    fc = take32 * fc + damp32 * c[r, j]
+                c[r, j] = fc
+                a[r, j] = fa
+                sq32[j] = (fa - old) * (fa - old)
+            diff[r] += _sum(sq32)
+        return
     if code == BERNOULLI:
         # x = U + B - A/2 = U + G + A (a_old - 1/2); f_a = sigmoid(x), f_c = e/(1 + e)^2 with
         # e = exp(-|x|), in vectorisable passes over each row
@@ -451,7 +569,7 @@ def _half_step(code, G, S, a, c, U, V, rho, lo, hi, field, has_field, damping, d
             exp_nonpositive(y, e, work)
             if damping > 0.0:
                 for j in range(m):
-                    inv = 1.0 / (1.0 + e[j])
+                    inv = _fdiv(1.0, 1.0 + e[j])
                     fa = inv if x[j] >= 0.0 else e[j] * inv
                     old = a[r, j]
                     new = take * fa + damping * old
@@ -460,7 +578,7 @@ def _half_step(code, G, S, a, c, U, V, rho, lo, hi, field, has_field, damping, d
                     sq[j] = (new - old) * (new - old)
             else:
                 for j in range(m):
-                    inv = 1.0 / (1.0 + e[j])
+                    inv = _fdiv(1.0, 1.0 + e[j])
                     fa = inv if x[j] >= 0.0 else e[j] * inv
                     old = a[r, j]
                     c[r, j] = e[j] * inv * inv

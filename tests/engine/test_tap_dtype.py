@@ -5,10 +5,12 @@ value, both precisions' training against each other, and checkpoints that record
 import numpy as np
 import pytest
 import scipy.special
+from numba import njit
 
 from engine import rbm as R
 from engine import tap as T
 from engine.images import digits
+from engine.kernels import tap as tap_kernels
 
 #: |per-unit log-likelihood (exact or TAP, nats per unit) after float32 training - after
 #: float64 training|, same seed and settings.  TAP training is deterministic, so the two differ
@@ -155,3 +157,36 @@ def test_tap_checkpoint_in_another_dtype_is_refused(digits_train):
     np.testing.assert_allclose(b.state_dict()["W"], old["W"], rtol=1e-6)
     with pytest.raises(ValueError, match="'dtype' parameter of TAPTrainer"):
         T.TAPTrainer(digits_train[:100], 6, dtype="half")
+
+
+# ------------------------------------------------------------ float32 exp / sigmoid
+
+
+@njit
+def _exp_sigmoid32(y, x, e, s):
+    for j in range(y.shape[0]):
+        e[j] = tap_kernels.exp_nonpositive32(y[j])
+    for j in range(x.shape[0]):
+        s[j] = tap_kernels.sigmoid32(x[j])
+
+
+def test_float32_exp_and_sigmoid_are_within_a_few_ulp_of_float64():
+    """engine.kernels.tap.exp_nonpositive32 / sigmoid32 (the float32 RBM and TAP kernels'
+    elementwise path) against float64 NumPy, in float32 ulps of the true value."""
+    both = _exp_sigmoid32
+    rng = np.random.default_rng(0)
+    y = -np.concatenate([np.linspace(0.0, 87.0, 200_001), rng.exponential(3.0, 100_000)]).astype(np.float32)
+    y = y[y >= -87.0]
+    x = np.concatenate([rng.normal(0.0, 8.0, 200_000), [0.0, -0.0, 1e-8, -1e-8, 40.0, -40.0, 86.0, -86.0]]).astype(np.float32)
+    e, s = np.empty_like(y), np.empty_like(x)
+    both(y, x, e, s)
+    assert e.dtype == s.dtype == np.float32
+    e_true = np.exp(y.astype(np.float64))
+    s_true = 1.0 / (1.0 + np.exp(-x.astype(np.float64)))
+    assert np.max(np.abs(e - e_true) / np.spacing(e_true.astype(np.float32))) < 2.0
+    assert np.max(np.abs(s - s_true) / np.spacing(s_true.astype(np.float32))) < 4.0
+    assert np.all((s >= 0.0) & (s <= 1.0))
+    # below the floor: exp(-87), not 0 or a subnormal
+    floor = np.empty(1, np.float32)
+    both(np.array([-200.0], np.float32), np.array([0.0], np.float32), floor, np.empty(1, np.float32))
+    assert floor[0] == pytest.approx(np.exp(-87.0), rel=1e-6)
