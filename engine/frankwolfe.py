@@ -297,8 +297,8 @@ class FrankWolfeTrainer:
         The new unit's norm scales like 1/lam and it enters at full strength (alpha_t = t).
         With eq. 10 converged the paper's grid works: on the digits (exact likelihoods) 0.05
         is best; 0.01 makes units so large that the likelihood falls even with exact
-        expectations (-27.3 at 10 units, -39.4 at 20).  On the bundled MNIST (S = 1000,
-        eta = 0.5) lam = 0.1 reaches -142 nats (AIS) at 100 units.
+        expectations (-27.3 at 10 units, -39.4 at 20).  On the bundled MNIST (S = 2000,
+        eta = 0.5) lam = 0.1 reaches -140 nats (AIS) at 100 units.
     bias_lr : eta, the step size of eq. 10 (the paper: 0.05, 0.02, 0.01, 0.005).
     bias_steps : at most this many eq. 10 updates (Algorithm 1's "repeat" loop) per iteration.
     bias_tol : the loop's test: every |data mean - model mean| <= bias_tol + 3 standard errors

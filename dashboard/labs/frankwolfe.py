@@ -73,7 +73,7 @@ PRESETS = [
             "cd_epochs": CD_EPOCHS, "speed": "as fast as possible"},
            "Algorithm 1 on the bundled 3,500 MNIST digits with λ = 0.1 from the paper's grid, the bias loop "
            "of eq. 10 run until the model's pixel means match the data's: the test log-likelihood climbs "
-           "from about −182 nats at 10 units to about −142 at 100 (a minute headless), one receptive "
+           "from about −181 nats at 10 units to about −140 at 100 (30 s headless), one receptive "
            "field per iteration."),
     Preset("Quick: 8×8 digits, exact log-likelihood at every unit",
            {"data": "digits", "reg": 0.05, "bias_lr": 0.5, "samples": 2000, "bias_steps": 200, "max_hidden": 20,
@@ -105,9 +105,10 @@ PRESETS = [
            {"data": "mnist", **DEFAULTS["mnist"], "evaluate": "auto", "eval_every": 1, "seed": 0,
             "away": True, "cd_epochs": CD_EPOCHS, "speed": "2 units/s"},
            "Insertions at full strength now and then make an earlier unit harmful (its eq. 9 value J(w_i) "
-           "exceeds −J(w*)) and the next iteration removes it instead of inserting: after 40 iterations "
-           "the model has about 14 units and the dashed unit count saws between 14 and 16, a sparse "
-           "model (Next step names the unit removed)."),
+           "exceeds −J(w*)) and the next iteration removes it instead of inserting: after 10 iterations "
+           "the model has about 8 units, for the next 20 the dashed unit count saws between 7 and 8, "
+           "then it grows again (12 units at 40 iterations) — a sparse model (Next step names the unit "
+           "removed)."),
 ]
 
 
