@@ -62,8 +62,8 @@ Press **▶ Play**: the hidden units (dashed) grow by one per iteration, each ne
 field appears outlined in orange, and the test log-likelihood climbs and levels off; the
 §4 stopping rule marks the selected size once the train/validation gap grows. J(w*) of
 eq. 9 stays ≤ 0 (w = 0 is feasible) and nears 0 as new units help less. Compare the
-presets *eq. 10 cut off* (the biases left behind: the likelihood falls), *small λ* (units so
-large that it falls even so) and *large λ*. In presentation
+presets *eq. 10 cut off* (the biases left behind: the likelihood falls) and *small λ* (units so
+large that it falls even so); a large λ such as 0.5 keeps the units near zero and the curve flat. In presentation
 mode, **Next step** names the unit it inserted and circles its point on the curves.
 """
 
@@ -95,12 +95,6 @@ PRESETS = [
            "w* of eq. 9 grows like 1/λ and enters at full strength (αₜ = t): even with eq. 10 converged "
            "the test log-likelihood falls, from about −28.4 at 5 units to −33 at 20. Frank-Wolfe with "
            "exact expectations falls too (−39.4 at 20), so this is the algorithm, not the sampler."),
-    Preset("Large λ = 0.5: tiny units, a flat curve (digits)",
-           {"data": "digits", "reg": 0.5, "bias_lr": 0.5, "samples": 2000, "bias_steps": 200, "max_hidden": 40,
-            "evaluate": "auto", "eval_every": 1, "seed": 0, "away": False, "cd_epochs": CD_EPOCHS,
-            "speed": "5 units/s"},
-           "The penalty (λ/2)‖w‖² of eq. 9 keeps w* near 0: faint receptive fields, J(w*) ≈ 0 and a "
-           "log-likelihood that barely moves (−25.155 → −25.153 over 40 units)."),
     Preset("Away steps on MNIST (§3.2): harmful units removed",
            {"data": "mnist", **DEFAULTS["mnist"], "evaluate": "auto", "eval_every": 1, "seed": 0,
             "away": True, "cd_epochs": CD_EPOCHS, "speed": "2 units/s"},
