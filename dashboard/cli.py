@@ -278,7 +278,8 @@ def cmd_reproduce_fvbm(args: argparse.Namespace) -> int:
 def _reproduce_with_figures(experiment, args: argparse.Namespace, overrides: dict, write_figures,
                             headline) -> int:
     """The shared body of `reproduce tap` and `reproduce frankwolfe`: validate the overrides,
-    run with progress on stderr, write the figures, print JSON or the headline and tables."""
+    run with progress on stderr, write the figures (none when ``write_figures`` is None),
+    print JSON or the headline and tables."""
     try:
         experiment.make_settings(args.quick, args.seed, **overrides)
     except ValueError as exc:
@@ -287,15 +288,16 @@ def _reproduce_with_figures(experiment, args: argparse.Namespace, overrides: dic
     out = Path(args.output)
     result = experiment.run(args.quick, out, args.seed, progress=log,
                             **{k: v for k, v in overrides.items() if v is not None})
-    log("writing figures ...")
-    result["figures"] = write_figures(result, out)
+    if write_figures is not None:
+        log("writing figures ...")
+        result["figures"] = write_figures(result, out)
     if args.json:
         print(json.dumps(_json_safe(result)))
         return 0
     print(headline(result))
     print(experiment.format_table(result))
     print()
-    for name, paths in result["figures"].items():
+    for name, paths in result.get("figures", {}).items():
         print(f"{name}: {paths['png']} and {paths['html']}")
     return 0
 
@@ -322,19 +324,10 @@ def cmd_reproduce_frankwolfe_digits(args: argparse.Namespace) -> int:
     from engine.experiments import frankwolfe_digits as experiment
 
     overrides = {"hidden": args.hidden, "reg_grid": args.reg_grid, "bias_lr_grid": args.bias_lr_grid}
-    try:
-        experiment.make_settings(args.quick, args.seed, **overrides)
-    except ValueError as exc:
-        return _error(str(exc))
-    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731 -- progress always on stderr
-    result = experiment.run(args.quick, None, args.seed, progress=log, **overrides)
-    if args.json:
-        print(json.dumps(_json_safe(result)))
-        return 0
-    print(f"Ping, Liu & Ihler (2016) on the 8x8 digits, exact log-likelihoods{' (quick)' if args.quick else ''}; "
-          f"{result['seconds']:.0f} s")
-    print(experiment.format_table(result))
-    return 0
+    return _reproduce_with_figures(
+        experiment, args, overrides, None,
+        lambda result: f"Ping, Liu & Ihler (2016) on the 8x8 digits, exact log-likelihoods"
+                       f"{' (quick)' if args.quick else ''}; {result['seconds']:.0f} s")
 
 
 def cmd_reproduce_frankwolfe(args: argparse.Namespace) -> int:

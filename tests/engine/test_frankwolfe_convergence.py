@@ -82,15 +82,15 @@ def test_small_lambda_no_longer_collapses_on_the_digits(digit_set):
     issue's goal), and beat the old 10-step schedule by more than 3 nats at 10 units."""
     X, X_test = digit_set.X_train, digit_set.X_test
 
-    def test_ll(trainer):
+    def held_out_ll(trainer):
         W, b, c = trainer.params
         return exact_log_likelihood(RBM(W, b, c), X_test)
 
     lls, exact_lls = [], []
     for n in (5, 10):
-        lls.append(test_ll(_grow(X, n, reg=0.05, samples=2000)[0]))
-        exact_lls.append(test_ll(_grow(X, n, reg=0.05, samples=2000, exact_expectations=True)[0]))
-    old = test_ll(_grow(X, 10, reg=0.05, samples=500, bias_steps=10, bias_tol=0.0)[0])
+        lls.append(held_out_ll(_grow(X, n, reg=0.05, samples=2000)[0]))
+        exact_lls.append(held_out_ll(_grow(X, n, reg=0.05, samples=2000, exact_expectations=True)[0]))
+    old = held_out_ll(_grow(X, 10, reg=0.05, samples=500, bias_steps=10, bias_tol=0.0)[0])
     assert lls[1] > lls[0] and exact_lls[1] > exact_lls[0]
     assert np.all(np.abs(np.subtract(lls, exact_lls)) <= 0.5), (lls, exact_lls)
     assert lls[1] > old + 3.0, (lls, old)
