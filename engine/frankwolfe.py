@@ -792,7 +792,7 @@ class FrankWolfeTrainer:
         = E[v]; L-BFGS finds that b with the same test (max |gradient| <= bias_tol, at most
         ``bias_steps`` iterations).
         """
-        if self._exact_mode == "hidden":
+        if self._exact_mode == "hidden" and self.bias_steps > 0:
             W, c, d = self._W, self._c, self._data_mean
 
             def negative_ll(b):  # -(d^T b - log Z(b)) + const; gradient E[v] - d
@@ -800,7 +800,7 @@ class FrankWolfeTrainer:
                 return log_z - float(d @ b), m - d
 
             res = scipy.optimize.minimize(negative_ll, self._b.copy(), jac=True, method="L-BFGS-B",
-                                          options={"maxiter": max(self.bias_steps, 1), "gtol": self.bias_tol,
+                                          options={"maxiter": self.bias_steps, "gtol": self.bias_tol,
                                                    "ftol": 0.0})
             self._b = np.array(res.x, dtype=np.float64)
             mismatch = float(np.max(np.abs(res.jac)))
