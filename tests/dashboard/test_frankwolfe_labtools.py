@@ -24,20 +24,10 @@ def _warm():
 
 
 @pytest.fixture
-def make_lab():
-    labs = []
-
-    def make(settings=None):
-        lab = FrankWolfeLab()
-        lab.panel()
-        if settings:
-            lab.apply_settings(settings)
-        labs.append(lab)
-        return lab
-
-    yield make
-    for lab in labs:
-        lab.close()  # the Frank-Wolfe runner, the CD fork's runner and the jobs
+def make_lab(make_lab):
+    """The shared ``make_lab`` (tests/conftest.py: built headlessly, closed after the test with
+    its runners and jobs) bound to the Frank-Wolfe lab."""
+    return lambda settings=None: make_lab(FrankWolfeLab, settings)
 
 
 def steps(lab, k):

@@ -106,7 +106,7 @@ def engine_one(kind, B, A, U=0.0, V=1.0, rho=0.5, bounds=(0.0, 1.0)):
     return kernels.prior_moments(code, B, A, U, V, rho, bounds[0], bounds[1])
 
 
-def close(got, want, lo, hi, *, rel_lz=1e-10, abs_fa=1e-9, rel_fc=1e-6):
+def assert_close(got, want, lo, hi, *, rel_lz=1e-10, abs_fa=1e-9, rel_fc=1e-6):
     """log Z relative to max(1, |log Z|); f_a absolute on the interval's scale; f_c relative."""
     width = hi - lo
     assert abs(got[0] - want[0]) <= rel_lz * max(1.0, abs(want[0])), (got, want)
@@ -145,14 +145,14 @@ def test_spin_prior_matches_summation(B, A, U):
 @given(B=fields, A=fields, U=st.floats(-5, 5), V=st.floats(-5, 20), lims=bounds)
 def test_truncated_gaussian_matches_quadrature(B, A, U, V, lims):
     lo, hi = lims
-    close(engine_one("truncated_gaussian", B, A, U, V, bounds=lims), ref_trunc_gauss(B + U, A + V, lo, hi), lo, hi)
+    assert_close(engine_one("truncated_gaussian", B, A, U, V, bounds=lims), ref_trunc_gauss(B + U, A + V, lo, hi), lo, hi)
 
 
 @given(B=fields, A=fields, U=st.floats(-5, 5), V=st.floats(-5, 20), rho=st.floats(1e-6, 1 - 1e-6), lims=bounds)
 def test_truncated_gauss_bernoulli_matches_quadrature(B, A, U, V, rho, lims):
     lo, hi = lims
     got = engine_one("truncated_gauss_bernoulli", B, A, U, V, rho, lims)
-    close(got, ref_gauss_bernoulli(B + U, A + V, rho, lo, hi), lo, hi)
+    assert_close(got, ref_gauss_bernoulli(B + U, A + V, rho, lo, hi), lo, hi)
     # P[x != 0] (eq. 95) is the slab's share
     nz = kernels.prior_nonzero(T.PRIOR_CODES["truncated_gauss_bernoulli"], B, A, U, V, rho, lo, hi)
     slab = math.log(rho) + ref_trunc_gauss(B + U, A + V, lo, hi)[0]
@@ -168,7 +168,7 @@ def test_truncated_gaussian_extremes_stay_finite_and_accurate(m, prec):
     """The cases where the Erf/Erfi differences d_+- of eqs. 75-81 are 0/0 or overflow."""
     got = engine_one("truncated_gaussian", m, prec, 0.0, 0.0)
     assert all(math.isfinite(v) for v in got) and got[2] >= 0.0
-    close(got, ref_trunc_gauss(m, prec, 0.0, 1.0), 0.0, 1.0)
+    assert_close(got, ref_trunc_gauss(m, prec, 0.0, 1.0), 0.0, 1.0)
 
 
 def paper_closed_form(B, A, U, V, lo, hi):
