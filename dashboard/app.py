@@ -269,12 +269,17 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
           allow_websocket_origin: list[str] | None = None, show: bool = False,
           max_training: int | None = None, dask_scheduler: str | None = None,
           workers: int | None = None, max_step_seconds: float | None = None,
-          max_isomap_rows: int | None = None, **kwargs):
+          max_isomap_rows: int | None = None, dask_tls_ca_file: str | None = None,
+          dask_tls_cert: str | None = None, dask_tls_key: str | None = None,
+          dask_insecure: bool = False, **kwargs):
     """Serve the app at ``/`` with a ``/liveness`` endpoint (blocks until stopped).
 
     ``max_training`` caps the runs that train at once in this process (each further ▶ Play
     gets a "server busy" message); ``None``: no cap.  ``dask_scheduler`` (an address such
-    as ``tcp://host:8786``) runs every session's trainers as actors on that Dask cluster.
+    as ``tls://host:8786``) runs every session's trainers as actors on that Dask cluster,
+    reached with the client certificate ``dask_tls_cert``/``dask_tls_key`` signed by
+    ``dask_tls_ca_file`` (or Dask's TLS configuration); a plain ``tcp://`` scheduler is
+    refused unless ``dask_insecure`` (:func:`dashboard.distributed.scheduler_security`).
     Raises ``dashboard.distributed.DaskUnavailable`` if the scheduler does not answer.
     Without ``dask_scheduler``, ``workers`` says where they run (and the labs' analyses):
     a local Dask cluster of that many worker processes, started here and closed when the
@@ -294,6 +299,10 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
     if workers is not None and dask_scheduler is not None:
         raise ValueError("Give either workers (a local Dask cluster, or 0 for threads) or dask_scheduler "
                          "(an existing cluster), not both.")
+    tls = (dask_tls_ca_file, dask_tls_cert, dask_tls_key)
+    if dask_scheduler is None and (any(tls) or dask_insecure):
+        raise ValueError("The Dask TLS settings and dask_insecure are for an external scheduler "
+                         "(dask_scheduler); the local cluster makes its own credentials.")
     if dask_scheduler is None and workers is None:
         workers = os.cpu_count() or 1
     if num_procs != 1 and workers:
@@ -307,9 +316,11 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
     quiet_closed_connections()
     cluster = backend = None
     if dask_scheduler is not None:  # first: an unreachable scheduler fails before the warm-up
-        from dashboard.distributed import use_dask
+        from dashboard.distributed import scheduler_security, use_dask
 
-        use_dask(dask_scheduler)
+        use_dask(dask_scheduler, security=scheduler_security(
+            dask_scheduler, ca_file=dask_tls_ca_file, cert=dask_tls_cert, key=dask_tls_key,
+            insecure=dask_insecure))
     elif workers:
         from dashboard.distributed import use_local_cluster
 

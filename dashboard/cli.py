@@ -102,6 +102,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.dask_scheduler is None and args.num_procs != 1 and args.workers != 0:
         return _error("--num-procs > 1 needs --workers 0 (by default the trainers run in worker processes "
                       "of a local Dask cluster; one server process can drive many sessions).")
+    tls = [flag for flag, value in (("--dask-tls-ca-file", args.dask_tls_ca_file), ("--dask-tls-cert", args.dask_tls_cert),
+                                    ("--dask-tls-key", args.dask_tls_key), ("--dask-insecure", args.dask_insecure))
+           if value]
+    if tls and args.dask_scheduler is None:
+        return _error(f"{', '.join(tls)}: for an external cluster (--dask-scheduler); the local cluster "
+                      "makes its own credentials.")
     from dashboard.distributed import DaskUnavailable
 
     try:
@@ -109,7 +115,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             port=args.port, address=args.address, num_procs=args.num_procs,
             allow_websocket_origin=args.allow_websocket_origin or None, show=args.show,
             max_training=args.max_training, dask_scheduler=args.dask_scheduler, workers=args.workers,
-            max_step_seconds=args.max_step_seconds, max_isomap_rows=args.max_isomap_rows, **auth,
+            max_step_seconds=args.max_step_seconds, max_isomap_rows=args.max_isomap_rows,
+            dask_tls_ca_file=args.dask_tls_ca_file, dask_tls_cert=args.dask_tls_cert,
+            dask_tls_key=args.dask_tls_key, dask_insecure=args.dask_insecure, **auth,
         )
     except DaskUnavailable as exc:
         return _error(str(exc))
@@ -522,7 +530,17 @@ def build_parser() -> argparse.ArgumentParser:
                        help="secret that signs the login cookie (default with --basic-auth: a random one per start)")
     serve.add_argument("--dask-scheduler", metavar="ADDRESS", default=None,
                        help="where trainers run: as actors on the Dask cluster of this scheduler, e.g. "
-                            "tcp://10.0.0.5:8786 (default: a local cluster, see --workers)")
+                            "tls://10.0.0.5:8786, reached with the --dask-tls-* files or Dask's TLS "
+                            "configuration (default: a local cluster closed to other processes, see --workers)")
+    serve.add_argument("--dask-tls-ca-file", metavar="FILE", default=None,
+                       help="with --dask-scheduler: the CA certificate (PEM) that signed the cluster's certificates")
+    serve.add_argument("--dask-tls-cert", metavar="FILE", default=None,
+                       help="with --dask-scheduler: this server's client certificate (PEM), signed by that CA")
+    serve.add_argument("--dask-tls-key", metavar="FILE", default=None,
+                       help="with --dask-scheduler: the private key (PEM) of --dask-tls-cert")
+    serve.add_argument("--dask-insecure", action="store_true",
+                       help="with --dask-scheduler: accept a plain tcp:// scheduler (anyone who can reach it can "
+                            "run code in its workers; a warning is logged)")
     serve.add_argument("--workers", type=_number(int, 0, inclusive=True), default=None, metavar="N",
                        help="run the trainers and the analyses in N worker processes of a local Dask cluster "
                             "that serve starts and stops (default: one per core); 0: in threads of the server "

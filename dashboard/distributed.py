@@ -290,11 +290,15 @@ class DaskBackend:
     Parameters
     ----------
     address
-        The scheduler, e.g. ``"tcp://10.0.0.5:8786"``.
+        The scheduler, e.g. ``"tls://10.0.0.5:8786"``.
     timeout
         Seconds to wait for the scheduler, and for the actors of one ``__call__`` to be
         created (which needs a worker).  ``None``: Dask's connect timeout
         (``distributed.comm.timeouts.connect``, 30 s unless configured).
+    security
+        A :class:`distributed.Security` (TLS CA, certificate, key); ``None``: Dask's own
+        configuration (``distributed.comm.tls.*``).  This class takes any address:
+        :func:`use_dask` is where a plain ``tcp://`` scheduler is refused.
 
     Raises
     ------
@@ -302,7 +306,7 @@ class DaskBackend:
         If ``distributed`` is missing or the scheduler does not answer within ``timeout``.
     """
 
-    def __init__(self, address: str, timeout: float | None = None) -> None:
+    def __init__(self, address: str, timeout: float | None = None, security: Any = None) -> None:
         try:
             import dask
             from distributed import Client
@@ -314,7 +318,7 @@ class DaskBackend:
         self.address = address
         self.timeout = float(timeout)
         try:
-            self.client = Client(address, timeout=self.timeout, set_as_default=False)
+            self.client = Client(address, timeout=self.timeout, set_as_default=False, security=security)
         except ValueError as exc:  # e.g. no port
             error = f"{address!r} is not a Dask scheduler address such as tcp://host:8786 ({exc})."
         except Exception as exc:  # OSError/TimeoutError: nothing answers there
@@ -440,13 +444,72 @@ def install(backend: DaskBackend) -> DaskBackend:
     return backend
 
 
-def use_dask(address: str, timeout: float | None = None) -> DaskBackend:
+class InsecureScheduler(DaskUnavailable):
+    """A plain ``tcp://`` scheduler without ``insecure=True`` (``--dask-insecure``)."""
+
+
+def scheduler_security(address: str, *, ca_file: str | None = None, cert: str | None = None,
+                       key: str | None = None, insecure: bool = False) -> Any:
+    """The :class:`distributed.Security` to reach the scheduler at ``address`` with.
+
+    Whoever can open a connection to a Dask scheduler can run any code in its workers, as
+    the workers' user (``Client.run``).  So a scheduler is reached over TLS with a client
+    certificate its CA signed (mutual TLS: the scheduler admits only holders of such a
+    certificate): ``ca_file``, ``cert`` and ``key`` (PEM files; ``cert`` may hold the key
+    too), or, when none is given, Dask's own configuration (``distributed.comm.tls.ca-file``,
+    ``distributed.comm.tls.client.cert`` / ``.key``, e.g. from ``DASK_DISTRIBUTED__COMM__TLS__…``).
+    A plain ``tcp://`` address (or one with no protocol) raises :class:`InsecureScheduler`
+    unless ``insecure``: then it is used, with a warning.
+    """
+    from distributed.comm.addressing import parse_address
+    from distributed.security import Security
+
+    try:
+        protocol, _ = parse_address(address)
+    except ValueError as exc:
+        raise DaskUnavailable(f"{address!r} is not a Dask scheduler address such as tls://host:8786 "
+                              f"({exc}).") from None
+    given = {"tls_ca_file": ca_file, "tls_client_cert": cert, "tls_client_key": key}
+    for flag, path in zip(("--dask-tls-ca-file", "--dask-tls-cert", "--dask-tls-key"), given.values()):
+        if path is not None and not os.path.isfile(path):
+            raise DaskUnavailable(f"{flag}: {path!r} is not a file.")
+    if protocol != "tls":
+        if not insecure:
+            raise InsecureScheduler(
+                f"Refusing the Dask scheduler at {address!r}: a plain {protocol}:// scheduler lets anyone who "
+                "can reach it run code in its workers. Give a tls:// address with --dask-tls-ca-file, "
+                "--dask-tls-cert and --dask-tls-key (or Dask's distributed.comm.tls configuration), or "
+                "--dask-insecure to use it anyway on a network you trust.")
+        if any(given.values()):
+            raise DaskUnavailable(f"TLS settings were given for a plain {protocol}:// scheduler address "
+                                  f"{address!r}: use tls://.")
+        logging.getLogger(__name__).warning(
+            "Using the Dask scheduler at %s without TLS (--dask-insecure): anyone who can reach it can run "
+            "code in its workers.", address)
+        return Security()
+    if not any(given.values()):
+        security = Security()  # Dask's configuration
+    else:
+        security = Security(require_encryption=True, **{k: v for k, v in given.items() if v is not None})
+    if not (security.tls_ca_file and security.tls_client_cert):
+        raise DaskUnavailable(f"The tls:// scheduler at {address!r} needs a CA file and a client certificate: "
+                              "--dask-tls-ca-file and --dask-tls-cert (and --dask-tls-key unless the "
+                              "certificate file holds the key), or Dask's distributed.comm.tls configuration.")
+    return security
+
+
+def use_dask(address: str, timeout: float | None = None, *, security: Any = None,
+             insecure: bool = False) -> DaskBackend:
     """Connect to the scheduler at ``address``, warm its workers and make every Runner and
     every analysis job use it (:func:`install`).
 
+    ``security``: a :class:`distributed.Security`; ``None``: :func:`scheduler_security`
+    (Dask's TLS configuration; a plain ``tcp://`` address is refused unless ``insecure``).
     ``backend.close()`` goes back to this process's threads.
     """
-    backend = DaskBackend(address, timeout)
+    if security is None:
+        security = scheduler_security(address, insecure=insecure)
+    backend = DaskBackend(address, timeout, security)
     try:
         backend.warm_workers()
     except BaseException:
@@ -472,6 +535,18 @@ def use_dask(address: str, timeout: float | None = None) -> DaskBackend:
 #: switches: Dask's nanny limits BLAS/OpenMP to 1 thread per worker process, so nothing
 #: multiplies further.
 THREADS_PER_WORKER = 4
+
+#: The routes of the HTTP server that every Dask scheduler and worker starts, for the local
+#: cluster: only ``/health``.  Dask's defaults also show worker logs, call stacks and task
+#: state (the scheduler's info and JSON pages), metrics, and with jupyter-server-proxy
+#: installed a proxy to any port, to anyone on the machine, without credentials.
+HTTP_ROUTES = ["distributed.http.health"]
+
+
+def closed_cluster_config() -> dict[str, Any]:
+    """Dask configuration of the local cluster's processes (``dask.config.set`` keys)."""
+    return {"distributed.scheduler.http.routes": HTTP_ROUTES, "distributed.worker.http.routes": HTTP_ROUTES}
+
 
 #: Local workers run below the server's priority: they share the machine with the process
 #: that answers and draws, and compute must never delay it.  Measured with 8 TAP sessions
@@ -542,6 +617,12 @@ def start_local_cluster(n_workers: int, *, threads_per_worker: int = THREADS_PER
     """Start a :class:`distributed.LocalCluster` of ``n_workers`` processes; it and a
     :class:`DaskBackend` connected to it, its workers warm (:meth:`DaskBackend.warm_workers`).
 
+    The cluster is closed to every other process: its scheduler, nannies and workers speak
+    mutual TLS only, with a key and self-signed certificate made at start
+    (:meth:`distributed.Security.temporary`), kept in memory and never written to disk, so a
+    client must present that certificate to connect (without it, any local account could run
+    code in the workers as the server's user).  Their HTTP servers answer only ``/health``.
+
     The workers are nanny-supervised processes on 127.0.0.1: a worker that dies is
     restarted by its nanny (warmed again before it takes work), and the workers exit with
     this process, however it ends (a nanny's worker watches a pipe to its parent).  No Dask
@@ -551,17 +632,25 @@ def start_local_cluster(n_workers: int, *, threads_per_worker: int = THREADS_PER
     if not isinstance(n_workers, int) or n_workers < 1:
         raise ValueError(f"A local Dask cluster needs n_workers >= 1. Got {n_workers!r}.")
     try:
+        import dask
         from distributed import LocalCluster
     except ImportError as exc:
         raise DaskUnavailable(f"boltzlab serve --workers needs dask.distributed: pip install "
                               f"'dask[distributed]' ({exc}).") from None
-    # dashboard_address=None: no Dask web dashboard; the scheduler's small HTTP server (health,
-    # metrics) still starts, so give it a free port rather than its default 8787
-    cluster = LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker, processes=True,
-                           host="127.0.0.1", dashboard_address=None, silence_logs=logging.WARNING,
-                           scheduler_kwargs={"dashboard_address": "127.0.0.1:0"})
+    from distributed import Security
+
+    # Closed: mutual TLS with a key and certificate made now, held in memory by this process
+    # and handed to the worker processes it spawns; no other process can join the cluster or
+    # submit work to it.  dashboard_address=None: no Dask web dashboard; the small HTTP servers
+    # every scheduler and worker start anyway answer only /health (HTTP_ROUTES), on free ports
+    security = Security.temporary()
+    with dask.config.set(closed_cluster_config()):  # the nannies copy the config they start with
+        cluster = LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker, processes=True,
+                               host="127.0.0.1", protocol="tls://", security=security,
+                               dashboard_address=None, silence_logs=logging.WARNING,
+                               scheduler_kwargs={"dashboard_address": "127.0.0.1:0"})
     try:
-        backend = DaskBackend(cluster.scheduler_address, timeout)
+        backend = DaskBackend(cluster.scheduler_address, timeout, security)
         try:
             backend.client.register_plugin(_renice_plugin(WORKER_NICENESS))
             backend.warm_workers()

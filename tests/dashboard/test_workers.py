@@ -156,7 +156,7 @@ def n_workers(backend: DaskBackend) -> int:
 
 def test_the_local_cluster_is_warm_worker_processes_without_a_web_dashboard(local):
     cluster, backend = local
-    assert cluster.scheduler_address.startswith("tcp://127.0.0.1:")
+    assert cluster.scheduler_address.startswith("tls://127.0.0.1:")  # closed: tests/dashboard/test_closed_cluster.py
     # no Dask web dashboard (a Bokeh app of its own); its health endpoint on a free port, not 8787
     http = f"http://127.0.0.1:{cluster.scheduler.http_server.port}"
     assert cluster.scheduler.http_server.port != 8787
@@ -179,7 +179,7 @@ def test_install_sends_runners_and_jobs_to_the_cluster_and_close_undoes_it(local
     monkeypatch.setattr(runner_module, "BACKEND", None)
     monkeypatch.setattr(jobs, "EXECUTOR", None)
     cluster, main = local
-    backend = install(DaskBackend(cluster.scheduler_address, timeout=60))
+    backend = install(DaskBackend(cluster.scheduler_address, timeout=60, security=cluster.security))
     try:
         assert runner_module.BACKEND is backend and jobs.EXECUTOR == backend.submit
         results = []
