@@ -222,7 +222,9 @@ def routes() -> dict:
 # (custom properties reach into the shadow DOM) and text from the body's font size.  (CSS
 # zoom would be simpler, but Bokeh then measures its canvases wrongly and plots overlap.)
 PRESENT_VARS = {"--bokeh-font-size": "17px", "--type-ramp-base-font-size": "18px",
-                "--type-ramp-base-line-height": "26px"}
+                "--type-ramp-base-line-height": "26px",
+                # what stands above the stage in presentation mode (no lab sentence, a caption)
+                "--boltzlab-stage-offset": "330px", "--boltzlab-sidebar-offset": "170px"}
 PRESENT_CSS_ON = "".join(f"document.documentElement.style.setProperty('{k}', '{v}');"
                          for k, v in PRESENT_VARS.items())
 PRESENT_CSS_OFF = "".join(f"document.documentElement.style.removeProperty('{k}');"

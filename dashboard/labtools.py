@@ -375,9 +375,12 @@ class LabTools:
         self.next_step = w.Button(label="Next step ▶", color="success", width=170, align="end",
                                   height=48, visible=False, stylesheets=[
                                       ":host .bk-btn { font-size: 1.3em; font-weight: bold; }"])
+        # presentation mode's caption: a fixed height of two lines whatever it says (or not),
+        # so the narration never moves a figure; Play, Step and Reset clear it
         self.changed = pn.pane.HTML("", visible=False, sizing_mode="stretch_width",
-                                    name=f"{lab.key}-what-changed",
-                                    styles={"font-size": "1.2em", "line-height": "1.35"}, margin=(0, 10))
+                                    name=f"{lab.key}-what-changed", css_classes=["lab-caption"],
+                                    styles={"font-size": "1.1em", "line-height": "1.3", "height": "2.6em",
+                                            "overflow": "hidden"}, margin=(0, 10))
         self.root: pn.viewable.Viewable | None = None  # the lab's page, for the HTML export
         self._fonts: dict[str, dict[str, Any]] = {}  # plot fonts before presentation mode
         self._syncing_url = False
@@ -422,7 +425,7 @@ class LabTools:
         if self.root is not None:
             scale_plot_fonts(self.root, PRESENT_FONT_SCALE if on else 1.0, self._fonts)
         self.next_step.visible = on
-        self.changed.visible = on and bool(self.changed.object)
+        self.changed.visible = on
 
     # -------------------------------------------------------------- settings, URL
     def settings_text(self) -> dict[str, str]:

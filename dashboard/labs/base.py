@@ -43,6 +43,12 @@ RADIO = dict(color="primary", variant="outline")
 PREPARE = "prepare"  # the job key of a slow preparation (see Lab.prepare_later)
 IDLE_REFRESH_SECONDS = 1.0  # an idle lab (nothing new, nothing in flight) redraws once a second
 STATUS_SECONDS = 0.3  # text panes re-layout the page: at most ~3 times a second while training
+# the stage fills the viewport below what stands above it (the page header, the lab's one
+# sentence, the transport bar, the caption, the status line): presentation mode sets the
+# offset for its own sizes (dashboard.app.PRESENT_VARS); tests/browser/test_layout.py checks it
+STAGE_OFFSET = "360px"
+STAGE_HEIGHT = f"calc(100vh - var(--boltzlab-stage-offset, {STAGE_OFFSET}))"
+SIDEBAR_HEIGHT = "calc(100vh - var(--boltzlab-sidebar-offset, 200px))"
 
 
 def held(method: Callable) -> Callable:
@@ -162,12 +168,24 @@ class Lab(pn.viewable.Viewer):
         """Create the lab's plots (attributes of ``self``)."""
 
     def main_view(self) -> pn.viewable.Viewable:
-        """The plot that must be on the first screen."""
+        """The figures the stage shows first."""
         raise NotImplementedError
 
     def more_views(self) -> pn.viewable.Viewable | None:
-        """Everything below the main plot."""
+        """The other figures, on one more tab of the stage (labs name their tabs in ``stage``)."""
         return None
+
+    def stage(self) -> dict[str, pn.viewable.Viewable]:
+        """The lab's figures, by the label of their tab on the stage (first: ``main_view``).
+
+        The stage fits the viewport: each tab, one to three plots side by side with their
+        own controls above them, is seen whole on the first screen (at 1440×900, and at
+        1280×720 in presentation mode); a figure not shown is one click away.  Every figure
+        is a live Bokeh model whichever tab is shown, so the tick keeps each one current and
+        a tab brought into view shows the current state at once (nothing is recomputed).
+        """
+        more = self.more_views()
+        return {"Figures": self.main_view(), **({"More": more} if more is not None else {})}
 
     def badges(self) -> list[pn.viewable.Viewable]:
         """Status badges of the lab's own, shown beside the run status."""
@@ -336,11 +354,11 @@ class Lab(pn.viewable.Viewer):
         self.step = w.Button(label="Step", color="primary", width=80)
         self.reset = w.Button(label="↺ Reset", color="default", width=90)
         self.speed = w.Select(label="Speed", options=list(self.speeds), value=self.default_speed,
-                              width=160)
+                              width=190)
         self.counter_pane = pn.pane.HTML("", name=f"{self.key}-counter", css_classes=["sweep-counter"],
                                          styles={"font-size": "1.4em", "font-weight": "bold"},
                                          width=self.counter_width, align="center")
-        self.run_status = StatusBadge("Ready: press ▶ Play", "idle", name=f"{self.key}-run-status")
+        self.run_status = StatusBadge("Ready: press ▶ Play", "idle", name=f"{self.key}-run-status", one_line=True)
         self.play.on_click(lambda e: self._play())
         self.pause.on_click(lambda e: self._pause())
         self.step.on_click(lambda e: self._step())
@@ -349,6 +367,8 @@ class Lab(pn.viewable.Viewer):
     @held
     def _play(self) -> None:
         self.clear_highlight()
+        self._explaining = None
+        self.tools.changed.object = ""  # the caption narrates single steps, not a playing run
         busy = play_or_tell(self.runner)
         self.refresh_status()
         if busy:
@@ -362,6 +382,8 @@ class Lab(pn.viewable.Viewer):
     @held
     def _step(self) -> None:
         self.clear_highlight()
+        self._explaining = None
+        self.tools.changed.object = ""
         self.runner.step_once()
         self.refresh_status()
 
@@ -379,10 +401,10 @@ class Lab(pn.viewable.Viewer):
         highlighted) on the tick after the step has come back.  Never waits."""
         history = self.runner.history
         before = {n: dict(rows[-1]) if rows else {} for n, rows in history.rows.items()}
-        self._explaining = (before, {n: dict(a) for n, a in history.arrays.items()})
-        self.tools.changed.object = "Computing this step…"
-        self.tools.changed.visible = True
+        arrays = {n: dict(a) for n, a in history.arrays.items()}
         self._step()
+        self._explaining = (before, arrays)
+        self.tools.changed.object = "Computing this step…"
 
     def _explain(self) -> None:
         """If a *Next step* is in flight and the runner is idle again, say what it did."""
@@ -401,7 +423,6 @@ class Lab(pn.viewable.Viewer):
             self.highlight(*args)
         self.tools.changed.object = ("<br>".join(parts) or
                                      "Nothing changed: the run has finished (↺ Reset to start again).")
-        self.tools.changed.visible = True
 
     # ------------------------------------------------------------------ the refresh tick
     def start(self) -> None:
@@ -500,6 +521,7 @@ class Lab(pn.viewable.Viewer):
         explanation folded away so that the main plot fits a 1280×720 projector."""
         if self._header is not None:
             self._header.visible = not on
+        self.step.visible = not on  # Next step steps and says what changed: one button, one row
         self.tools.set_presenting(on)
 
     def header(self) -> pn.viewable.Viewable:
@@ -524,14 +546,23 @@ class Lab(pn.viewable.Viewer):
                                  sizing_mode="stretch_width", margin=(0, 0, 4, 0))
         return self._header
 
+    def build_stage(self) -> pn.Tabs:
+        """The stage: a tab per entry of :meth:`stage`, sized to the viewport (``STAGE_HEIGHT``)."""
+        tabs = [(label, fill(view)) for label, view in self.stage().items()]
+        self.stage_tabs = pn.Tabs(*tabs, dynamic=False, sizing_mode="stretch_width", margin=0,
+                                  name=f"{self.key}-stage", css_classes=["lab-stage"],
+                                  styles={"height": STAGE_HEIGHT, "min-height": "260px"})
+        return self.stage_tabs
+
     def __panel__(self) -> pn.viewable.Viewable:
         if self._page is None:
+            # the controls scroll inside their own column; the stage never moves
             left = pn.Column(self.tools.preset, self.tools.message.pane, self.controls_panel(),
-                             self.settings_msg.pane, self.tools.panel(), width=340)
-            more = self.more_views()
-            right = pn.Column(self.transport(), self.tools.changed,
-                              pn.Row(self.run_status.pane, *self.badges(), sizing_mode="stretch_width"),
-                              self.main_view(), *([more] if more is not None else []),
+                             self.settings_msg.pane, self.tools.panel(), width=340, scroll=True,
+                             styles={"max-height": SIDEBAR_HEIGHT}, css_classes=["lab-controls"])
+            status = pn.Row(self.run_status.pane, *self.badges(), sizing_mode="stretch_width",
+                            styles={"flex-wrap": "nowrap"}, margin=0)
+            right = pn.Column(self.transport(), self.tools.changed, status, self.build_stage(),
                               sizing_mode="stretch_width")
             self._page = pn.Column(self.header(), pn.Row(left, right, sizing_mode="stretch_width"),
                                    sizing_mode="stretch_width", name=self.title)
@@ -541,6 +572,35 @@ class Lab(pn.viewable.Viewer):
     def panel(self) -> pn.viewable.Viewable:
         """The lab's page (built once)."""
         return self.__panel__()
+
+
+def fill(view: Any) -> Any:
+    """Make ``view``'s plots share the stage's height: every Bokeh pane, its figure and every
+    layout that holds one stretch both ways; widgets and text keep their natural size (a
+    flex column gives the plots what they leave)."""
+    from bokeh.models import Plot
+
+    if isinstance(view, pn.pane.Bokeh):
+        if isinstance(view.object, Plot):
+            keep = view.object.sizing_mode in ("scale_width", "scale_both")  # heatmaps keep their aspect
+            view.object.sizing_mode = "scale_both" if keep else "stretch_both"
+            view.object.min_height = 120
+        view.sizing_mode = "stretch_both"
+        return view
+    objects = getattr(view, "objects", None)
+    if objects is not None and isinstance(view, pn.layout.ListLike):
+        if any(_holds_plot(o) for o in objects):
+            for o in objects:
+                fill(o)
+            view.sizing_mode = "stretch_both"
+            view.max_width = None
+    return view
+
+
+def _holds_plot(view: Any) -> bool:
+    if isinstance(view, pn.pane.Bokeh):
+        return True
+    return isinstance(view, pn.layout.ListLike) and any(_holds_plot(o) for o in view.objects)
 
 
 def _generic_change(name: str, before: Mapping[str, Any], after: Mapping[str, Any]) -> str:

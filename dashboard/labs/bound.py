@@ -310,18 +310,16 @@ class TightnessView:
         self.message.set("ok" if min_gap >= -1e-9 else "error", text)
 
     def panel(self) -> pn.viewable.Viewable:
-        controls = pn.Card(self.model, self.model_info, self.scale, self.seed, self.radius, self.s_tilde, self.r_tilde,
-                           self.extra, self.show_taylor, title="Model and expansion point θ̃", collapsible=False,
-                           width=340)
-        title = pn.pane.Markdown("### The quadratic bound: log Z from above, touching at θ̃ (Theorem 1)\n"
-                                 "Move θ̃ with the sliders or click the gap map.", sizing_mode="stretch_width",
-                                 margin=(10, 10, 0, 10))
-        return pn.Column(title, self.message.pane,
-                         pn.Row(controls, pn.pane.Bokeh(self.line_fig, sizing_mode="stretch_width"),
-                                sizing_mode="stretch_width"),
-                         pn.Row(pn.pane.Bokeh(self.slice_fig), pn.pane.Bokeh(self.gap_fig, sizing_mode="stretch_width"),
-                                sizing_mode="stretch_width"),
-                         sizing_mode="stretch_width")
+        # its own controls scroll beside the three figures: the whole view fits the stage
+        controls = pn.Column(self.model, self.model_info, self.scale, self.seed, self.radius, self.s_tilde,
+                             self.r_tilde, self.extra, self.show_taylor, width=300, scroll=True,
+                             styles={"max-height": "100%"}, margin=(0, 5))
+        figures = pn.Column(self.message.pane,
+                            pn.pane.Bokeh(self.line_fig, sizing_mode="stretch_width"),
+                            pn.Row(pn.pane.Bokeh(self.slice_fig), pn.pane.Bokeh(self.gap_fig, sizing_mode="stretch_width"),
+                                   sizing_mode="stretch_width"),
+                            sizing_mode="stretch_width")
+        return pn.Row(controls, figures, sizing_mode="stretch_width")
 
 
 class BoundLab(Lab):
@@ -450,7 +448,7 @@ class BoundLab(Lab):
         self.by_iteration = self._race_figure("J − J* per iteration", "iteration", "by-iteration")
         self.by_time = self._race_figure("J − J* per second of compute", "seconds (each method's own compute)",
                                          "by-time")
-        self.monotone = StatusBadge("Bound majorization: no step yet", "idle", name="race-monotone")
+        self.monotone = StatusBadge("Bound majorization: no step yet", "idle", name="race-monotone", one_line=True)
         self.table = pn.pane.Markdown("", sizing_mode="stretch_width", name="race-table")
         self.tightness.slice_fig.on_event(Tap, self._on_tap)
         self.J_star: float | None = None  # the current race's reference optimum, once computed
@@ -501,9 +499,10 @@ class BoundLab(Lab):
     def main_view(self) -> pn.viewable.Viewable:
         return pn.pane.Bokeh(self.by_iteration, sizing_mode="stretch_width")
 
-    def more_views(self) -> pn.viewable.Viewable:
-        return pn.Column(pn.pane.Bokeh(self.by_time, sizing_mode="stretch_width"), self.table,
-                         self.tightness.panel(), sizing_mode="stretch_width")
+    def stage(self) -> dict[str, pn.viewable.Viewable]:
+        race = pn.Row(self.main_view(), pn.pane.Bokeh(self.by_time, sizing_mode="stretch_width"),
+                      sizing_mode="stretch_width")
+        return {"Race": race, "Tightness (Theorem 1)": self.tightness.panel(), "Table": self.table}
 
     def badges(self) -> list:
         return [self.monotone.pane]

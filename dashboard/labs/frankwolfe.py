@@ -177,9 +177,7 @@ class FrankWolfeLab(Lab):
         model_card = pn.Card(pn.Row(self.reg, self.bias_lr), pn.Row(self.samples, self.bias_steps),
                              pn.Row(self.max_hidden, self.seed), self.evaluate, self.eval_every, self.away,
                              title="2. Frank-Wolfe (Algorithm 1)", collapsible=False, sizing_mode="stretch_width")
-        cd_card = pn.Card(pn.Row(self.fork, self.cd_epochs), self.cd_status.pane,
-                          title="3. Compare with CD (§4)", collapsible=False, sizing_mode="stretch_width")
-        return pn.Column(data_card, model_card, cd_card, sizing_mode="stretch_width", margin=0)
+        return pn.Column(data_card, model_card, sizing_mode="stretch_width", margin=0)
 
     def prepare(self, changed: set[str], strict: bool = False) -> None:
         """Describe the chosen data set (bundled, loaded once per process)."""
@@ -231,7 +229,7 @@ class FrankWolfeLab(Lab):
     def build_views(self) -> None:
         # short titles and labels: the two curves share the width beside the controls
         self.ll_curve = LiveCurve("Log-likelihood vs. units (Fig. 1)", "Frank-Wolfe iteration t",
-                                  "log-likelihood per digit (nats)", y2_label="hidden units (dashed)",
+                                  "log-likelihood per digit (nats)", y2_label="units (dashed)",
                                   name="fw-ll", height=340, legend_cols=4)
         for key, text, color in (("train", "train", "#1f77b4"), ("valid", "validation", "#ff7f0e"),
                                  ("test", "test", "#2ca02c")):
@@ -243,8 +241,8 @@ class FrankWolfeLab(Lab):
                                     text_font_size="10pt", x_offset=4, visible=False)
         self.ll_curve.figure.add_layout(self.selected_span)
         self.ll_curve.figure.add_layout(self.selected_label)
-        self.inner_curve = LiveCurve("The new unit's inner problem (eq. 9)", "Frank-Wolfe iteration t",
-                                     "J(w*) of eq. 9 (nats)", y2_label="bias change ‖Δb‖ (dashed)",
+        self.inner_curve = LiveCurve("New unit's problem (eq. 9)", "Frank-Wolfe iteration t",
+                                     "J(w*) of eq. 9 (nats)", y2_label="‖Δb‖ (dashed)",
                                      name="fw-inner", height=340)
         self.inner_curve.add_line("inner", "J(w*), eq. 9", "#9467bd")
         self.inner_curve.add_line("bias", "‖Δb‖, eq. 10", "#8c564b", axis="right", dash="dashed")
@@ -267,15 +265,18 @@ class FrankWolfeLab(Lab):
         self.fork_line = self.cd_curve.add_hline(None, color="#555", text="Frank-Wolfe at the fork")
         self.cd_curve._empty.text = "Pause, then “Train CD from here”"  # not ▶ Play: a workaround,
         # LiveCurve has no public setter for its empty-plot text
-        self.select_status = StatusBadge("Stopping rule (§4): not fired yet", "idle")
+        self.select_status = StatusBadge("Stopping rule (§4): not fired yet", "idle", one_line=True)
 
     def main_view(self) -> pn.viewable.Viewable:
         """The log-likelihood (train / validation / test) and the units against the iteration,
         beside the new unit's eq. 9 objective."""
         return pn.Row(self.ll_curve.view, self.inner_curve.view, sizing_mode="stretch_width")
 
-    def more_views(self) -> pn.viewable.Viewable:
-        return pn.Row(self.fields.view, self.cd_curve.view, sizing_mode="stretch_width")
+    def stage(self) -> dict[str, pn.viewable.Viewable]:
+        fork = pn.Column(pn.Row(self.fork, self.cd_epochs, self.cd_status.pane, sizing_mode="stretch_width"),
+                         self.cd_curve.view, sizing_mode="stretch_width")
+        return {"Log-likelihood · eq. 9": self.main_view(), "Receptive fields": self.fields.view,
+                "CD fork (§4)": fork}
 
     def badges(self) -> list:
         return [self.select_status.pane]

@@ -261,7 +261,7 @@ class FVBMLab(Lab):
         # half-width plots (4 pushed the last column past the right edge)
         self.logpl = LiveCurve("Log-pseudo-likelihood per sweep", "sweep",
                                "log-pseudo-likelihood Pₙ(θ), nats (solid)",
-                               y2_label="log₁₀ increase per sweep (dashed)",
+                               y2_label="log₁₀ increase (dashed)",
                                name="logpl", height=380, plain_ticks=True, legend_cols=3)
         self.logpl.add_target("MPLE (target)")
         self.tol_span = self.logpl.add_hline(None, color="#999", dash="dotted", axis="right",
@@ -272,11 +272,11 @@ class FVBMLab(Lab):
         # listed only once a decrease has been marked
         self.decrease_item = self.logpl.legend_item("first decrease")
         self.decrease_item.visible = False
-        self.loglik = LiveCurve("Exact log-likelihood per sweep (d ≤ 20)", "sweep",
+        self.loglik = LiveCurve("Exact log-likelihood (d ≤ 20)", "sweep",
                                 "log-likelihood (nats)", name="loglik", height=380, plain_ticks=True,
                                 legend_cols=3)
         self.loglik.add_target("at the MPLE")
-        self.mse = LiveCurve("Mean squared error of (b, M) against the true parameters",
+        self.mse = LiveCurve("MSE of (b, M) against the truth",
                              "sweep", "MSE", name="mse", height=300, legend_cols=8)
         labels = self.data.columns
         self.heat_est = Heatmap("M̂: current estimate", labels, value_label="M̂", name="M_hat")
@@ -284,7 +284,7 @@ class FVBMLab(Lab):
         self.heat_diff = Heatmap("M̂ − M₀: error", labels, value_label="M̂ − M₀", name="M_diff")
         self.heat_pick = pn.widgets.Select(label="Show the estimate of", options=[], width=200)
         self.heat_pick.param.watch(lambda e: self._show_matrices(), "value")
-        self.monotone = StatusBadge("Monotone: no sweeps yet", "idle")
+        self.monotone = StatusBadge("Monotone: no sweeps yet", "idle", one_line=True)
         self.summary_table = pn.pane.Markdown("", sizing_mode="stretch_width")
         self._line_names: list[str] = []
         self._show_data()
@@ -292,12 +292,14 @@ class FVBMLab(Lab):
     def main_view(self) -> pn.viewable.Viewable:
         return pn.Row(self.logpl.view, self.loglik.view, sizing_mode="stretch_width")
 
-    def more_views(self) -> pn.viewable.Viewable:
+    def stage(self) -> dict[str, pn.viewable.Viewable]:
         # the heatmaps scale down together so the row fits (see views.heatmap)
         heat = pn.Column(self.heat_pick, pn.Row(self.heat_est.view, self.heat_true.view,
                                                 self.heat_diff.view, sizing_mode="stretch_width"),
                          sizing_mode="stretch_width")
-        return pn.Column(self.summary_table, self.mse.view, heat, sizing_mode="stretch_width")
+        return {"Log-PL · log-likelihood": self.main_view(),
+                "Who won": pn.Column(self.summary_table, self.mse.view, sizing_mode="stretch_width"),
+                "Couplings M": heat}
 
     def badges(self) -> list:
         return [self.monotone.pane]

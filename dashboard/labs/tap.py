@@ -197,15 +197,15 @@ class TAPLab(Lab):
         self._idle_text: dict[Any, str] = {}  # a view's "empty" text while it says "Computing…"
         self._quiet = False  # set while the lab itself moves its sliders
         self.history = History()
-        self.ll_curve = LiveCurve("TAP log-likelihood per unit (Fig. 3)", "epoch",
-                                  "TAP log-likelihood per unit (nats)", y2_label="unique TAP solutions (dashed)",
+        self.ll_curve = LiveCurve("TAP log-likelihood (Fig. 3)", "epoch",
+                                  "TAP log-likelihood per unit (nats)", y2_label="solutions (dashed)",
                                   name="tap-ll", height=330)
         self.ll_curve.add_line("ll", "TAP log-likelihood / (Nv + Nh)", "#1f77b4")
         self.ll_curve.add_line("count", "unique solutions", "#2ca02c", axis="right", dash="dashed")
         # Figure 5, top: every solution's free energy per epoch, the Helmholtz estimate
         self.fe_points = ColumnDataSource({"x": [], "y": []}, name="fe-points")
         self.fe_line = ColumnDataSource({"x": [], "y": []}, name="fe-helmholtz")
-        fig = figure(title="Free energies of the TAP solutions (Fig. 5)", height=330,
+        fig = figure(title="TAP free energies (Fig. 5)", height=330,
                      sizing_mode="stretch_width", x_axis_label="epoch", y_axis_label="TAP free energy F_TAP (nats)",
                      tools="pan,wheel_zoom,box_zoom,reset,save")
         dots = fig.scatter("x", "y", source=self.fe_points, size=4, alpha=0.25, color="#1f77b4",
@@ -249,7 +249,7 @@ class TAPLab(Lab):
             self.mcc_curve.add_line(key, text, color)
         for curve in (self.ll_curve, self.truth, self.mcc_curve):  # half-width plots: titles that fit
             curve.figure.title.text_font_size = "11pt"
-        self.solutions_status = StatusBadge("No TAP solutions yet", "idle", width=420, name="tap-solutions")
+        self.solutions_status = StatusBadge("No TAP solutions yet", "idle", name="tap-solutions", one_line=True)
         self.denoise_note = pn.pane.Markdown("", styles={"font-size": "0.9em"})
 
         w = pn.widgets
@@ -272,17 +272,17 @@ class TAPLab(Lab):
     def main_view(self) -> pn.viewable.Viewable:
         return pn.Row(self.ll_curve.view, self.fe_pane, sizing_mode="stretch_width")
 
-    def more_views(self) -> pn.viewable.Viewable:
+    def stage(self) -> dict[str, pn.viewable.Viewable]:
         embed = pn.Column(self.epoch_slider, pn.Row(self.embedding.view, self.data_embedding.view,
                                                     sizing_mode="stretch_width"), sizing_mode="stretch_width")
         fields = pn.Column(self.rank_by, self.fields.view, sizing_mode="stretch_width")
-        denoise = pn.Column(pn.pane.Markdown("#### Denoising a held-out digit (§VII.4)"),
-                            pn.Row(self.denoise_index, self.denoise_p, self.denoise_curve_button),
+        denoise = pn.Column(pn.Row(self.denoise_index, self.denoise_p, self.denoise_curve_button),
                             self.denoise_note, pn.Row(self.denoise_grid.view, self.mcc_curve.view,
                                                       sizing_mode="stretch_width"),
                             sizing_mode="stretch_width")
-        return pn.Column(pn.Row(self.hist.view, self.truth.view, sizing_mode="stretch_width"),
-                         embed, fields, denoise, sizing_mode="stretch_width")
+        return {"Figs. 3 · 5": self.main_view(),
+                "Histograms": pn.Row(self.hist.view, self.truth.view, sizing_mode="stretch_width"),
+                "Isomap": embed, "Fields (Fig. 4)": fields, "Denoising": denoise}
 
     def badges(self) -> list:
         return [self.solutions_status.pane]

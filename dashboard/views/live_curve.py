@@ -36,6 +36,7 @@ class LiveCurve:
         self.rollover = rollover
         self.name = name
         self.sources: dict[str, ColumnDataSource] = {}
+        self._markers: dict[str, object] = {}  # key -> the scatter renderer of a lone point
         self._left: list = []
         self._right: list = []
         self._target: ColumnDataSource | None = None
@@ -89,6 +90,10 @@ class LiveCurve:
             kwargs["legend_label"] = legend if isinstance(legend, str) else label
         renderer = self.figure.line("x", "y", source=source, color=color, line_width=width,
                                     line_dash=dash, name=label, **kwargs)
+        # a line of one point draws nothing: a marker shows it until the second point comes
+        kwargs.pop("legend_label", None)
+        self._markers[key] = self.figure.scatter("x", "y", source=source, color=color, size=7,
+                                                 name=label, **kwargs)
         (self._right if axis == "right" else self._left).append(renderer)
         self.figure.y_range.renderers = self._left + self._extra_left()
         if axis == "right":
@@ -142,6 +147,10 @@ class LiveCurve:
             source.data = {"x": x[-self.rollover:], "y": y[-self.rollover:]}
         else:
             source.stream({"x": x, "y": y}, rollover=self.rollover)
+        marker = self._markers.get(key)
+        lone = len(source.data["x"]) < 2
+        if marker is not None and marker.visible != lone:
+            marker.visible = lone
         if x[-1] > self._x_max:
             self._x_max = float(x[-1])
             if self._target_value is not None:
@@ -159,6 +168,8 @@ class LiveCurve:
         """Empty every line (keeps the lines)."""
         for source in self.sources.values():
             source.data = {"x": np.zeros(0), "y": np.zeros(0)}
+        for marker in self._markers.values():
+            marker.visible = True
         self._empty.visible = True
         self._x_max = 1.0
         self._draw_target()
@@ -169,7 +180,9 @@ class LiveCurve:
     def remove_lines(self) -> None:
         """Drop every line added with :meth:`add_line` (and its legend entry)."""
         lines = set(self._left + self._right)
-        self.figure.renderers = [r for r in self.figure.renderers if r not in lines]
+        markers = set(self._markers.values())
+        self.figure.renderers = [r for r in self.figure.renderers if r not in lines and r not in markers]
+        self._markers.clear()
         self.legend.items = [i for i in self.legend.items if not lines.intersection(i.renderers)]
         self._left.clear()
         self._right.clear()

@@ -27,9 +27,10 @@ class StatusBadge:
     """``set("ok", "Monotone so far")`` turns it green, ``"error"`` red, and so on."""
 
     def __init__(self, text: str = "", level: str = "idle", name: str | None = None,
-                 **kwargs) -> None:
+                 one_line: bool = False, **kwargs) -> None:
         kwargs.setdefault("sizing_mode", "stretch_width" if "width" not in kwargs else None)
         self.pane = pn.pane.HTML("", name=name or "status", margin=(4, 5), **kwargs)
+        self.one_line = one_line  # one line, cut with "…"; the whole text on hover
         self.level = level
         self._text = None
         self._details = ""
@@ -49,10 +50,17 @@ class StatusBadge:
         if details:
             more = (f'<details style="margin-top:4px"><summary style="cursor:pointer">'
                     f"Details</summary>{_inline_markdown(details)}</details>")
+        line = ""
+        if self.one_line:
+            whole = re.sub(r"\*\*(.+?)\*\*", r"\1", text) + (f"\n{details}" if details else "")
+            line = (f'white-space:nowrap;overflow:hidden;text-overflow:ellipsis;" '
+                    f'title="{html.escape(whole, quote=True)}')
+            more = ""  # the details are in the hover text
+            text = " ".join(text.split())
         self.pane.object = (
             f'<div class="status-badge status-{level}" style="background:{bg};'
             f"border-left:5px solid {border};color:{fg};padding:7px 10px;"
-            f'border-radius:4px;font-size:0.95em;line-height:1.35">'
+            f'border-radius:4px;font-size:0.95em;line-height:1.35;{line}">'
             f"{_inline_markdown(text)}{more}</div>")
 
     @property

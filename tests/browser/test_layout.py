@@ -1,0 +1,179 @@
+"""Every figure on the first screen: each lab at 1440×900 and, in presentation mode, at
+1280×720, after ▶ Play and after one step.
+
+Checked in a real Chromium: every visible plot canvas lies inside the viewport; no title,
+label, button or select overflows its box (scrollWidth > clientWidth; a badge cut with "…"
+on purpose, whose whole text is its hover title, excepted); every tab of the lab's stage can
+be brought into view, and its plots are drawn whole inside the viewport.  Screenshots of every
+state go to test-artifacts/layout-*.png.  Every wait is on a condition, never on the clock.
+"""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from dashboard.labs import LABS
+from tests.waiting import wait_for, wait_until
+
+pytestmark = pytest.mark.browser
+
+SIZES = {"1440x900": (1440, 900, False), "1280x720-present": (1280, 720, True)}
+
+# the visible Bokeh plots: their box on the page and how many rows their glyphs hold
+JS_PLOTS = """() => {
+  const out = [];
+  function walk(v) {
+    if (!v) return;
+    if (v.frame && v.model && v.model.renderers) {
+      const el = v.canvas_view ? v.canvas_view.el : v.el;
+      if (el.isConnected && el.checkVisibility({checkVisibilityCSS: true})) {
+        const r = el.getBoundingClientRect();
+        let rows = 0;
+        for (const g of v.model.renderers) {
+          const data = g.visible && g.data_source ? g.data_source.data : null;
+          const columns = data ? Object.values(data) : [];
+          if (columns.length) rows += columns[0].length;
+        }
+        if (r.width > 0 && r.height > 0)
+          out.push({title: v.model.title ? String(v.model.title.text) : '', x: r.x, y: r.y, w: r.width, h: r.height, rows});
+      }
+    }
+    for (const c of (v.child_views || [])) walk(c);
+  }
+  for (const v of Bokeh.index) walk(v);
+  return out;
+}"""
+
+# visible text whose box is too narrow for it (pierces shadow roots)
+JS_OVERFLOW = """() => {
+  const out = [];
+  const tags = new Set(['BUTTON', 'SELECT', 'LABEL', 'H1', 'H2', 'H3', 'H4', 'P', 'SPAN', 'DIV', 'LI']);
+  const walk = (root) => {
+    for (const el of root.querySelectorAll('*')) {
+      if (el.shadowRoot) walk(el.shadowRoot);
+      if (!tags.has(el.tagName) || !el.checkVisibility({checkVisibilityCSS: true})) continue;
+      if ((el.tagName === 'DIV' || el.tagName === 'SPAN') && (el.childElementCount || !el.textContent.trim())) continue;
+      const style = getComputedStyle(el);
+      if (style.textOverflow === 'ellipsis' || ['auto', 'scroll'].includes(style.overflowX)) continue;
+      if (el.clientWidth > 0 && el.scrollWidth > el.clientWidth + 1)
+        out.push(`${el.tagName} "${el.textContent.trim().slice(0, 50)}" ${el.scrollWidth} > ${el.clientWidth}`);
+    }
+  };
+  walk(document);
+  return out;
+}"""
+
+# the stage's tab headers: label and right edge
+JS_TABS = """(stage) => {
+  const out = [];
+  const walk = (root) => {
+    for (const el of root.querySelectorAll('*')) {
+      if (el.shadowRoot) walk(el.shadowRoot);
+      if (el.classList && el.classList.contains('bk-tab') && el.checkVisibility({checkVisibilityCSS: true})) {
+        const r = el.getBoundingClientRect();
+        out.push({text: el.textContent.trim(), right: r.right, bottom: r.bottom});
+      }
+    }
+  };
+  walk(document);
+  return out;
+}"""
+
+
+# what the caption says (its Bokeh model's text)
+JS_CAPTION = """() => {
+  for (const doc of Bokeh.documents)
+    for (const m of doc.all_models)
+      if (m.css_classes && m.css_classes.includes('lab-caption')) return String(m.text || '');
+  return null;
+}"""
+
+
+# how many visible HTML tables (a race's "who won") the page shows
+JS_TABLES = """() => {
+  let n = 0;
+  const walk = (root) => {
+    for (const el of root.querySelectorAll('*')) {
+      if (el.shadowRoot) walk(el.shadowRoot);
+      if (el.tagName === 'TABLE' && el.checkVisibility({checkVisibilityCSS: true})) n += 1;
+    }
+  };
+  walk(document);
+  return n;
+}"""
+
+
+def plots(page: Page) -> list[dict]:
+    return page.evaluate(JS_PLOTS)
+
+
+def outside(page: Page, width: int, height: int) -> list[dict]:
+    return [p for p in plots(page) if p["x"] < -1 or p["y"] < -1 or p["x"] + p["w"] > width + 1
+            or p["y"] + p["h"] > height + 1]
+
+
+def check_first_screen(page: Page, width: int, height: int, where: str, tables: bool = False) -> list[dict]:
+    """The visible plots, once there are some and all of them lie inside the viewport (the
+    layout may still be settling when a tab was just shown); no text overflows.  ``tables``:
+    a stage tab that may hold a table and no plot."""
+    if tables:
+        seen: list = [None]
+
+        def settled():
+            now = (plots(page), page.evaluate(JS_TABLES))
+            same, seen[0] = now == seen[0], now
+            return same and (now[0] or now[1]) and not outside(page, width, height)
+
+        assert wait_for(settled, timeout=120), f"{where}: nothing shown, or plots outside {width}x{height}"
+        shown = plots(page)
+    else:
+        shown = wait_for(lambda: (p := plots(page)) and not outside(page, width, height) and p, timeout=120)
+        assert shown, f"{where}: plots outside {width}x{height}: {outside(page, width, height)}"
+    assert all(p["w"] >= 120 and p["h"] >= 120 for p in shown), (where, shown)
+    assert page.evaluate(JS_OVERFLOW) == [], where
+    tabs = page.evaluate(JS_TABS)
+    assert all(t["right"] <= width + 1 and t["bottom"] <= height for t in tabs), (where, tabs)
+    return shown
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+@pytest.mark.parametrize("lab", [cls.key for cls in LABS])
+def test_every_figure_is_on_the_first_screen(browser, app_url, lab, size):
+    width, height, present = SIZES[size]
+    cls = next(c for c in LABS if c.key == lab)
+    context = browser.new_context(viewport={"width": width, "height": height})
+    page = context.new_page()
+    try:
+        page.goto(f"{app_url}/{lab}" + ("?present=1" if present else ""), timeout=120_000)
+        play = page.get_by_role("button", name="▶ Play")
+        expect(play).to_be_enabled(timeout=120_000)
+        play.click()
+        # the first tab's plots fill with the run's Records
+        wait_until(lambda: any(p["rows"] > 2 for p in plots(page)), timeout=180)
+        check_first_screen(page, width, height, f"{lab} {size} after Play")
+        page.screenshot(path=f"test-artifacts/layout-{lab}-{size}-play.png")
+        page.get_by_role("button", name="❚❚ Pause").click()
+        expect(play).to_be_enabled(timeout=120_000)
+        if present:  # Next step narrates in the caption, which never moves a figure
+            before = plots(page)
+            page.get_by_role("button", name="Next step ▶").click()
+            said = wait_for(lambda: (text := page.evaluate(JS_CAPTION)) and "Computing" not in text and text,
+                            timeout=120)
+            assert said, "Next step said nothing"
+            after = check_first_screen(page, width, height, f"{lab} {size} after Next step")
+            assert [(p["x"], p["y"]) for p in after] == [(p["x"], p["y"]) for p in before]
+        else:
+            page.get_by_role("button", name="Step", exact=True).click()
+            expect(play).to_be_enabled(timeout=120_000)
+            check_first_screen(page, width, height, f"{lab} {size} after Step")
+        page.screenshot(path=f"test-artifacts/layout-{lab}-{size}-step.png")
+        # every figure is one click away, drawn whole on the first screen
+        labels = [t["text"] for t in page.evaluate(JS_TABS) if t["text"] != cls.title]
+        assert len(labels) >= 2, labels
+        for index, label in enumerate(labels):
+            page.locator(".bk-tab").filter(has_text=label).first.click()
+            check_first_screen(page, width, height, f"{lab} {size} stage tab {label!r}", tables=True)
+            page.screenshot(path=f"test-artifacts/layout-{lab}-{size}-tab{index}.png")
+    finally:
+        context.close()
