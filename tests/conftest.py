@@ -32,3 +32,14 @@ def make_lab():
     yield make
     for lab in labs:
         lab.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def warm_kernels():
+    """Compile every numba kernel once, here, before the first test: the servers and worker
+    processes that tests start then load them from numba's on-disk cache instead of each
+    compiling them at once (from a fresh clone on a busy 2-core machine, a server's first
+    start took over 240 s and its test failed)."""
+    import engine
+
+    engine.warm_up()

@@ -91,8 +91,8 @@ def open_bound(page: Page, url: str) -> None:
 
 def test_bound_lab_tightness_and_moving_the_expansion_point(page: Page, app_url, shot):
     open_bound(page, app_url)
-    expect(page.get_by_text("The quadratic bound: log Z from above").first).to_be_visible(timeout=60_000)
-    wait_until(lambda: len(column(page, "bound-main", "gap")) == 301, timeout=30)
+    tab_header(page, "Tightness (Theorem 1)").click()  # the stage's tab of the tightness views
+    wait_until(lambda: len(column(page, "bound-main", "gap")) == 301, timeout=60)
     gap = column(page, "bound-main", "gap")
     assert min(gap) >= -1e-9  # Theorem 1 on the whole line
     assert min(abs(g) for g in gap) < 1e-9  # and it touches log Z (at s~ = 0)

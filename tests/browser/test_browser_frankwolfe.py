@@ -31,6 +31,7 @@ def test_frankwolfe_lab_grows_units_and_forks_cd(page: Page, app_url, shot):
     shot("fw-growing")
     page.get_by_role("button", name="❚❚ Pause").click()
     expect(page.get_by_role("button", name="▶ Play")).to_be_enabled(timeout=30_000)
+    tab_header(page, "CD fork (§4)").click()  # the fork and its curve share a tab of the stage
     fork = page.get_by_role("button", name="Train CD from here")
     expect(fork).to_be_enabled(timeout=10_000)
     fork.click()

@@ -123,7 +123,7 @@ def test_race_with_diverging_gradient_ascent(page: Page, app_url, shot):
 
 def test_pages(page: Page, app_url, shot):
     open_lab(page, app_url)
-    for tab, text in [("Bound", "The quadratic bound: log Z from above"), ("TAP", "TAP machines: an RBM trained"),
+    for tab, text in [("Bound", "Tightness (Theorem 1)"), ("TAP", "TAP machines: an RBM trained"),
                       ("Frank-Wolfe", "an RBM that grows one hidden unit at a time"),
                       ("About", "About Boltzmann Lab")]:
         tab_header(page, tab).click()

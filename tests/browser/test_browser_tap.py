@@ -70,7 +70,8 @@ def test_tap_lab_trains_and_shows_solutions(page: Page, app_url, shot):
     wait_until(lambda: len(points(page, "isomap")["x"]) >= 1, timeout=120)
     page.get_by_role("button", name="❚❚ Pause").click()
     expect(page.get_by_role("button", name="▶ Play")).to_be_enabled(timeout=30_000)
-    # denoising: a digit through the current model, then the MCC curve
+    # denoising: a digit through the current model, then the MCC curve (on their tab of the stage)
+    tab_header(page, "Denoising").click()
     page.get_by_role("button", name="Compute MCC vs p").click()
     wait_until(lambda: len(points(page, "mcc:tap")["x"]) == 7, timeout=60)
     ope = points(page, "mcc:ope")["y"]
@@ -102,5 +103,7 @@ def test_tap_presentation_mode_explains_each_step_and_outlines_a_unit(page: Page
     expect(page.get_by_text("weights moved most (by")).to_be_visible(timeout=60_000)
     wait_until(lambda: page.evaluate(JS_BOXES, "fields-box") == 1, timeout=30)
     shot("tap-presenting")
-    page.get_by_role("button", name="Step", exact=True).click()  # a plain step clears the outline
+    # playing clears the outline (presentation mode's one step button is Next step)
+    page.get_by_role("button", name="▶ Play").click()
     wait_until(lambda: page.evaluate(JS_BOXES, "fields-box") == 0, timeout=30)
+    page.get_by_role("button", name="❚❚ Pause").click()
