@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import math
+
 import numpy as np
 import panel as pn
 from bokeh.models import ColumnDataSource
@@ -125,7 +127,7 @@ class FVBMLab(Lab):
         self.mu = w.FloatInput(label="Step μ (gradient ascent)", value=1.5, start=0.01,
                                end=10.0, step=0.1, visible=False)
         self.race_mus = w.TextInput(label="Race BSLM, bound, L-BFGS and GA with μ =",
-                                    value="0.5, 2.5, 8, 20", visible=False)
+                                    value="0.5, 2.5", visible=False)  # all converge: divergence has its preset
         self.tol = w.Select(label="Stop when the increase is below τ =",
                             options={"1e-2": 1e-2, "1e-3": 1e-3, "1e-4": 1e-4, "1e-5": 1e-5,
                                      "1e-6": 1e-6, "1e-8": 1e-8}, value=1e-5)
@@ -332,6 +334,9 @@ class FVBMLab(Lab):
         self.decrease_source.data = {"x": [], "y": []}
         self.decrease_item.visible = False
         self._sweeps = {n: 0 for n in names}
+        self._first_logpl: dict[str, float] = {}
+        self._lowest: dict[str, float] = {}
+        self.logpl.figure.y_range.start = math.nan  # unset: the axis follows the data again
         self._last_logpl: dict[str, float] = {}
         self._last_arrays: dict[str, Any] = {}
         self._first_decrease: dict[str, int] = {}
@@ -394,9 +399,34 @@ class FVBMLab(Lab):
                 self.decrease_item.visible = True
         self._sweeps[name] = int(sweep[-1])
         self._last_logpl[name] = float(log_pl[-1])
+        self._first_logpl.setdefault(name, float(log_pl[0]))
+        lowest = float(np.nanmin(log_pl)) if np.isfinite(log_pl).any() else -math.inf
+        self._lowest[name] = min(self._lowest.get(name, math.inf), lowest)
+        self._keep_axis()
         with_arrays = [r for r in recs if r.arrays]
         if with_arrays:
             self._last_arrays[name] = with_arrays[-1].arrays
+
+    def _keep_axis(self) -> None:
+        """A run that falls far below where the monotone runs started (gradient ascent with a
+        large μ diverging) would set the log-PL axis and squash the others into one line: the
+        axis then stops a little below the lowest start of a run that cannot decrease (BSLM,
+        the bound, GA with μ ≤ 1), and the diverging run leaves the plot (its first decrease is
+        marked; the badge and the table say the rest)."""
+        starts = [v for n, v in self._first_logpl.items() if self._guaranteed.get(n) and np.isfinite(v)]
+        if not starts or len(self._first_logpl) < 2:
+            return
+        floor = min(starts)
+        target = self.data.mple_logpl  # the MPLE's log-PL, where the converging runs go
+        top = target if target is not None and np.isfinite(target) else max(starts)
+        climb = max(top - floor, 1.0)
+        far = floor - climb  # a run below this fell further than the monotone runs climb
+        if all(v >= far for v in self._lowest.values()):
+            return
+        sane = min([v for v in self._lowest.values() if v >= far] + [floor])
+        start = sane - 0.05 * (top - sane)
+        if self.logpl.figure.y_range.start != start:  # once per run, not per tick
+            self.logpl.figure.y_range.start = start
 
     @staticmethod
     def _find_decrease(recs) -> int | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -221,7 +222,7 @@ def test_legends_sit_outside_the_plot_area_and_hide_lines_on_click(lab):
         assert curve.legend.click_policy == "hide"
         assert len(curve.figure.legend) == 1  # every entry in that one legend
     labels = [item.label.value for item in lab.logpl.legend.items]
-    assert {"BSLM", "GA μ=0.5", "GA μ=20", BOUND_LABEL, SQUAREM_LABEL, LBFGS_LABEL, "MPLE (target)",
+    assert {"BSLM", "GA μ=0.5", "GA μ=2.5", BOUND_LABEL, SQUAREM_LABEL, LBFGS_LABEL, "MPLE (target)",
             "first decrease"} <= set(labels)
     # one entry hides a run's log-PL (solid) and its log-increase (dashed) together
     bslm = lab.logpl.legend_item("BSLM")
@@ -332,3 +333,31 @@ def test_trainer_factory_builds_the_race():
         record = trainer.step()
         assert {"sweep", "log_pl", "increase", "first_decrease", "mse"} <= set(record.scalars)
         assert record["M"].shape == (4, 4)
+
+
+def _race_steps(lab, mus: str, steps: int) -> None:
+    lab.apply_settings({"mode": "Race", "race_mus": mus})
+    for _ in range(steps):
+        lab.runner.step_once()
+        assert lab.runner.wait_idle(120.0)
+        lab.on_records(lab.runner.drain())
+
+
+def test_the_default_race_converges_and_its_axis_follows_the_data(lab):
+    assert lab.race_mus.value == "0.5, 2.5"  # divergence has a preset of its own
+    _race_steps(lab, lab.race_mus.value, 30)
+    assert math.isnan(lab.logpl.figure.y_range.start)  # nothing to keep out: the axis is Bokeh's
+    assert all(v >= lab._first_logpl["BSLM"] - 2 * (lab.data.mple_logpl - lab._first_logpl["BSLM"])
+               for v in lab._lowest.values())  # every run within reach of the monotone ones
+
+
+def test_a_diverging_run_does_not_squash_the_others(lab):
+    _race_steps(lab, "0.5, 20", 30)
+    start = lab.logpl.figure.y_range.start
+    assert math.isfinite(start)
+    assert lab._lowest["GA μ=20"] < start  # the diverging run leaves the plot ...
+    assert all(v >= start for n, v in lab._lowest.items() if n != "GA μ=20")  # ... the others stay whole
+    # and the axis still spans the climb to the MPLE: the converging runs are not a flat line
+    assert lab.data.mple_logpl - start < 0.5 * (lab.data.mple_logpl - lab._lowest["GA μ=20"])
+    lab.apply_settings({"race_mus": "0.5"})  # a new race: the axis follows its data again
+    assert math.isnan(lab.logpl.figure.y_range.start)
