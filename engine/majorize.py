@@ -629,6 +629,12 @@ class BoundMajorizer(IterativeTrainer):
     max_iter, tol : stop after ``max_iter`` steps or once |grad J| <= tol.
     theta0 : start (default zeros).
     low_rank : None (dense Sigma) or the rank k of Algorithm 4 (needs t lambda > 0).
+    trace : 0 (default) or the number of points at which each Record also carries the step's
+        picture (``step_s``, ``step_J``, ``step_Q``): J and the quadratic majorizer Q built at
+        the step's start theta_t along the step, theta(s) = theta_t - s delta.  With
+        A = Sigma + t lambda I and delta = A^{-1} g, Q(s) = J(theta_t) - s a + a s^2 / 2 with
+        a = g^T delta (Theorem 1: Q >= J, equal at s = 0); its minimiser s = 1 is the next
+        iterate.  Computed after the step's timing, so the race's seconds do not include it.
 
     The dense solve is a Cholesky factorisation of Sigma + t lambda I.  With lambda = 0 it can be
     singular (softmax's shift invariance); then the smallest diagonal shift tau that makes it
@@ -638,8 +644,9 @@ class BoundMajorizer(IterativeTrainer):
     label = "Bound majorization"
 
     def __init__(self, objective: Any, *, reg: float | None = None, max_iter: int = 1000, tol: float = 1e-6,
-                 theta0: Any = None, low_rank: int | None = None) -> None:
+                 theta0: Any = None, low_rank: int | None = None, trace: int = 0) -> None:
         owner = "BoundMajorizer"
+        self.trace = check_int("trace", trace, owner, 0)
         if not hasattr(objective, "bound"):
             raise ValueError(f"The 'objective' parameter of {owner} must provide bound(theta). Got {type(objective).__name__}.")
         if reg is not None:
@@ -662,6 +669,24 @@ class BoundMajorizer(IterativeTrainer):
         if low_rank is not None:
             self.label = f"Bound majorization (rank {low_rank})"
         self.last_shift = 0.0
+        self._step: tuple | None = None  # (theta_t, J(theta_t), delta, g^T delta) of the last update
+
+    def step(self) -> Record:
+        """One update (Algorithm 2); with ``trace``, the step's picture in the Record's arrays."""
+        self._step = None
+        record = super().step()
+        if self.trace and self._step is not None:
+            record.arrays.update(self.step_picture(*self._step))
+        return record
+
+    def step_picture(self, theta_t: np.ndarray, value_t: float, delta: np.ndarray, a: float) -> dict[str, np.ndarray]:
+        """J and the majorizer Q along theta_t - s delta, s in [-0.5, 1.5] (``trace`` points; 41
+        put s = 0, theta_t, and s = 1, the next iterate, on the grid)."""
+        s = np.linspace(-0.5, 1.5, self.trace)
+        with np.errstate(over="ignore", invalid="ignore"):
+            J = np.array([self.objective.value(theta_t - si * delta) for si in s])
+        Q = value_t - s * a + 0.5 * a * s**2
+        return {"step_s": s, "step_J": J, "step_Q": Q}
 
     def _update(self):
         ridge = self.objective.ridge
@@ -674,6 +699,7 @@ class BoundMajorizer(IterativeTrainer):
             delta = lr.solve(g, lam=ridge)
         if not np.linalg.norm(delta) > 1e-15 * max(1.0, float(np.linalg.norm(self.theta))):
             return None  # the update no longer moves theta: J is at its rounding level
+        self._step = (self.theta, self.value, delta, float(g @ delta))
         theta = self.theta - delta
         value, grad = self._evaluate(theta)
         return theta, value, grad
@@ -750,7 +776,7 @@ RACE_METHODS = ("Bound majorization", "L-BFGS", "CG", "Steepest descent", "Newto
 
 def make_race(problem: str, *, reg: float | None = None, seed: int = 0, max_iter: int = 1000,
               tol: float | None = None, low_rank: int | None = None, objective: Any = None,
-              **kw: Any) -> dict[str, IterativeTrainer]:
+              trace: int = 0, **kw: Any) -> dict[str, IterativeTrainer]:
     """The Bound lab's race: five Trainers on the same J from the same theta0 = 0.
 
     Parameters
@@ -766,6 +792,7 @@ def make_race(problem: str, *, reg: float | None = None, seed: int = 0, max_iter
     tol : gradient-norm tolerance; default 1e-6 max(1, |grad J(0)|).
     low_rank : use Algorithm 4 with this rank for the bound (multinomial problems only).
     objective : an already built objective to share (then problem/reg/seed/kw only label it).
+    trace : points of the bound majorizer's step picture in its Records (``BoundMajorizer``).
 
     Returns {"Bound majorization", "L-BFGS", "CG", "Steepest descent", "Newton"} -> Trainer; the
     trainers share one (stateless) objective, available as ``trainer.objective``.
@@ -776,7 +803,7 @@ def make_race(problem: str, *, reg: float | None = None, seed: int = 0, max_iter
         tol = 1e-6 * max(1.0, float(np.linalg.norm(objective.gradient(np.zeros(objective.dim)))))
     common = dict(max_iter=max_iter, tol=tol, theta0=np.zeros(objective.dim))
     return {
-        "Bound majorization": BoundMajorizer(objective, low_rank=low_rank, **common),
+        "Bound majorization": BoundMajorizer(objective, low_rank=low_rank, trace=trace, **common),
         "L-BFGS": LBFGSTrainer(objective, **common),
         "CG": ConjugateGradientTrainer(objective, **common),
         "Steepest descent": SteepestDescentTrainer(objective, **common),

@@ -322,6 +322,11 @@ class TightnessView:
         return pn.Row(controls, figures, sizing_mode="stretch_width")
 
 
+#: One sentence over the race: what it shows, and why the paper's Table 1 is not reproduced.
+RACE_NOTE = ("The bound never lets J rise (Theorem 1), but its curvature Σ is far above the Hessian, so its "
+             "steps are short: Table 1's “converges faster” is not reproduced (docs/bound.md).")
+
+
 class BoundLab(Lab):
     """The majorization race (the runner's five trainers) and the bound's tightness views
     (not a trainer: their state is their settings, which only redraw)."""
@@ -449,6 +454,7 @@ class BoundLab(Lab):
         self.by_time = self._race_figure("J − J* per second of compute", "seconds (each method's own compute)",
                                          "by-time")
         self.monotone = StatusBadge("Bound majorization: no step yet", "idle", name="race-monotone", one_line=True)
+        self._build_step_view()
         self.table = pn.pane.Markdown("", sizing_mode="stretch_width", name="race-table")
         self.tightness.slice_fig.on_event(Tap, self._on_tap)
         self.J_star: float | None = None  # the current race's reference optimum, once computed
@@ -463,6 +469,35 @@ class BoundLab(Lab):
         self._tightness_result: tuple | None = None  # (arguments, result) of the newest drawn
         self._tightness_failed: tuple | None = None
         self._tightness_error: str | None = None  # why the current tightness settings cannot be drawn
+
+    def _build_step_view(self) -> None:
+        """Majorization you can watch: at each bound-majorization step, J and the quadratic
+        bound Q built at the current θ along the step, and Q's minimiser, the next iterate."""
+        fig = _figure("The bound at this step (Theorem 1)", "s along the step: 0 = θₜ, 1 = θₜ₊₁",
+                      "J (nats)", height=400, sizing_mode="stretch_width")
+        self.step_src = ColumnDataSource({"s": [], "J": [], "Q": []}, name="race-step")
+        self.step_marks = ColumnDataSource({"s": [], "y": [], "color": []}, name="race-step-marks")
+        fig.line("s", "J", source=self.step_src, color="#222", line_width=2.5, legend_label="J (exact)")
+        fig.line("s", "Q", source=self.step_src, color=RACE_COLORS["Bound majorization"], line_width=2,
+                 line_dash="dashed", legend_label="Q: bound built at θₜ")
+        fig.scatter("s", "y", source=self.step_marks, color="color", size=11, legend_label="θₜ; Q's minimiser θₜ₊₁")
+        legend = fig.legend[0]
+        fig.center.remove(legend)
+        fig.add_layout(legend, "below")
+        legend.orientation, legend.ncols, legend.border_line_alpha = "horizontal", 2, 0
+        legend.padding, legend.margin = 2, 2
+        self.step_hint = Label(x=10, y=10, x_units="screen", y_units="screen", text=PLAY_HINT, text_color="#777",
+                               text_font_size="12pt")
+        fig.add_layout(self.step_hint)
+        self.step_fig = fig
+
+    def _draw_step(self, record) -> None:
+        s, J, Q = (np.asarray(record[k], dtype=float) for k in ("step_s", "step_J", "step_Q"))
+        self.step_src.data = {"s": s, "J": J, "Q": Q}
+        i0, i1 = int(np.argmin(np.abs(s))), int(np.argmin(np.abs(s - 1.0)))
+        self.step_marks.data = {"s": [s[i0], s[i1]], "y": [J[i0], Q[i1]], "color": ["#222", "#d62728"]}
+        self.step_fig.title.text = f"The bound at step {int(record['iteration'])} (Theorem 1)"
+        self.step_hint.visible = False
 
     def _race_figure(self, title: str, x_label: str, key: str):
         fig = _figure(title, x_label, "J − J* (nats, log scale)", height=400, sizing_mode="stretch_width",
@@ -500,15 +535,24 @@ class BoundLab(Lab):
         return pn.pane.Bokeh(self.by_iteration, sizing_mode="stretch_width")
 
     def stage(self) -> dict[str, pn.viewable.Viewable]:
-        race = pn.Row(self.main_view(), pn.pane.Bokeh(self.by_time, sizing_mode="stretch_width"),
-                      sizing_mode="stretch_width")
-        return {"Race": race, "Tightness (Theorem 1)": self.tightness.panel(), "Table": self.table}
+        race = pn.Column(pn.pane.Markdown(RACE_NOTE, sizing_mode="stretch_width", margin=(0, 10),
+                                          styles={"font-size": "0.85em"}),
+                         pn.Row(self.main_view(), pn.pane.Bokeh(self.step_fig, sizing_mode="stretch_width"),
+                                sizing_mode="stretch_width"), sizing_mode="stretch_width")
+        seconds = pn.Column(pn.pane.Bokeh(self.by_time, sizing_mode="stretch_width"), self.table,
+                            sizing_mode="stretch_width")
+        return {"Race · this step's bound": race, "Per second · table": seconds,
+                "Tightness (Theorem 1)": self.tightness.panel()}
 
     def badges(self) -> list:
         return [self.monotone.pane]
 
     def clear(self) -> None:
         names = list(self.runner.trainers)
+        self.step_src.data = {"s": [], "J": [], "Q": []}
+        self.step_marks.data = {"s": [], "y": [], "color": []}
+        self.step_fig.title.text = "The bound at this step (Theorem 1)"
+        self.step_hint.visible = True
         self._raw = {n: {"x": [], "t": [], "J": []} for n in names}
         self._stats = {n: {"steps": 0, "J": math.nan, "grad": math.nan, "hit": None, "monotone": True}
                        for n in names}
@@ -555,8 +599,12 @@ class BoundLab(Lab):
 
     # ------------------------------------------------------------------ live updates
     def show(self, records) -> None:
-        """Keep every method's raw J (Records only); draw J − J* when J* is known."""
+        """Keep every method's raw J (Records only); draw J − J* when J* is known; draw the
+        newest bound-majorization step's bound."""
         for name, recs in by_run(records).items():
+            traced = [r for r in recs if "step_s" in r.arrays]
+            if traced:
+                self._draw_step(traced[-1])
             raw = self._raw.get(name)
             if raw is None:
                 continue

@@ -211,6 +211,10 @@ def tightness(key: str, scale: float, seed: int, radius: float, s_tilde: float, 
             "grid": grid.copy(), "gap2": gap_slice(model, grid, log_z2, s_tilde, r_tilde)}
 
 
+#: Points of the bound majorizer's step picture (J and its majorizer along each step), the lab's view.
+STEP_POINTS = 41
+
+
 def race_key(problem: str, reg: float, seed: int) -> tuple[str, float, int]:
     """What defines a race's objective (the seed only for the synthetic problems); a
     ``ValueError`` at once for a bad setting."""
@@ -278,7 +282,7 @@ class RaceBuild:
 
                 problem, reg, seed = self.key
                 self._trainers = majorize.make_race(problem, reg=reg, seed=seed, max_iter=RACE_MAX_ITER,
-                                                    objective=race_objective(*self.key))
+                                                    objective=race_objective(*self.key), trace=STEP_POINTS)
         return self._trainers[method]
 
     def __getstate__(self) -> dict:

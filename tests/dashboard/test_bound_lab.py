@@ -268,3 +268,23 @@ def test_the_empty_race_plots_say_how_to_start(make_lab):
     lab._reset()  # reset: empty again, hint back, J* kept (the same race)
     assert all(h.visible and h.text == PLAY_HINT for h in lab._hints)
     assert lab.J_star is not None and not lab.jobs.running("reference")
+
+
+def test_each_majorization_step_shows_its_bound_and_the_next_iterate(make_lab):
+    """Majorization you can watch: after a step, the step view holds J and the bound Q built at
+    the step's start along the step; Q >= J, they touch at s = 0, and Q's minimiser (marked) is
+    the new iterate, whose J the race's curve shows."""
+    lab = make_lab()
+    assert lab.step_hint.visible and lab.step_src.data["s"] == []
+    run(lab, 2)
+    s = np.asarray(lab.step_src.data["s"])
+    J, Q = np.asarray(lab.step_src.data["J"]), np.asarray(lab.step_src.data["Q"])
+    assert len(s) == setup.STEP_POINTS and not lab.step_hint.visible
+    assert np.all(Q >= J - 1e-9 * abs(J).max())
+    zero, one = int(np.argmin(abs(s))), int(np.argmin(abs(s - 1)))
+    assert Q[zero] == pytest.approx(J[zero], rel=1e-12) and int(np.argmin(Q)) == one
+    assert lab.step_marks.data["s"] == [s[zero], s[one]]
+    assert J[one] == pytest.approx(lab._raw["Bound majorization"]["J"][-1], rel=1e-10)  # the new iterate
+    assert lab.step_fig.title.text.startswith("The bound at step 2")
+    lab._reset()
+    assert lab.step_src.data["s"] == [] and lab.step_hint.visible

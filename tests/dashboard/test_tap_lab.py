@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from dashboard import jobs
+from dashboard.labs import tap as tap_lab
 from dashboard.labs import tap_setup
 from dashboard.labs.tap import COMPUTING, DEFAULTS, TAPLab
 from dashboard.labs.tap_setup import GroundTruthTrainer, History, trainer_factory
@@ -110,6 +111,12 @@ def test_playing_fills_every_view(lab):
     pump(lab)
     assert lab.jobs.wait(180)  # the Isomap jobs of the newest snapshots
     assert lab.ll_curve.n_points("ll") >= 5 and lab.ll_curve.n_points("count") >= 5  # ~8 steps per epoch
+    # the solution count's trend: at each point the mean of the last COUNT_WINDOW raw counts
+    raw = np.asarray(lab.ll_curve.sources["count"].data["y"], dtype=float)
+    trend = np.asarray(lab.ll_curve.sources["count_trend"].data["y"], dtype=float)
+    window = tap_lab.COUNT_WINDOW
+    expected = [raw[max(0, i - window + 1):i + 1].mean() for i in range(len(raw))]
+    np.testing.assert_allclose(trend, expected)
     assert lab.truth.n_points("exact") >= 5 and lab.truth.n_points("ais") >= 5
     assert len(lab.fe_points.data["x"]) >= lab.ll_curve.n_points("ll")
     assert lab.fields.n_tiles == DEFAULTS["digits"]["n_hidden"]

@@ -463,3 +463,30 @@ def test_bad_checkpoint_is_refused():
         O.ConjugateGradientTrainer(small_multinomial()).load_state_dict(state)
     with pytest.raises(ValueError, match="lacks"):
         trainer.load_state_dict({"theta": state["theta"]})
+
+
+@pytest.mark.parametrize("problem", ["wine", "chain"])
+def test_the_traced_step_is_the_majorizer_it_minimises(problem):
+    """The Bound lab's step picture: along each step, Q built at theta_t lies above J (Theorem 1),
+    touches it at s = 0, is the objective's own majorizer (Sigma formed explicitly), and its
+    minimiser s = 1 is the next iterate (the Record's J)."""
+    race = M.make_race(problem, trace=41)
+    bm = race["Bound majorization"]
+    objective = bm.objective
+    previous = bm.value
+    for _ in range(3):
+        theta_t = bm.theta.copy()
+        record = bm.step()
+        s, J, Q = record["step_s"], record["step_J"], record["step_Q"]
+        assert len(s) == 41 and np.all(Q >= J - 1e-9 * max(1.0, abs(previous)))
+        zero, one = int(np.argmin(abs(s))), int(np.argmin(abs(s - 1)))
+        assert s[zero] == pytest.approx(0.0, abs=1e-12) and s[one] == pytest.approx(1.0)
+        assert Q[zero] == pytest.approx(previous, rel=1e-12) and J[zero] == pytest.approx(previous, rel=1e-12)
+        assert int(np.argmin(Q)) == one and J[one] == pytest.approx(record["objective"], rel=1e-10)
+        # the same quadratic as the objective's majorizer, at a point of the grid
+        delta = theta_t - record["theta"]
+        k = 5
+        assert Q[k] == pytest.approx(objective.majorizer(theta_t - s[k] * delta, theta_t), rel=1e-8)
+        previous = record["objective"]
+    # off by default: the race's other uses carry no picture
+    assert "step_s" not in M.make_race(problem)["Bound majorization"].step().arrays
