@@ -74,14 +74,19 @@ def scale_plot_fonts(root: pn.viewable.Viewable, factor: float,
                     continue  # titles fill their plots' width; a heatmap's names fit already
                 saved = originals.setdefault(model.id, {})
                 if prop not in saved:
-                    saved[prop] = getattr(model, prop)
-                size = saved[prop]
+                    # a size the design's theme gives (in em) is scaled from Bokeh's own default
+                    # instead: a ?present=1 link scales plots before the theme reaches them, the
+                    # header switch after, and both must give the same sizes
+                    explicit = model._property_values  # set in code; a theme's values are not in it
+                    base = explicit[prop] if prop in explicit else model.lookup(prop).class_default(type(model))
+                    saved[prop] = (getattr(model, prop), base)
+                restore, size = saved[prop]
                 text = size.get("value") if isinstance(size, dict) else size
                 match = re.fullmatch(r"([\d.]+)(px|pt|em)", str(text or ""))
                 if match is None:
                     continue  # a field- or unset size: left alone
                 value = f"{float(match.group(1)) * factor:.3g}{match.group(2)}"
-                setattr(model, prop, size if factor == 1.0 else value)
+                setattr(model, prop, restore if factor == 1.0 else value)
 
 
 # ---------------------------------------------------------------------- settings <-> text

@@ -177,3 +177,36 @@ def test_every_figure_is_on_the_first_screen(browser, app_url, lab, size):
             page.screenshot(path=f"test-artifacts/layout-{lab}-{size}-tab{index}.png")
     finally:
         context.close()
+
+
+# every plot font size the page's Bokeh models hold (axis labels, ticks, legends, titles)
+JS_FONTS = """() => {
+  const props = ['axis_label_text_font_size', 'major_label_text_font_size', 'label_text_font_size', 'text_font_size'];
+  const out = [];
+  for (const doc of Bokeh.documents)
+    for (const m of doc.all_models)
+      for (const p of props)
+        if (typeof m[p] === 'string') out.push(`${m.type || m.constructor.name}.${p}=${m[p]}`);
+  return out.sort();
+}"""
+
+
+def test_the_presentation_link_and_switch_give_the_same_plot_fonts(browser, app_url):
+    """``?present=1`` scales the plots before the design's theme reaches them, the header switch
+    after: both must end with the same sizes (the switch once gave 1.62em, the link 16.9px)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 720})
+    page = context.new_page()
+    try:
+        page.goto(f"{app_url}/fvbm?present=1", timeout=120_000)
+        expect(page.get_by_role("button", name="Next step ▶")).to_be_visible(timeout=120_000)
+        linked = wait_for(lambda: (f := page.evaluate(JS_FONTS)) and f, timeout=60)
+        page.goto(f"{app_url}/fvbm", timeout=120_000)
+        expect(page.get_by_role("button", name="▶ Play")).to_be_enabled(timeout=120_000)
+        plain = page.evaluate(JS_FONTS)
+        page.get_by_role("button", name="Presentation mode").click()
+        expect(page.get_by_role("button", name="Next step ▶")).to_be_visible(timeout=60_000)
+        switched = wait_for(lambda: (f := page.evaluate(JS_FONTS)) != plain and f, timeout=60)
+        assert switched == linked
+        assert switched != plain  # the plots' fonts did grow
+    finally:
+        context.close()
