@@ -364,11 +364,15 @@ class Lab(pn.viewable.Viewer):
         self.step.on_click(lambda e: self._step())
         self.reset.on_click(lambda e: self._reset())
 
-    @held
-    def _play(self) -> None:
+    def _quiet_caption(self) -> None:
+        """Play and Step end a Next step's narration: its highlight, its pending text, the caption."""
         self.clear_highlight()
         self._explaining = None
-        self.tools.changed.object = ""  # the caption narrates single steps, not a playing run
+        self.tools.changed.object = ""
+
+    @held
+    def _play(self) -> None:
+        self._quiet_caption()  # the caption narrates single steps, not a playing run
         busy = play_or_tell(self.runner)
         self.refresh_status()
         if busy:
@@ -381,9 +385,7 @@ class Lab(pn.viewable.Viewer):
 
     @held
     def _step(self) -> None:
-        self.clear_highlight()
-        self._explaining = None
-        self.tools.changed.object = ""
+        self._quiet_caption()
         self.runner.step_once()
         self.refresh_status()
 

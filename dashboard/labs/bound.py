@@ -131,6 +131,17 @@ def _figure(title: str, x_label: str, y_label: str, **kw):
     return fig
 
 
+def _legend_below(fig, *, ncols: int, pad: int):
+    """Move ``fig``'s legend under the plot in ``ncols`` columns (inside, it hid the curves, and
+    on the step view the title too); the legend."""
+    legend = fig.legend[0]
+    fig.center.remove(legend)
+    fig.add_layout(legend, "below")
+    legend.orientation, legend.ncols, legend.border_line_alpha = "horizontal", ncols, 0
+    legend.padding = legend.margin = pad
+    return legend
+
+
 class TightnessView:
     """The tightness part's widgets and plots: log Z and its bounds along a line, the gap,
     and the gap over a 2-D slice.  It computes nothing: it draws a result of
@@ -481,11 +492,7 @@ class BoundLab(Lab):
         fig.line("s", "Q", source=self.step_src, color=RACE_COLORS["Bound majorization"], line_width=2,
                  line_dash="dashed", legend_label="Q: bound built at θₜ")
         fig.scatter("s", "y", source=self.step_marks, color="color", size=11, legend_label="θₜ; Q's minimiser θₜ₊₁")
-        legend = fig.legend[0]
-        fig.center.remove(legend)
-        fig.add_layout(legend, "below")
-        legend.orientation, legend.ncols, legend.border_line_alpha = "horizontal", 2, 0
-        legend.padding, legend.margin = 2, 2
+        _legend_below(fig, ncols=2, pad=2)
         self.step_hint = Label(x=10, y=10, x_units="screen", y_units="screen", text=PLAY_HINT, text_color="#777",
                                text_font_size="12pt")
         fig.add_layout(self.step_hint)
@@ -514,15 +521,7 @@ class BoundLab(Lab):
         fig.scatter("x", "y", source=newest, marker="circle", size=18, fill_alpha=0.0, line_color="color",
                     line_width=3)
         self.newest[key] = newest
-        legend = fig.legend[0]
-        fig.center.remove(legend)
-        fig.add_layout(legend, "below")  # inside, it hid the curves falling from top left to bottom right
-        legend.orientation = "horizontal"
-        legend.ncols = 3
-        legend.click_policy = "hide"
-        legend.margin = 4
-        legend.padding = 4
-        legend.border_line_alpha = 0
+        _legend_below(fig, ncols=3, pad=4).click_policy = "hide"
         x_tip = ("iteration", "@x{0}") if key == "by-iteration" else ("seconds", "@x{0.000}")
         fig.add_tools(HoverTool(renderers=lines, tooltips=[("method", "$name"), x_tip, ("J − J*", "@y{0.000e}")]))
         hint = Label(x=10, y=10, x_units="screen", y_units="screen", text=PLAY_HINT, text_color="#777",
