@@ -13,11 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import scipy.optimize
-import scipy.sparse
-import scipy.special
 
-from engine.fvbm import FVBM, check_data
+# the MPLE's existence check lives beside the model it is about; named here too (its old home)
+from engine.fvbm import FVBM, check_data, check_mple_exists  # noqa: F401
 from engine.resources import assets_dir
 
 ASSETS = assets_dir()  # the bundled data (package data: engine.resources)
@@ -201,93 +199,3 @@ def _pick_coding(matches: list[str], tokens: list[str]) -> str:
 
 
 # -------------------------------------------------------------- MPLE existence
-
-
-def check_mple_exists(X: np.ndarray, theta: np.ndarray | None = None) -> None:
-    """Raise ValueError if the maximum pseudo-likelihood estimate does not exist for X.
-
-    Each term of eq. 2.1 is -log(1 + exp(-2 x_ij u_ij)), a logistic loss in the margin
-    x_ij u_ij = A theta (theta = b and the upper triangle of M).  By Stiemke's lemma exactly
-    one of these holds:
-
-    * some direction D has A D >= 0, A D != 0: P_n keeps increasing along it, the
-      parameters diverge and no MPLE exists (a constant column, or columns that the
-      others predict perfectly, are such cases);
-    * some lambda > 0 has A^T lambda = 0: P_n -> -inf in every direction, the MPLE exists.
-
-    Fast path: at an approximate maximizer (``theta``, or one found here) the gradient
-    A^T lambda with lambda = 2 w sigmoid(-2 margins) > 0 is nearly zero; projecting lambda
-    onto the null space of A^T gives an exact certificate if it stays positive.  Otherwise
-    a linear program over the distinct rows (HiGHS) looks for the diverging direction.
-    """
-    X = check_data(X, "check_mple_exists")
-    n, d = X.shape
-    for j in range(d):
-        if np.all(X[:, j] == X[0, j]):
-            raise ValueError(
-                f"The MPLE does not exist: column {j + 1} is constant ({int(X[0, j]):+d} in every row), "
-                "so its bias b_j diverges to infinity. Drop that column."
-            )
-    rows, counts = np.unique(X, axis=0, return_counts=True)
-    m = rows.shape[0]
-    A = margin_matrix(rows)
-    if theta is None:
-        from engine.fvbm import maximize_log_pl
-
-        theta = maximize_log_pl(rows, counts.astype(np.float64), newton_steps=15)
-    if _positive_null_vector(A, np.tile(counts, d).astype(np.float64), theta):
-        return
-    # maximize the sum of margins subject to margins >= 0 and |theta| <= 1
-    objective = -np.asarray(A.sum(axis=0)).ravel()
-    result = scipy.optimize.linprog(
-        objective, A_ub=-A, b_ub=np.zeros(A.shape[0]), bounds=[(-1.0, 1.0)] * A.shape[1], method="highs"
-    )
-    if result.status != 0:
-        return  # the LP is always feasible (theta = 0); a solver failure is not evidence
-    if -result.fun > 1e-7:
-        margins = A @ result.x
-        involved = sorted({int(r // m) + 1 for r in np.flatnonzero(margins > 1e-9)})
-        raise ValueError(
-            "The MPLE does not exist for these data: the pseudo-likelihood keeps increasing as the "
-            "parameters grow without bound, because columns "
-            f"{', '.join(map(str, involved))} are perfectly predicted by the other columns in every row "
-            f"({m} distinct rows among {n}). Drop such columns or add observations."
-        )
-
-
-def margin_matrix(rows: np.ndarray) -> scipy.sparse.csr_matrix:
-    """A with (A theta)[j m + r] = x_rj u_rj, the margin of variable j in distinct row r.
-
-    u_rj = b_j + sum_{k != j} m_jk x_rk, and theta = (b, upper triangle of M) in the order
-    of :func:`engine.fvbm.pack_theta`.
-    """
-    m, d = rows.shape
-    iu = np.triu_indices(d, 1)
-    q = d + len(iu[0])
-    pair_index = np.zeros((d, d), dtype=np.int64)
-    pair_index[iu] = d + np.arange(len(iu[0]))
-    pair_index = pair_index + pair_index.T
-    r_idx, j_idx, cols, vals = [], [], [], []
-    for j in range(d):
-        others = [k for k in range(d) if k != j]
-        r_idx.append(np.repeat(np.arange(m), d))
-        j_idx.append(np.full(m * d, j))
-        cols.append(np.tile(np.concatenate([[j], pair_index[j, others]]), m))
-        coef = np.column_stack([rows[:, j], rows[:, j : j + 1] * rows[:, others]])
-        vals.append(coef.ravel())
-    r_idx = np.concatenate(r_idx)
-    j_idx = np.concatenate(j_idx)
-    return scipy.sparse.csr_matrix(
-        (np.concatenate(vals), (j_idx * m + r_idx, np.concatenate(cols))), shape=(m * d, q)
-    )
-
-
-def _positive_null_vector(A: scipy.sparse.csr_matrix, weights: np.ndarray, theta: np.ndarray) -> bool:
-    """True if a lambda > 0 with A^T lambda = 0 is found near the gradient weights at theta."""
-    margins = A @ theta
-    lam = 2.0 * weights * scipy.special.expit(-2.0 * margins)
-    gram = (A.T @ A).toarray()
-    y = np.linalg.lstsq(gram, A.T @ lam, rcond=None)[0]
-    corrected = lam - A @ y  # the projection of lam onto the null space of A^T
-    residual = np.abs(A.T @ corrected).max()
-    return bool(corrected.min() > 1e-9 * lam.max() and residual <= 1e-8 * lam.max())

@@ -51,7 +51,7 @@ needs 5.8x fewer iterations than BSLM and is ~3x faster in time (about even with
 mu = 2.5, the best step tried, which has no guarantee); its slow modes come from saturated fields, where c(u) ~ 1/|u|
 exceeds sech^2(u) by orders of magnitude, and SQUAREM removes them (35x BSLM).  At the §5
 variance 0.5 (``bench_fvbm``'s data: d = 20, seed 0, 171 distinct rows) no MPLE exists
-(:func:`engine.data.check_mple_exists`; none of the 17 seeds we drew at d = 20 had one):
+(:func:`engine.fvbm.check_mple_exists`; none of the 17 seeds we drew at d = 20 had one):
 in 10 s BSLM, GA and the plain bound stay at |grad| ~ 0.3-1.3 while parameters drift off;
 SQUAREM and L-BFGS reach |grad| <= 1e-6 n (5.5 s, 1.6 s) on the way to infinity.
 """

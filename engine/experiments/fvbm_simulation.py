@@ -6,7 +6,7 @@ from initial values drawn the same way, stopped when the increase of eq. 2.1 is 
 tau = 1e-5.  The paper's average MSE is (qR)^-1 sum_r |theta_hat_r - theta_0|^2.
 
 Beside the paper's numbers this reports what explains them: whether the MPLE exists at
-all for the simulated data (see engine.data.check_mple_exists), and the MSE an MPLE is
+all for the simulated data (see engine.fvbm.check_mple_exists), and the MSE an MPLE is
 expected to have from sampling error alone, trace(H^-1 J H^-1) / q (sandwich covariance).
 """
 

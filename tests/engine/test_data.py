@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings, strategies as st
 
-import engine.data as data_module
+import engine.fvbm as fvbm_module
 
 from engine.data import MAX_CSV_BYTES, check_mple_exists, load_fvbm_csv, senate, simulate_fvbm
 from engine.fvbm import FVBM, FVBMTrainer
@@ -128,5 +128,5 @@ def test_existence_certificate_agrees_with_the_linear_program(d, n, seed):
             return False
 
     fast = verdict()
-    with patch.object(data_module, "_positive_null_vector", return_value=False):
+    with patch.object(fvbm_module, "_positive_null_vector", return_value=False):
         assert verdict() == fast
