@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -70,28 +71,154 @@ def check_basic_auth_file(path: str) -> str:
     return str(file.resolve())
 
 
+_URL_PREFIX = re.compile(r"/?[A-Za-z0-9._~-]+(/[A-Za-z0-9._~-]+)*/?")
+
+
+def _url_prefix(text: str) -> str:
+    """An argparse type: ``--prefix``, a URL path such as ``/lab``, returned as ``/lab``."""
+    if not _URL_PREFIX.fullmatch(text) or any(part in (".", "..") for part in text.split("/")):
+        raise argparse.ArgumentTypeError(f"must be a URL path such as /lab (letters, digits, . _ ~ - "
+                                         f"and /), got {text!r}")
+    return "/" + text.strip("/")
+
+
+#: Panel's environment variables for the login's id and secrets (Panel reads them itself, and
+#: they keep a secret out of the process list, which every local user can read).
+LOGIN_ENV = {"oauth_key": "PANEL_OAUTH_KEY", "oauth_secret": "PANEL_OAUTH_SECRET",
+              "oauth_encryption_key": "PANEL_OAUTH_ENCRYPTION", "cookie_secret": "PANEL_COOKIE_SECRET"}
+
+
+def _login_options(args: argparse.Namespace) -> dict:
+    """The keyword arguments of ``serve`` for ``--basic-auth``, ``--oauth-*``, ``--cookie-secret``
+    and ``--admin``, checked; ``ValueError`` with a sentence for the user otherwise.
+
+    No message names a secret's value (``--oauth-secret``, ``--oauth-encryption-key``,
+    ``--cookie-secret``, ``--oauth-extra-params``).
+    """
+    import os
+
+    env = {name: os.environ.get(var) or None for name, var in LOGIN_ENV.items()}
+    for name, var in LOGIN_ENV.items():
+        if getattr(args, name) is not None and env[name] is not None:
+            raise ValueError(f"--{name.replace('_', '-')} is given both as a flag and as {var} in the "
+                             "environment: give one (Panel would use the environment's).")
+    value = {name: getattr(args, name) or env[name] for name in LOGIN_ENV}
+    oauth_flags = [f"--{name.replace('_', '-')}" for name in ("oauth_key", "oauth_secret", "oauth_extra_params",
+                                                              "oauth_redirect_uri", "oauth_encryption_key")
+                   if getattr(args, name) is not None]
+    options: dict = {}
+    notes: list[str] = []
+    if args.basic_auth is not None and args.oauth_provider is not None:
+        raise ValueError("--basic-auth and --oauth-provider are two different logins: give one.")
+    if args.oauth_provider is None and oauth_flags:
+        raise ValueError(f"{', '.join(oauth_flags)}: for a login through an OAuth provider; give "
+                         "--oauth-provider too.")
+    if args.admin and args.basic_auth is None and args.oauth_provider is None:
+        raise ValueError("--admin needs a login (--basic-auth or --oauth-provider): Panel's /admin page "
+                         "shows every session (when, with which browser, its callbacks) and the server's "
+                         "logs, and without a login anyone who can reach the server would see them.")
+    if args.basic_auth is not None:
+        options["basic_auth"] = check_basic_auth_file(args.basic_auth)
+    if args.oauth_provider is not None:
+        from panel.auth import AUTH_PROVIDERS
+
+        if args.oauth_provider not in AUTH_PROVIDERS:
+            raise ValueError(f"--oauth-provider must be one of Panel's providers: "
+                             f"{', '.join(sorted(AUTH_PROVIDERS))}; got {args.oauth_provider!r}.")
+        options["oauth_provider"] = args.oauth_provider
+        if args.oauth_provider != "pam":  # PAM checks the server's own accounts
+            missing = [f"--oauth-{name} (or {LOGIN_ENV['oauth_' + name]})" for name in ("key", "secret")
+                       if value["oauth_" + name] is None]
+            if missing:
+                raise ValueError(f"--oauth-provider {args.oauth_provider} needs {' and '.join(missing)}: the "
+                                 "client id and secret this server has at the provider.")
+        if args.oauth_key is not None:
+            options["oauth_key"] = args.oauth_key
+        if args.oauth_secret is not None:
+            options["oauth_secret"] = args.oauth_secret
+        if args.oauth_extra_params is not None:
+            try:
+                extra = json.loads(args.oauth_extra_params)
+            except json.JSONDecodeError as exc:  # the message gives a position, never the text
+                raise ValueError(f"--oauth-extra-params must be a JSON object such as "
+                                 f"'{{\"tenant\": \"my-org\"}}' ({exc.msg} at character {exc.pos}).") from None
+            if not isinstance(extra, dict):
+                raise ValueError("--oauth-extra-params must be a JSON object such as '{\"tenant\": \"my-org\"}', "
+                                 f"not a JSON {type(extra).__name__}.")
+            options["oauth_extra_params"] = extra
+        if args.oauth_redirect_uri is not None:
+            if not re.fullmatch(r"https?://[^\s/?#]+[^\s]*", args.oauth_redirect_uri):
+                raise ValueError("--oauth-redirect-uri must be an http:// or https:// URL, e.g. "
+                                 f"https://lab.example.org/lab; got {args.oauth_redirect_uri!r}.")
+            options["oauth_redirect_uri"] = args.oauth_redirect_uri
+        if value["oauth_encryption_key"] is not None:
+            from cryptography.fernet import Fernet
+
+            try:
+                Fernet(value["oauth_encryption_key"])
+            except (ValueError, TypeError):
+                source = ("--oauth-encryption-key" if args.oauth_encryption_key is not None
+                          else LOGIN_ENV["oauth_encryption_key"])
+                raise ValueError(f"{source} is not a Fernet key (32 bytes in URL-safe base64, 44 characters); "
+                                 "make one with: python -c 'from cryptography.fernet import Fernet; "
+                                 "print(Fernet.generate_key().decode())'") from None
+            options["oauth_encryption_key"] = value["oauth_encryption_key"]  # see _encrypt_oauth_tokens
+        else:
+            notes.append("warning: no --oauth-encryption-key given, so the provider's tokens are stored "
+                         "unencrypted in the users' cookies.")
+    cookie_secret = args.cookie_secret
+    if args.basic_auth is not None or args.oauth_provider is not None:
+        if value["cookie_secret"] is None:
+            if args.num_procs != 1:
+                login = "--basic-auth" if args.basic_auth is not None else "--oauth-provider"
+                raise ValueError(f"{login} with --num-procs > 1 needs --cookie-secret (every process must "
+                                 "sign the login cookie with the same secret).")
+            import secrets
+
+            cookie_secret = secrets.token_urlsafe(32)
+            notes.append("no --cookie-secret given; using a random one, so logins last until the server "
+                         "restarts.")
+    if cookie_secret is not None:
+        options["cookie_secret"] = cookie_secret
+    if args.admin:
+        options["admin"] = True
+    for note in notes:  # once everything is checked
+        print(f"boltzlab serve: {note}", file=sys.stderr)
+    return options
+
+
+def _encrypt_oauth_tokens(key: str) -> None:
+    """What ``panel serve --oauth-encryption-key`` does and Panel 1.9.4's ``pn.serve`` does not
+    (it takes ``oauth_encryption_key`` and ignores it, even from PANEL_OAUTH_ENCRYPTION): encrypt
+    the provider's tokens in the users' cookies with this Fernet key."""
+    from cryptography.fernet import Fernet
+    from panel.config import config
+    from panel.io.state import state
+
+    config.oauth_encryption_key = key.encode("ascii")
+    state.encryption = Fernet(key)
+
+
+def _login_pages_under(prefix: str) -> None:
+    """Panel's login pages send the browser on to ``state.base_url`` after a login begun at the
+    login page itself, and build the OAuth provider's default return address from it;
+    ``pn.serve(prefix=...)`` leaves it at ``/``, outside the app.  Set it to the prefix, as
+    Panel's own ``--root-path`` does for a proxy that strips one."""
+    from panel.io.state import state
+    from panel.util import edit_readonly
+
+    with edit_readonly(state):
+        state.base_url = prefix + "/"
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from dashboard.app import serve
 
-    auth = {}
-    if args.basic_auth is not None:
-        try:
-            auth["basic_auth"] = check_basic_auth_file(args.basic_auth)
-        except ValueError as exc:
-            return _error(str(exc))
-        secret = args.cookie_secret
-        if secret is None:
-            if args.num_procs != 1:
-                return _error("--basic-auth with --num-procs > 1 needs --cookie-secret (every process must "
-                              "sign the login cookie with the same secret).")
-            import secrets
-
-            secret = secrets.token_urlsafe(32)
-            print("boltzlab serve: no --cookie-secret given; using a random one, so logins last until the "
-                  "server restarts.", file=sys.stderr)
-        auth["cookie_secret"] = secret
-    elif args.cookie_secret is not None:
-        auth["cookie_secret"] = args.cookie_secret
+    try:
+        auth = _login_options(args)
+    except ValueError as exc:
+        return _error(str(exc))
+    key = auth.pop("oauth_encryption_key", None)
     if args.dask_scheduler is not None and args.num_procs != 1:
         # the forked processes would inherit a Dask client whose connection thread is gone
         return _error("--dask-scheduler needs --num-procs 1 (the cluster does the training; one server "
@@ -108,6 +235,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if tls and args.dask_scheduler is None:
         return _error(f"{', '.join(tls)}: for an external cluster (--dask-scheduler); the local cluster "
                       "makes its own credentials.")
+    if args.prefix:
+        auth["prefix"] = args.prefix
+        _login_pages_under(args.prefix)
+    if args.use_xheaders:
+        auth["use_xheaders"] = True
+    if key is not None:
+        _encrypt_oauth_tokens(key)
     from dashboard.distributed import DaskUnavailable
 
     try:
@@ -527,7 +661,36 @@ def build_parser() -> argparse.ArgumentParser:
                        metavar="N", help="the TAP lab maps at most N solutions per snapshot in its Isomap views, "
                                          f"evenly spaced (default {DEFAULT_ISOMAP_ROWS})")
     serve.add_argument("--cookie-secret", default=None,
-                       help="secret that signs the login cookie (default with --basic-auth: a random one per start)")
+                       help="secret that signs the login cookie (or PANEL_COOKIE_SECRET in the environment; "
+                            "default with a login: a random one per start)")
+    serve.add_argument("--prefix", type=_url_prefix, default=None, metavar="PATH",
+                       help="serve everything under this URL path, e.g. /lab for a reverse proxy's "
+                            "https://host/lab/ (default: at /)")
+    serve.add_argument("--use-xheaders", action="store_true",
+                       help="behind a reverse proxy: take the client's address and scheme from the proxy's "
+                            "X-Real-Ip/X-Forwarded-For and X-Scheme/X-Forwarded-Proto headers (only when "
+                            "every request comes through that proxy)")
+    serve.add_argument("--oauth-provider", metavar="NAME", default=None,
+                       help="require a login through an OAuth provider, one of Panel's: auth0, azure, azurev2, "
+                            "bitbucket, generic, github, gitlab, google, okta, password, auth_code, pam")
+    serve.add_argument("--oauth-key", metavar="ID", default=None,
+                       help="with --oauth-provider: this server's client id at the provider (or PANEL_OAUTH_KEY)")
+    serve.add_argument("--oauth-secret", metavar="SECRET", default=None,
+                       help="with --oauth-provider: this server's client secret at the provider (or "
+                            "PANEL_OAUTH_SECRET in the environment, which keeps it out of the process list)")
+    serve.add_argument("--oauth-extra-params", metavar="JSON", default=None,
+                       help="with --oauth-provider: a JSON object of the provider's extra settings, e.g. "
+                            "'{\"tenant\": \"my-org\"}' for azure")
+    serve.add_argument("--oauth-redirect-uri", metavar="URL", default=None,
+                       help="with --oauth-provider: the address the provider sends users back to, as "
+                            "registered there (default: the request's scheme and host and the prefix, e.g. "
+                            "https://lab.example.org/lab; see --use-xheaders)")
+    serve.add_argument("--oauth-encryption-key", metavar="KEY", default=None,
+                       help="with --oauth-provider: a Fernet key (or PANEL_OAUTH_ENCRYPTION) that encrypts the "
+                            "provider's tokens in the users' cookies")
+    serve.add_argument("--admin", action="store_true",
+                       help="add Panel's admin page at /admin (every session, the server's logs); refused "
+                            "without a login (--basic-auth or --oauth-provider)")
     serve.add_argument("--dask-scheduler", metavar="ADDRESS", default=None,
                        help="where trainers run: as actors on the Dask cluster of this scheduler, e.g. "
                             "tls://10.0.0.5:8786, reached with the --dask-tls-* files or Dask's TLS "
