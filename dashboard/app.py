@@ -11,8 +11,6 @@ from typing import Callable
 
 import panel as pn
 
-import engine
-
 TITLE = "Boltzmann Lab"
 
 ABOUT = """
@@ -80,6 +78,7 @@ def create_app(only: str | None = None) -> pn.template.FastListTemplate:
     page load; each built lab takes its settings from the link (``?fvbm.d=12``).
     """
     from dashboard.labs import LABS
+    from dashboard.startup import STARTUP
 
     classes = [cls for cls in LABS if only is None or cls.key == only]
     slots = [pn.Column(name=cls.title, sizing_mode="stretch_width", margin=0) for cls in classes]
@@ -90,12 +89,17 @@ def create_app(only: str | None = None) -> pn.template.FastListTemplate:
     served = pn.state.curdoc is not None and pn.state.curdoc.session_context is not None
     args = (pn.state.session_args or {}) if served else {}
     present = presentation_toggle(labs)
+    number = VISITORS.arrived(id(pn.state.curdoc.session_context)) if served else 0
 
     def build(index: int) -> None:
         if index >= len(classes) or classes[index].title in labs:
             return
+        if served and not STARTUP.ready(classes[index].kernels):
+            if not slots[index].objects:  # first visit while the kernels compile
+                slots[index].objects = [preparing(classes[index], lambda: build(index))]
+            return
         with pn.io.hold():
-            lab = classes[index]()
+            lab = classes[index](owner=f"session {number} ({classes[index].title} lab)" if served else "")
             labs[lab.title] = lab
             slots[index].objects = [lab.panel()]
             if served:
@@ -116,7 +120,6 @@ def create_app(only: str | None = None) -> pn.template.FastListTemplate:
         theme_toggle=False, busy_indicator=None, font_url="", header=[present], design=Fast,
         font="system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif")
     if served:
-        VISITORS.arrived(id(pn.state.curdoc.session_context))
         pn.state.on_session_destroyed(session_closed)
         if pn.state.location is not None:
             pn.state.location.sync(tabs, {"active": "page"})
@@ -126,6 +129,33 @@ def create_app(only: str | None = None) -> pn.template.FastListTemplate:
     template.tabs = tabs
     template.present = present
     return template
+
+
+#: how often a page waiting for its lab's kernels looks again (ms)
+PREPARING_PERIOD_MS = 500
+
+
+def preparing(cls: type, open_lab: Callable[[], None]) -> pn.Column:
+    """What a lab's tab shows while its kernels compile on a server's first start: its
+    title and sentence, a ▶ Play that is not enabled yet, and what the server is doing;
+    ``open_lab()`` builds the lab as soon as they are ready (checked every
+    :data:`PREPARING_PERIOD_MS`, on the session's own loop)."""
+    from dashboard.startup import STARTUP
+
+    play = pn.widgets.Button(label="▶ Play", color="success", disabled=True, width=90)
+    note = pn.pane.Markdown(f"Preparing… first start only ({STARTUP.progress()}).", margin=(0, 10))
+    view = pn.Column(pn.pane.Markdown(f"## {cls.heading or cls.title}\n\n{cls.summary}", max_width=900),
+                     pn.Row(play, note), sizing_mode="stretch_width", css_classes=["lab-preparing"])
+
+    def poll() -> None:
+        if STARTUP.ready(cls.kernels):
+            tick.stop()
+            open_lab()
+        else:
+            note.object = f"Preparing… first start only ({STARTUP.progress()})."
+
+    tick = pn.state.add_periodic_callback(poll, period=PREPARING_PERIOD_MS)
+    return view
 
 
 def session_closed(session_context) -> None:
@@ -140,12 +170,17 @@ class Visitors:
 
     def __init__(self, idle_seconds: float = 10.0) -> None:
         self.ids: set[int] = set()
+        self.count = 0  # sessions seen: the number of the newest (the log's "session 3")
         self.idle_seconds = idle_seconds
         self.when_idle: Callable[[], None] | None = None
         self._left_at = 0.0
 
-    def arrived(self, key: int) -> None:
+    def arrived(self, key: int) -> int:
+        """A session opened; its number (1, 2, ...: a name for the log that grants nothing,
+        unlike Bokeh's session id)."""
         self.ids.add(key)
+        self.count += 1
+        return self.count
 
     def left(self, key: int) -> None:
         self.ids.discard(key)
@@ -325,16 +360,25 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
             insecure=dask_insecure))
     elif workers:
         from dashboard.distributed import use_local_cluster
+        from dashboard.startup import say
 
-        cluster, backend = use_local_cluster(workers)
+        say(f"starting {workers} worker process{'es' if workers > 1 else ''} (a local Dask cluster)")
+        cluster, backend = use_local_cluster(workers, warm=False)
         VISITORS.when_idle = backend.recycle_soon
     previous = _stop_on_sigterm() if cluster is not None else None
     try:
-        if hasattr(engine, "warm_up"):
-            engine.warm_up()
         from dashboard.labs.fvbm_setup import warm_default_data
+        from dashboard.startup import STARTUP
 
-        warm_default_data()
+        # the kernels compile (first start) or load in the background while the server
+        # answers; a lab opens once its kernel groups are loaded (create_app); the workers
+        # load them from numba's cache once all are compiled
+        when = [(("fvbm", "fvbm_bound"), warm_default_data)]
+        then = [backend.warm_workers] if backend is not None else []
+        if num_procs != 1:
+            STARTUP.run(when=when, then=then)  # before Tornado forks: each child inherits them
+        else:
+            STARTUP.start(when=when, then=then)
         extra = {"num_procs": num_procs} if num_procs != 1 else {}
         kwargs.setdefault("websocket_max_message_size", WEBSOCKET_MAX_BYTES)
         return pn.serve(routes(), port=port, address=address, show=show,

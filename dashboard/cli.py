@@ -212,8 +212,6 @@ def _login_pages_under(prefix: str) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from dashboard.app import serve
-
     try:
         auth = _login_options(args)
     except ValueError as exc:
@@ -242,6 +240,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         auth["use_xheaders"] = True
     if key is not None:
         _encrypt_oauth_tokens(key)
+    # the options are good: say so before the imports of a few seconds (a start that talks)
+    print(f"boltzlab serve: starting Boltzmann Lab {_version()}", file=sys.stderr, flush=True)
+    from dashboard.app import serve
     from dashboard.distributed import DaskUnavailable
 
     try:
@@ -255,6 +256,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
     except DaskUnavailable as exc:
         return _error(str(exc))
+    return 0
+
+
+def cmd_warmup(args: argparse.Namespace) -> int:
+    """Compile every kernel into numba's cache, in parallel processes (deploy scripts, images)."""
+    import time
+
+    from engine.warmup import GROUPS, cache_location, compile_kernels
+
+    print(f"boltzlab warmup: compiling {len(GROUPS)} kernel groups into numba's cache ({cache_location()}); "
+          "a first run takes a minute or two, a warm cache seconds", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+
+    def done(group: str, seconds: float, k: int, n: int) -> None:
+        print(f"boltzlab warmup: {k} of {n} done ({group}, {seconds:.1f} s)", file=sys.stderr, flush=True)
+
+    compile_kernels(processes=args.processes, on_done=done)
+    print(f"boltzlab warmup: all kernels ready in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
     return 0
 
 
@@ -710,6 +729,14 @@ def build_parser() -> argparse.ArgumentParser:
                             "process (development, tests)")
     serve.set_defaults(func=cmd_serve)
 
+    warmup = sub.add_parser(
+        "warmup", help="compile every numerical kernel ahead of the first serve (deploy scripts, images)",
+        description="Compile every numba kernel into numba's on-disk cache, in parallel processes, so that "
+                    "the first `boltzlab serve` (and every worker) loads them in seconds.  Set NUMBA_CACHE_DIR "
+                    "to the same folder for warmup and serve if the package's own folder is not writable.")
+    warmup.add_argument("--processes", type=_positive_int, default=None, metavar="N",
+                        help="compile in N processes (default: one per core)")
+    warmup.set_defaults(func=cmd_warmup)
     fit = sub.add_parser("fit", help="fit a model to a data file")
     fit_sub = fit.add_subparsers(dest="family", metavar="FAMILY", required=True)
     fvbm = fit_sub.add_parser(

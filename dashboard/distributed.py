@@ -32,6 +32,7 @@ import gc
 import logging
 import os
 import threading
+import time
 import types
 import weakref
 from typing import Any, Callable, Mapping
@@ -333,9 +334,11 @@ class DaskBackend:
             raise DaskUnavailable(error)
         # every stand-in handed out, to release them all on close (weak: a reset drops them)
         self._remotes: weakref.WeakSet[RemoteTrainer] = weakref.WeakSet()
+        self.closing = False  # set by close(): workers leaving then are no news
 
-    def __call__(self, trainers: Mapping[str, Trainer]) -> dict[str, RemoteTrainer]:
-        """Ship ``trainers`` to a worker; their stand-ins, by name.
+    def __call__(self, trainers: Mapping[str, Trainer], owner: str = "") -> dict[str, RemoteTrainer]:
+        """Ship ``trainers`` to a worker; their stand-ins, by name (``owner``: whose runs
+        they are, named in the log if the worker dies: :meth:`runs_on`).
 
         ``pure=False`` everywhere: two sessions with identical settings must get two
         actors, not share one through Dask's content-hashed keys.
@@ -358,8 +361,18 @@ class DaskBackend:
         for name, trainer in trainers.items():
             cls = RemoteBatchTrainer if hasattr(trainer, "steps") else RemoteTrainer
             remotes[name] = remote = cls(actors[name], futures[name], trainer)
+            remote._owner, remote._run = owner, name  # private: never forwarded to the trainer
             self._remotes.add(remote)
         return remotes
+
+    def runs_on(self, worker: str) -> dict[str, list[str]]:
+        """The runs whose trainers the worker at address ``worker`` holds, by owner."""
+        runs: dict[str, list[str]] = {}
+        for remote in list(self._remotes):
+            actor = remote._actor
+            if actor is not None and actor._address == worker:
+                runs.setdefault(remote._owner or "a session", []).append(remote._run)
+        return runs
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` as a task on the cluster; its future (:data:`dashboard.jobs.EXECUTOR`).
@@ -390,7 +403,14 @@ class DaskBackend:
         session uses it (an actor or a job on a restarted worker is lost).  Returns the
         status of each worker (``"OK"``, ``"timed out"``, ...)."""
         workers = list(self.client.scheduler_info()["workers"])
-        return self.client.restart_workers(workers, timeout=120, raise_for_error=False)
+        t0 = time.perf_counter()
+        with RECYCLING:  # the nannies' "killing" and "Restarting worker" warnings: routine here
+            status = self.client.restart_workers(workers, timeout=120, raise_for_error=False)
+        ok = sum(value == "OK" for value in status.values())
+        logging.getLogger(__name__).info(
+            "Recycled %d of %d worker processes (their memory back to the OS) in %.1f s%s", ok, len(status),
+            time.perf_counter() - t0, "" if ok == len(status) else f": {status}")
+        return status
 
     def recycle_soon(self) -> None:
         """:meth:`recycle_workers` in a thread of its own (never on the server's event loop)."""
@@ -407,6 +427,7 @@ class DaskBackend:
         """Release every actor handed out and disconnect (and stop being the hooks' target)."""
         from dashboard import jobs, runner
 
+        self.closing = True
         if runner.BACKEND is self:
             runner.BACKEND = None
         if getattr(jobs.EXECUTOR, "__self__", None) is self:
@@ -598,6 +619,64 @@ def renice_process(niceness: int) -> None:
             pass
 
 
+class Recycling:
+    """Whether a routine recycle of the worker processes is under way (a context manager;
+    thread-safe).  Meanwhile the nannies' WARNINGs about it ("Worker process still alive
+    after 4.0 seconds, killing", "Restarting worker"), which read as crashes, are dropped
+    (:class:`RoutineNannyFilter`); :meth:`DaskBackend.recycle_workers` logs one INFO line."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._depth = 0
+
+    def __enter__(self) -> "Recycling":
+        with self._lock:
+            self._depth += 1
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        with self._lock:
+            self._depth -= 1
+
+    @property
+    def active(self) -> bool:
+        return self._depth > 0
+
+
+RECYCLING = Recycling()
+
+
+class RoutineNannyFilter(logging.Filter):
+    """Drops the nannies' records below ERROR while :data:`RECYCLING` (installed on the
+    ``distributed.nanny`` logger by :func:`start_local_cluster`: the local cluster's nannies
+    run in this process)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.ERROR or not RECYCLING.active
+
+
+def _deaths_plugin(backend: "DaskBackend") -> Any:
+    """A scheduler plugin that logs a worker process which leaves the cluster outside a
+    routine recycle (it died: killed, out of memory, crashed) as an ERROR naming the
+    sessions whose runs it held (:meth:`DaskBackend.runs_on`)."""
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    class WorkerDeaths(SchedulerPlugin):
+        name = "boltzlab-worker-deaths"
+
+        def remove_worker(self, scheduler: Any, worker: str, *, stimulus_id: str, **kwargs: Any) -> None:
+            if RECYCLING.active or backend.closing:
+                return
+            runs = backend.runs_on(worker)
+            lost = "; ".join(f"{owner}: {', '.join(names)}" for owner, names in runs.items())
+            logging.getLogger(__name__).error(
+                "A worker process stopped unexpectedly (%s); its nanny starts a new one. %s", worker,
+                f"Runs lost (those sessions show the error; Reset starts "
+                                           f"them again): {lost}." if runs else "It held no session's runs.")
+
+    return WorkerDeaths()
+
+
 def _renice_plugin(niceness: int) -> Any:
     """A worker plugin running :func:`renice_process` (on restarted workers too)."""
     from distributed.diagnostics.plugin import WorkerPlugin
@@ -613,9 +692,12 @@ def _renice_plugin(niceness: int) -> Any:
 
 
 def start_local_cluster(n_workers: int, *, threads_per_worker: int = THREADS_PER_WORKER,
-                        timeout: float | None = None) -> tuple[Any, DaskBackend]:
+                        timeout: float | None = None, warm: bool = True) -> tuple[Any, DaskBackend]:
     """Start a :class:`distributed.LocalCluster` of ``n_workers`` processes; it and a
-    :class:`DaskBackend` connected to it, its workers warm (:meth:`DaskBackend.warm_workers`).
+    :class:`DaskBackend` connected to it, its workers warm (:meth:`DaskBackend.warm_workers`;
+    ``warm=False``: the caller warms them later, e.g. once :mod:`dashboard.startup` has
+    compiled the kernels into numba's cache: warmed at once from a cold cache, every worker
+    would compile every kernel itself, all at the same time).
 
     The cluster is closed to every other process: its scheduler, nannies and workers speak
     mutual TLS only, with a key and self-signed certificate made at start
@@ -653,7 +735,12 @@ def start_local_cluster(n_workers: int, *, threads_per_worker: int = THREADS_PER
         backend = DaskBackend(cluster.scheduler_address, timeout, security)
         try:
             backend.client.register_plugin(_renice_plugin(WORKER_NICENESS))
-            backend.warm_workers()
+            cluster.scheduler.add_plugin(_deaths_plugin(backend))  # the scheduler runs in this process
+            nanny = logging.getLogger("distributed.nanny")
+            if not any(isinstance(f, RoutineNannyFilter) for f in nanny.filters):
+                nanny.addFilter(RoutineNannyFilter())
+            if warm:
+                backend.warm_workers()
         except BaseException:
             backend.close()
             raise

@@ -73,9 +73,9 @@ class TrainingSlots:
 SLOTS = TrainingSlots()
 
 #: Where trainers run.  ``None``: in the runner's own thread (the default).  Otherwise a
-#: callable that takes the factory's ``{name: trainer}`` and returns stand-ins with the same
-#: interface (``boltzlab serve --dask-scheduler``: proxies to Dask actors on a cluster).
-BACKEND: Callable[[Mapping[str, Trainer]], Mapping[str, Trainer]] | None = None
+#: callable that takes the factory's ``{name: trainer}`` and the runner's owner and returns
+#: stand-ins with the same interface (``boltzlab serve --dask-scheduler``: proxies to Dask actors on a cluster).
+BACKEND: Callable[[Mapping[str, Trainer], str], Mapping[str, Trainer]] | None = None
 
 
 class History:
@@ -151,15 +151,19 @@ class Runner:
     watch
         Optional scalar name (e.g. ``"log_pl"``); a non-finite value stops that trainer
         with status ``"diverged"``.
+    owner
+        Who the runs belong to, handed to :data:`BACKEND` with the trainers (the server's
+        log names it if a worker process holding them dies).
     """
 
     call_seconds = 0.05
     max_batch = 1024
 
     def __init__(self, factory: TrainerFactory, *, buffer_size: int = 2000,
-                 watch: str | None = None) -> None:
+                 watch: str | None = None, owner: str = "") -> None:
         self._factory = factory
         self._watch = watch
+        self.owner = owner
         self._cond = threading.Condition()
         # (sequence number, name, record); numbers rise by one per published Record
         self._buffer: deque[tuple[int, str, Record]] = deque(maxlen=buffer_size)
@@ -355,7 +359,7 @@ class Runner:
         self._stop_playing()
         self._pending = 0
         if BACKEND is not None:
-            trainers = BACKEND(trainers)
+            trainers = BACKEND(trainers, self.owner)
         self.trainers = dict(trainers)
         self.history = History(self.history.limit)
         self._batch = {}

@@ -41,5 +41,7 @@ def warm_kernels():
     compiling them at once (from a fresh clone on a busy 2-core machine, a server's first
     start took over 240 s and its test failed)."""
     import engine
+    from engine.warmup import compile_kernels
 
-    engine.warm_up()
+    compile_kernels()  # in parallel processes (one per core) into numba's cache
+    engine.warm_up()  # then loaded here from it

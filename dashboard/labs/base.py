@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Iterator, Mapping
 
 import panel as pn
+import param
 
 from dashboard.jobs import Jobs
 from dashboard.labtools import LabTools, Preset
@@ -106,9 +107,15 @@ class Lab(pn.viewable.Viewer):
     speeds: ClassVar[dict[str, float | None]] = {"as fast as possible": None}
     default_speed: ClassVar[str] = "as fast as possible"
     watch_scalar: ClassVar[str | None] = None  # non-finite -> that run "diverged"
+    # the numba kernel groups (engine.warmup.GROUPS) its runs call: on a server's first start
+    # the lab opens once these are compiled (dashboard.startup); None: every group
+    kernels: ClassVar[tuple[str, ...] | None] = None
     view_settings: ClassVar[frozenset[str]] = frozenset()  # settings that only redraw
     period_ms: ClassVar[int] = 200  # the refresh tick
     counter_width: ClassVar[int] = 130
+    owner = param.String(default="", doc="""
+        Who this lab's runs belong to, for the server's log (e.g. "session 3 (TAP lab)":
+        a worker process that dies is logged with the sessions whose runs it held).""")
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
@@ -126,7 +133,7 @@ class Lab(pn.viewable.Viewer):
         self.build_controls()
         self.prepare(set(self.controls()), strict=True)
         self.build_views()
-        self.runner = Runner(self.trainer_factory(), watch=self.watch_scalar)
+        self.runner = Runner(self.trainer_factory(), watch=self.watch_scalar, owner=self.owner)
         self.runner.set_speed(self.speeds[self.speed.value])
         self.tools = LabTools(self)
         for name, widget in self.settings().items():

@@ -343,6 +343,7 @@ class BoundLab(Lab):
     (not a trainer: their state is their settings, which only redraw)."""
 
     key = "bound"
+    kernels = ("fvbm", "bound", "majorize")
     title = "Bound"
     heading = "Bound majorization (Jebara & Choromanska, 2012)"
     summary = ("Minimizing a quadratic upper bound on log Z can never make the objective worse: race bound "

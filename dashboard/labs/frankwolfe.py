@@ -110,6 +110,7 @@ class FrankWolfeLab(Lab):
     """Algorithm 1 live, and the CD pair forked from the grown model (one per browser session)."""
 
     key = "frankwolfe"
+    kernels = ("rbm", "frankwolfe")
     title = "Frank-Wolfe"
     heading = "Frank-Wolfe: an RBM that grows one hidden unit at a time"
     summary = ("Algorithm 1 of Ping, Liu & Ihler (2016) inserts the best new hidden unit at every "
@@ -413,7 +414,7 @@ class FrankWolfeLab(Lab):
             return
         self._stop_cd()
         self.cd_curve.clear()
-        self.cd_runner = Runner(factory)  # cheap: the trainers are built on their first step
+        self.cd_runner = Runner(factory, owner=self.owner)  # cheap: the trainers are built on their first step
         # one epoch per call: RBMTrainer.steps(k) evaluates only its last epoch, and the
         # comparison needs the likelihood of every epoch (an epoch is long enough anyway)
         self.cd_runner.max_batch = 1

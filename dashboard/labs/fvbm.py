@@ -92,6 +92,7 @@ class FVBMLab(Lab):
     """BSLM, gradient ascent and the race, drawn live (one per browser session)."""
 
     key = "fvbm"
+    kernels = ("fvbm", "fvbm_bound")
     title = "FVBM"
     heading = "Fully visible Boltzmann machine: maximum pseudo-likelihood, live"
     summary = ("BSLM raises the log-pseudo-likelihood (eq. 2.1) one parameter at a time and can "

@@ -126,6 +126,7 @@ class TAPLab(Lab):
     """A TAP machine trained live, with its TAP solutions counted, histogrammed and mapped."""
 
     key = "tap"
+    kernels = ("rbm", "tap")
     title = "TAP"
     heading = "TAP machines: an RBM trained through its TAP free energy, live"
     summary = ("A TAP machine trains an RBM by ascending its TAP log-likelihood (eq. 39): watch the number of "

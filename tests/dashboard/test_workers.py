@@ -7,7 +7,9 @@ timeouts (a busy 2-core machine): no test counts what happens in a time window.
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -243,9 +245,9 @@ def test_a_new_sessions_step_is_not_queued_behind_other_sessions_long_steps(loca
     assert n_workers(backend) == 2
 
 
-def test_a_killed_worker_stops_only_its_sessions_which_can_reset(local, make_runner):
+def test_a_killed_worker_stops_only_its_sessions_which_can_reset(local, make_runner, caplog):
     backend = local[1]
-    a = make_runner(lambda: {"a": PidTrainer(delay=0.02)})
+    a = make_runner(lambda: {"a": PidTrainer(delay=0.02)}, owner="session 7 (Test lab)")
     b = make_runner(lambda: {"b": PidTrainer(delay=0.02)})
     for _ in range(10):  # sessions land on the workers in turn: have them on different ones
         if worker_of(a, "a") != worker_of(b, "b"):
@@ -259,8 +261,14 @@ def test_a_killed_worker_stops_only_its_sessions_which_can_reset(local, make_run
     pid = a.drain()[-1][1]["pid"]
     assert pid == backend.client.run(os.getpid)[dead_address] != b.drain()[-1][1]["pid"]
 
+    caplog.set_level(logging.INFO, logger="dashboard.distributed")
     os.kill(pid, signal.SIGKILL)  # mid-step: A plays without a pause between steps
     assert wait_for(lambda: a.states["a"].status == "error", timeout=120), a.states
+    # the server's log says so at ERROR, naming the session whose run was lost (and only it)
+    assert wait_for(lambda: any("stopped unexpectedly" in r.getMessage() for r in caplog.records), timeout=120)
+    [death] = [r for r in caplog.records if "stopped unexpectedly" in r.getMessage()]
+    assert death.levelno == logging.ERROR and dead_address in death.getMessage()
+    assert re.search(r"session 7 \(Test lab\): a[;.]", death.getMessage()) and ": b" not in death.getMessage()
     message = a.states["a"].message
     assert message.startswith(f"WorkerLost: {LOST}") and "Press ↺ Reset to start again." in message
     assert not a.playing
@@ -305,15 +313,22 @@ def test_a_killed_worker_stops_only_its_sessions_which_can_reset(local, make_run
 # ------------------------------------------------------------------------------- serve
 
 
-def test_recycled_workers_are_new_processes_warm_and_below_the_server(local, make_runner):
+def test_recycled_workers_are_new_processes_warm_and_below_the_server(local, make_runner, caplog):
     """serve recycles its workers once no visitor is left (dashboard.app.Visitors): new
-    processes, which the plugins warm and renice before a new session steps on them."""
+    processes, which the plugins warm and renice before a new session steps on them.  The
+    log says so in one INFO line, with none of the nannies' warnings (which read as crashes)
+    and no worker death."""
     from dashboard.distributed import WORKER_NICENESS
 
     backend = local[1]
     before = set(backend.client.run(os.getpid).values())
+    caplog.set_level(logging.INFO)
     status = backend.recycle_workers()
     assert status and set(status.values()) == {"OK"}, status
+    ours = [r for r in caplog.records if r.name == "dashboard.distributed"]
+    assert [r.levelno for r in ours] == [logging.INFO]
+    assert f"Recycled {len(status)} of {len(status)} worker processes" in ours[0].getMessage()
+    assert not [r for r in caplog.records if r.name.startswith("distributed") and r.levelno >= logging.WARNING]
     assert wait_for(lambda: n_workers(backend) == 2, timeout=120)
     after = set(backend.client.run(os.getpid).values())
     assert not before & after, (before, after)

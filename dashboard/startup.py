@@ -1,0 +1,126 @@
+"""A server start that talks and serves at once.
+
+On a fresh install numba must compile the engine's kernels before a lab can train: about
+2.5 CPU-minutes on this kind of machine.  ``boltzlab serve`` used to do that before it
+listened, silently.  Now :class:`Startup` compiles the kernel groups
+(:data:`engine.warmup.GROUPS`) in parallel processes, one per core, into numba's on-disk
+cache, and loads each group into this process as it is ready, all in a thread of its own,
+while the server already answers ``/liveness`` and pages.  It says what it does on stderr
+(``compiling kernels k of n``).  A lab whose groups (:attr:`Lab.kernels`) are not ready yet
+shows "preparing… first start only" and opens by itself when they are
+(:func:`dashboard.app.create_app`).  With a warm cache the whole preparation takes a few
+seconds.  The worker processes load the kernels from the same cache (on first use, and all
+of them through the warm-up worker plugin once everything is compiled).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import Callable, Iterable
+
+from engine.warmup import GROUPS, compile_kernels, warm_group
+
+#: the compiling processes run at this niceness: the server answers first
+COMPILE_NICENESS = 10
+
+
+def say(message: str) -> None:
+    """One line of the server's start on stderr (before logging is set up, and always shown)."""
+    print(f"boltzlab serve: {message}", file=sys.stderr, flush=True)
+
+
+class Startup:
+    """What this server process has prepared: the kernel groups loaded here (thread-safe).
+
+    Before :meth:`start` every group counts as ready (tests, notebooks and scripts compile
+    on first use, as numba does).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._started = False
+        self._ready: set[str] = set(GROUPS)
+        self._compiled = 0
+        self.error: str | None = None
+        self.finished = threading.Event()
+        self.finished.set()
+
+    def ready(self, groups: Iterable[str] | None) -> bool:
+        """Whether every group of ``groups`` (``None``: all) is loaded in this process."""
+        with self._lock:
+            return all(g in self._ready for g in (GROUPS if groups is None else groups))
+
+    def progress(self) -> str:
+        """A short phrase for a waiting page: "compiling kernels 3 of 7"."""
+        with self._lock:
+            if self.error is not None:
+                return f"preparing failed: {self.error}"
+            return f"compiling kernels {self._compiled} of {len(GROUPS)}"
+
+    def _reset(self) -> None:
+        with self._lock:
+            self._started, self._ready, self._compiled, self.error = True, set(), 0, None
+            self.finished.clear()
+
+    def _loaded(self, group: str) -> None:
+        with self._lock:
+            self._ready.add(group)
+
+    def run(self, processes: int | None = None, *,
+            when: Iterable[tuple[tuple[str, ...], Callable[[], None]]] = (),
+            then: Iterable[Callable[[], None]] = ()) -> None:
+        """Compile every group in ``processes`` parallel processes (``None``: one per core)
+        and load each here as it is done; blocks.  ``when``: ``(groups, f)`` pairs, ``f()``
+        called as soon as those groups are loaded, before they count as ready (e.g. a lab's
+        default data); ``then``: called once everything is loaded (e.g. warm the workers).
+        Progress goes to stderr; a failure is kept in :attr:`error` and re-raised."""
+        self._reset()
+        t0 = time.perf_counter()
+        hooks = list(when)
+        loaded: set[str] = set()
+
+        def done(group: str, seconds: float, k: int, n: int) -> None:
+            with self._lock:
+                self._compiled = k
+            warm_group(group)  # from numba's cache, now: well under a second
+            loaded.add(group)
+            for hook in [h for h in hooks if set(h[0]) <= loaded]:
+                hooks.remove(hook)
+                hook[1]()
+            self._loaded(group)
+            say(f"compiled kernels {k} of {n} ({group}, {seconds:.0f} s)")
+
+        try:
+            say(f"preparing the numerical kernels ({len(GROUPS)} groups): a first start compiles them "
+                f"(a minute or two), later starts load them in seconds")
+            compile_kernels(processes=processes, niceness=COMPILE_NICENESS, on_done=done)
+            for step in then:
+                step()
+            say(f"ready ({time.perf_counter() - t0:.0f} s)")
+        except BaseException as exc:
+            with self._lock:
+                self.error = f"{type(exc).__name__}: {exc}"
+            say(f"preparing the kernels failed: {self.error}")
+            raise
+        finally:
+            self.finished.set()
+
+    def start(self, processes: int | None = None, **kwargs) -> threading.Thread:
+        """:meth:`run` in a daemon thread (the server answers meanwhile); the thread."""
+        self._reset()
+
+        def run() -> None:
+            try:
+                self.run(processes, **kwargs)
+            except BaseException:  # noqa: BLE001 - already said and kept in self.error
+                pass
+
+        thread = threading.Thread(target=run, name="boltzlab-startup", daemon=True)
+        thread.start()
+        return thread
+
+
+#: this server process's start (see :func:`dashboard.app.serve`)
+STARTUP = Startup()

@@ -1,0 +1,39 @@
+"""engine.warmup: the kernel groups, compiled in parallel processes into numba's cache."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import warmup
+
+
+def test_every_group_names_a_function_that_exists():
+    import importlib
+
+    for name, (module, function) in warmup.GROUPS.items():
+        assert callable(getattr(importlib.import_module(module), function)), name
+
+
+def test_compile_kernels_reports_each_group_once_in_order_of_completion():
+    calls = []
+    seconds = warmup.compile_kernels(["fvbm", "bound"], processes=2,
+                                     on_done=lambda g, s, k, n: calls.append((g, k, n)))
+    assert sorted(seconds) == ["bound", "fvbm"] and all(s > 0 for s in seconds.values())
+    assert sorted(g for g, _, _ in calls) == ["bound", "fvbm"]
+    assert [(k, n) for _, k, n in calls] == [(1, 2), (2, 2)]
+
+
+def test_unknown_groups_are_refused_with_the_names_there_are():
+    with pytest.raises(ValueError, match="No kernel group 'tapp'; the groups are fvbm, fvbm_bound"):
+        warmup.compile_kernels(["tapp"])
+    with pytest.raises(ValueError, match="No kernel group 'x'"):
+        warmup.warm_group("x")
+
+
+def test_warm_up_of_some_groups_runs_only_those(monkeypatch):
+    ran = []
+    monkeypatch.setattr(warmup, "warm_group", ran.append)
+    warmup.warm_up(["tap", "rbm"])
+    assert ran == ["tap", "rbm"]
+    warmup.warm_up()
+    assert ran[2:] == list(warmup.GROUPS)
