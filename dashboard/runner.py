@@ -434,7 +434,7 @@ class Runner:
                 self._publish(name, trainer, records)
 
     def _next_batch(self, k: int, ran: int, seconds: float) -> int:
-        """Aim at ``call_seconds`` per call into the trainer (see DESIGN.md: the GIL)."""
+        """Aim at ``call_seconds`` per call into the trainer (see docs/architecture.md: the GIL)."""
         per_step = seconds / max(ran, 1)
         if per_step <= 0:
             return min(2 * k, self.max_batch)

@@ -387,10 +387,6 @@ class BoundMPLETrainer(_MPLETrainer):
     def label(self) -> str:
         return SQUAREM_LABEL if self.accelerate else BOUND_LABEL
 
-    @property
-    def majorizations_per_step(self) -> int:
-        return 2 if self.accelerate else 1
-
     def _reset_memory(self) -> None:
         self._Sigma = np.empty((self.q, self.q))
         self._delta = np.empty(self.q)

@@ -242,6 +242,21 @@ def digits(dtype=np.uint8) -> ImageSet:
 
 # ------------------------------------------------------------------- user files
 
+#: the bundled image sets, by the key the labs and the CLI use
+BUNDLED = ("mnist", "digits")
+
+
+@functools.lru_cache(maxsize=4)
+def load_images(key: str) -> ImageSet:
+    """The bundled image set ``key`` ('mnist' or 'digits') as float64, cached (a server's
+    sessions share one read-only copy)."""
+    if key == "mnist":
+        return mnist(np.float64)
+    if key == "digits":
+        return digits(np.float64)
+    raise ValueError(f"The data set must be one of {sorted(BUNDLED)}. Got {key!r}.")
+
+
 _CSV_VALUES = {"0": 0, "1": 1, "0.0": 0, "1.0": 1}
 
 

@@ -61,7 +61,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import time
 from typing import Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
@@ -83,7 +82,7 @@ from engine.optimizers import (
     scipy_reference,
     shifted_cholesky_solve,
 )
-from engine.stepping import Record, as_scalar
+from engine.stepping import Record
 
 #: Largest d of FVBMLikelihood (2^16 states: one Algorithm-1 pass ~0.2 s).
 MAX_FVBM_D = 16

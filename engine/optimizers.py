@@ -2,7 +2,7 @@
 
 Table 1 of the paper races the bound (Algorithm 2) against L-BFGS, steepest descent (SD) and
 conjugate gradient (CG), and the supplement's Table 3 adds Newton-Raphson.  Here every method
-is a Trainer (DESIGN.md, "The Trainer protocol") on the same *minimisation* problem
+is a Trainer (docs/architecture.md, "The Trainer protocol") on the same *minimisation* problem
 
     J(theta) = sum_j [log Z_{x_j}(theta) - theta^T f_{x_j}(y_j)] + (t lambda / 2) |theta|^2,
 

@@ -83,7 +83,7 @@ ACTIVE_STATUSES = frozenset({"ready", "running"})
 
 @runtime_checkable
 class Trainer(Protocol):
-    """The protocol every trainer follows (see DESIGN.md, "The Trainer protocol").
+    """The protocol every trainer follows (see docs/architecture.md, "The Trainer protocol").
 
     Besides the members below, a trainer may offer ``steps(k) -> list[Record]``: up to
     ``k`` steps in one call, fewer if it becomes done, one Record per step (only the last

@@ -401,9 +401,6 @@ class Lab(pn.viewable.Viewer):
         self.runner.reset()
         self._restart_views()
 
-    def step_once(self) -> None:
-        self._step()
-
     # ------------------------------------------------------------------ presentation
     def next_step(self) -> None:
         """Presentation mode's *Next step*: step once now; what changed is said (and

@@ -13,9 +13,9 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from dashboard.labs.tap_setup import load_images
 from engine import frankwolfe, rbm
 from engine.kernels import rbm as rbm_kernels
+from engine.images import load_images
 from engine.stepping import Record
 
 DATASETS = {"MNIST 28×28": "mnist", "8×8 digits": "digits"}

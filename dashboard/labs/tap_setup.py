@@ -20,7 +20,7 @@ import numpy as np
 
 from dashboard import budget
 from engine import rbm, tap, tap_analysis
-from engine.images import ImageSet, digits, mnist
+from engine.images import ImageSet, load_images
 from engine.stepping import Record
 
 DATASETS = {"MNIST 28×28": "mnist", "8×8 digits": "digits"}
@@ -29,16 +29,6 @@ MAX_DAMPING = 0.9  # a stalled batch is redone with more damping, up to this
 EXACT_LIMIT = 20  # the ground-truth panel needs the smaller layer <= 20 units
 AIS_RUNS = 20  # live AIS: 20 runs on the 1,001-beta schedule
 DATA_MAP_ROWS = 1000  # training digits in the data Isomap (Fig. 7)
-
-
-@functools.lru_cache(maxsize=4)
-def load_images(key: str) -> ImageSet:
-    """The bundled image set ``key`` ('mnist' or 'digits') as float64, shared by sessions."""
-    if key == "mnist":
-        return mnist(np.float64)
-    if key == "digits":
-        return digits(np.float64)
-    raise ValueError(f"The data set must be one of {sorted(set(DATASETS.values()))}. Got {key!r}.")
 
 
 def describe_images(images: ImageSet, validation: str = "validation") -> str:

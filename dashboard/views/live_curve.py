@@ -1,6 +1,6 @@
 """A live curve: several named lines streamed into raw Bokeh sources.
 
-Raw ``ColumnDataSource.stream(..., rollover=N)`` inside a ``pn.pane.Bokeh`` (see DESIGN.md:
+Raw ``ColumnDataSource.stream(..., rollover=N)`` inside a ``pn.pane.Bokeh`` (see docs/architecture.md:
 HoloViews streams were measured too slow at 10 Hz).  Every line has a bounded length.
 """
 

@@ -38,7 +38,6 @@ import numpy as np
 from numba import njit
 
 from engine.kernels.bound import (
-    RESIDUAL_RTOL,
     absorb_rank_one,
     bound_coefficient,
     junction_tree_chain,

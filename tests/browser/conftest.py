@@ -1,4 +1,4 @@
-"""Serve the app in a subprocess and drive it with Debian's Chromium (see DESIGN.md)."""
+"""Serve the app in a subprocess and drive it with Debian's Chromium (see docs/architecture.md)."""
 
 from __future__ import annotations
 

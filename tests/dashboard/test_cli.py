@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.data import ASSETS, senate
+from engine.data import ASSETS
 from engine.fvbm import FVBMTrainer
 
 BOLTZLAB = [sys.executable, "-m", "dashboard.cli"]

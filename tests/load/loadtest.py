@@ -49,7 +49,7 @@ What it measures
 * plot updates per second per session: a hook on ``Bokeh.documents`` counts the websocket
   patches from the server that change at least one ColumnDataSource (stream, patch or new
   data); the events of one patch are applied synchronously, so a microtask folds them into
-  one update.  The app pushes at most one patch per tick (DESIGN.md): every 100 ms in the
+  one update.  The app pushes at most one patch per tick (docs/architecture.md): every 100 ms in the
   FVBM lab, 200 ms in the others, so 10/s (5/s) is the ceiling; the rate is counted from the
   ▶ Play click to the end of the training window;
 * steps reached (sweeps, epochs, hidden units or race iterations, summed over restarts);

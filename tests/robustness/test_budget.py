@@ -342,7 +342,9 @@ def test_serve_flags_reach_the_budget(monkeypatch):
     # cmd_serve passes them to app.serve, which sets the limits before serving
     served = {}
     monkeypatch.setattr(app.pn, "serve", lambda *a, **kw: served.update(kw))
-    monkeypatch.setattr(engine, "warm_up", lambda: None)
+    from dashboard import startup
+
+    monkeypatch.setattr(startup.STARTUP, "start", lambda *a, **kw: None)  # no kernel start in this process
     assert cli.cmd_serve(args) == 0 and served
     assert budget.LIMITS.step_seconds == 0.5 and budget.LIMITS.isomap_rows == 100
     # ... and the labs refuse by that limit: the default TAP step now is over it
