@@ -9,6 +9,10 @@
   test-artifacts/load-report.json.
 * ``test_load_smoke`` (marker ``browser``, in the default run): 2 sessions x 10 s on the
   FVBM lab, no warm-up and no settling wait: the tool works and the app serves them.
+* ``test_protocol_smoke`` (marker ``slow``, in the default run; no browser): the same for the
+  protocol-level client ``tests/load/protocol.py`` (issue 22, item 5): 2 simulated users x 10 s
+  on the TAP lab, one new page and 3 timed Steps: they were served, patches arrived and were
+  applied, no errors.
 
 Both check that the measures of issue 14 are there and well formed (``liveness_ms``,
 ``root_ms``, ``step_to_plot_ms``, ``late_page_seconds``), never their values: the suite must
@@ -135,4 +139,35 @@ def test_load_smoke():
     assert_measures(report, info)
     # tabs closed while streaming: nothing at ERROR level (dashboard/logs.py), real errors
     # would be in report["errors"]
+    assert report["server_log"]["closed_connection_incidents"] == 0, info
+
+
+def run_protocol(name: str, *args: str, timeout: float) -> dict:
+    """Run ``tests/load/protocol.py``; return its report (also kept in test-artifacts/<name>.json)."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    report_path = ARTIFACTS / f"{name}.json"
+    report_path.unlink(missing_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.load.protocol", *args, "--json", str(report_path),
+         "--log", str(ARTIFACTS / f"{name}-server.log")],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert report_path.exists(), f"the protocol client wrote no report (exit {proc.returncode}):\n{proc.stderr[-4000:]}"
+    return json.loads(report_path.read_text())
+
+
+@pytest.mark.slow
+def test_protocol_smoke():
+    report = run_protocol("protocol-smoke", "--sessions", "2", "--seconds", "10", "--lab", "TAP",
+                          "--no-warmup", "--settle", "0", "--new-pages", "1", "--step-probes", "3",
+                          timeout=1200)  # generous: a busy machine, a first start's kernels
+    info = json.dumps({k: v for k, v in report.items() if k not in ("server_series", "users")}, indent=1)
+    assert report["errors"] == [], info
+    assert report["sessions_served"] == 2, info
+    for user in report["users"]:  # each pulled its page, pressed Play and applied data patches
+        assert user["open"] is not None and user["updates"] > 0 and user["patches"] >= user["updates"], info
+    step = report["step_to_patch_ms"]
+    assert step["n"] >= 1 and step["n"] + step["missed"] == 3, info
+    assert report["new_page_seconds"]["n"] == 2, info  # the Step probe's page and one more
+    assert report["liveness_ms"]["n"] >= 1 and report["root_ms"]["n"] >= 1, info
     assert report["server_log"]["closed_connection_incidents"] == 0, info
