@@ -319,8 +319,10 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
     refused unless ``dask_insecure`` (:func:`dashboard.distributed.scheduler_security`).
     Raises ``dashboard.distributed.DaskUnavailable`` if the scheduler does not answer.
     Without ``dask_scheduler``, ``workers`` says where they run (and the labs' analyses):
-    a local Dask cluster of that many worker processes, started here and closed when the
-    server stops (``None``: one per core; the same actor path as ``dask_scheduler``), or
+    a local Dask cluster of that many worker processes, started in the background while the
+    server already answers (:mod:`dashboard.startup`; a failure there is said on stderr and
+    on the labs' pages) and closed when the server stops (``None``: one per core; the same
+    actor path as ``dask_scheduler``), or
     ``0``: threads of this process (development, tests).  ``ValueError`` for ``workers``
     with ``dask_scheduler``, or worker processes with ``num_procs`` > 1.
     ``max_step_seconds`` and ``max_isomap_rows`` set every session's work budget
@@ -351,44 +353,48 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
 
     budget.set_limits(step_seconds=max_step_seconds, isomap_rows=max_isomap_rows)
     quiet_closed_connections()
-    cluster = backend = None
-    if dask_scheduler is not None:  # first: an unreachable scheduler fails before the warm-up
+    from dashboard.labs.fvbm_setup import warm_default_data
+    from dashboard.startup import STARTUP, say
+
+    local: dict = {}  # the local cluster and its backend, once started
+    first, then = [], []
+    if dask_scheduler is not None:  # first: an unreachable scheduler fails before anything starts
         from dashboard.distributed import scheduler_security, use_dask
 
         use_dask(dask_scheduler, security=scheduler_security(
             dask_scheduler, ca_file=dask_tls_ca_file, cert=dask_tls_cert, key=dask_tls_key,
             insecure=dask_insecure))
     elif workers:
-        from dashboard.distributed import use_local_cluster
-        from dashboard.startup import say
+        def start_workers() -> None:  # meanwhile the server answers and the kernels compile
+            from dashboard.distributed import use_local_cluster
 
-        say(f"starting {workers} worker process{'es' if workers > 1 else ''} (a local Dask cluster)")
-        cluster, backend = use_local_cluster(workers, warm=False)
-        VISITORS.when_idle = backend.recycle_soon
-    previous = _stop_on_sigterm() if cluster is not None else None
+            say(f"starting {workers} worker process{'es' if workers > 1 else ''} (a local Dask cluster)")
+            local["cluster"], local["backend"] = use_local_cluster(workers, warm=False)
+            VISITORS.when_idle = local["backend"].recycle_soon
+            say("the worker processes are up")
+
+        first.append(start_workers)
+        then.append(lambda: local["backend"].warm_workers())  # from numba's cache, now compiled
+    previous = _stop_on_sigterm() if workers else None
     try:
-        from dashboard.labs.fvbm_setup import warm_default_data
-        from dashboard.startup import STARTUP
-
         # the kernels compile (first start) or load in the background while the server
-        # answers; a lab opens once its kernel groups are loaded (create_app); the workers
-        # load them from numba's cache once all are compiled
+        # answers; a lab opens once its kernel groups are loaded and the workers are up
+        # (create_app); the workers load the kernels from numba's cache
         when = [(("fvbm", "fvbm_bound"), warm_default_data)]
-        then = [backend.warm_workers] if backend is not None else []
         if num_procs != 1:
-            STARTUP.run(when=when, then=then)  # before Tornado forks: each child inherits them
+            STARTUP.run(first=first, when=when, then=then)  # before Tornado forks: the children inherit it
         else:
-            STARTUP.start(when=when, then=then)
+            STARTUP.start(first=first, when=when, then=then)
         extra = {"num_procs": num_procs} if num_procs != 1 else {}
         kwargs.setdefault("websocket_max_message_size", WEBSOCKET_MAX_BYTES)
         return pn.serve(routes(), port=port, address=address, show=show,
                         websocket_origin=allow_websocket_origin, liveness=True, title=TITLE,
                         **extra, **kwargs)
     finally:
-        if cluster is not None:
+        if "backend" in local:
             VISITORS.when_idle = None
-            backend.close()
-            cluster.close()
+            local["backend"].close()
+            local["cluster"].close()
         if previous is not None:
             import signal
 

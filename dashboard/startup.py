@@ -43,41 +43,65 @@ class Startup:
         self._started = False
         self._ready: set[str] = set(GROUPS)
         self._compiled = 0
+        self._first_done = True
         self.error: str | None = None
         self.finished = threading.Event()
         self.finished.set()
 
     def ready(self, groups: Iterable[str] | None) -> bool:
-        """Whether every group of ``groups`` (``None``: all) is loaded in this process."""
+        """Whether every group of ``groups`` (``None``: all) is loaded in this process, and
+        what :meth:`run` does first (e.g. the worker processes) is done."""
         with self._lock:
-            return all(g in self._ready for g in (GROUPS if groups is None else groups))
+            return self._first_done and all(g in self._ready for g in (GROUPS if groups is None else groups))
 
     def progress(self) -> str:
         """A short phrase for a waiting page: "compiling kernels 3 of 7"."""
         with self._lock:
             if self.error is not None:
                 return f"preparing failed: {self.error}"
+            if self._compiled == len(GROUPS) and not self._first_done:
+                return "starting the worker processes"
             return f"compiling kernels {self._compiled} of {len(GROUPS)}"
 
     def _reset(self) -> None:
         with self._lock:
             self._started, self._ready, self._compiled, self.error = True, set(), 0, None
+            self._first_done = False
             self.finished.clear()
 
     def _loaded(self, group: str) -> None:
         with self._lock:
             self._ready.add(group)
 
-    def run(self, processes: int | None = None, *,
+    def run(self, processes: int | None = None, *, first: Iterable[Callable[[], None]] = (),
             when: Iterable[tuple[tuple[str, ...], Callable[[], None]]] = (),
             then: Iterable[Callable[[], None]] = ()) -> None:
         """Compile every group in ``processes`` parallel processes (``None``: one per core)
-        and load each here as it is done; blocks.  ``when``: ``(groups, f)`` pairs, ``f()``
-        called as soon as those groups are loaded, before they count as ready (e.g. a lab's
-        default data); ``then``: called once everything is loaded (e.g. warm the workers).
-        Progress goes to stderr; a failure is kept in :attr:`error` and re-raised."""
+        and load each here as it is done; blocks.  ``first``: called in a thread of their
+        own meanwhile (e.g. start the worker processes), no lab is ready before they are
+        done; ``when``: ``(groups, f)`` pairs, ``f()`` called as soon as those groups are
+        loaded, before they count as ready (e.g. a lab's default data); ``then``: called once
+        everything is loaded (e.g. warm the workers).  Progress goes to stderr; a failure is
+        kept in :attr:`error` and re-raised."""
         self._reset()
         t0 = time.perf_counter()
+        failed: list[BaseException] = []
+
+        def run_first(steps: list[Callable[[], None]]) -> None:
+            try:
+                for step in steps:
+                    step()
+            except BaseException as exc:  # noqa: BLE001 - kept, said, raised by run
+                failed.append(exc)
+                with self._lock:
+                    self.error = f"{type(exc).__name__}: {exc}"
+                say(f"starting failed: {self.error}")
+            else:
+                with self._lock:
+                    self._first_done = True
+
+        starter = threading.Thread(target=run_first, args=(list(first),), name="boltzlab-start-first", daemon=True)
+        starter.start()
         hooks = list(when)
         loaded: set[str] = set()
 
@@ -96,6 +120,9 @@ class Startup:
             say(f"preparing the numerical kernels ({len(GROUPS)} groups): a first start compiles them "
                 f"(a minute or two), later starts load them in seconds")
             compile_kernels(processes=processes, niceness=COMPILE_NICENESS, on_done=done)
+            starter.join()
+            if failed:
+                raise failed[0]
             for step in then:
                 step()
             say(f"ready ({time.perf_counter() - t0:.0f} s)")

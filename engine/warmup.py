@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import os
 import time
+from pathlib import Path
 from typing import Callable, Iterable
 
 import numpy as np
@@ -50,7 +51,14 @@ def warm_group(name: str) -> float:
     module, function = GROUPS[name]
     t0 = time.perf_counter()
     getattr(importlib.import_module(module), function)()
-    return time.perf_counter() - t0
+    seconds = time.perf_counter() - t0
+    marker = _marker(name)
+    if marker is not None and not os.path.exists(marker):
+        try:
+            Path(marker).touch()
+        except OSError:  # a read-only cache: every start compiles (numba says so itself)
+            pass
+    return seconds
 
 
 def warm_up(groups: Iterable[str] | None = None) -> None:
@@ -58,6 +66,36 @@ def warm_up(groups: Iterable[str] | None = None) -> None:
     user or test waits for a compile."""
     for name in GROUPS if groups is None else groups:
         warm_group(name)
+
+
+def _marker(name: str) -> str | None:
+    """The file that says group ``name`` was warmed with this numba's cache: it sits in the
+    cache's own folder (gone with it), named for the kernels' sources, numba and Python (a
+    change of any of them makes a new name); ``None`` if numba's internals are not as known."""
+    import hashlib
+    import sys
+
+    import numba
+    from numba.core.caching import FunctionCache
+    from numba.core.registry import CPUDispatcher
+
+    try:
+        module = importlib.import_module(f"engine.kernels.{name}")
+        kernel = next(v for v in vars(module).values()
+                      if isinstance(v, CPUDispatcher) and isinstance(v._cache, FunctionCache))
+        folder = kernel._cache._cache_path
+    except (ImportError, AttributeError, StopIteration):
+        return None
+    digest = hashlib.sha256(f"{numba.__version__} {sys.version}".encode())
+    for source in sorted(Path(module.__file__).parent.glob("*.py")):
+        digest.update(source.read_bytes())
+    return os.path.join(folder, f"boltzlab-warm-{name}-{digest.hexdigest()[:16]}")
+
+
+def is_cached(name: str) -> bool:
+    """Whether group ``name`` was warmed before with this cache, these kernels, this numba."""
+    marker = _marker(name)
+    return marker is not None and os.path.exists(marker)
 
 
 def _compile_child(name: str, niceness: int) -> tuple[str, float]:
@@ -71,7 +109,7 @@ def _compile_child(name: str, niceness: int) -> tuple[str, float]:
 
 
 def compile_kernels(groups: Iterable[str] | None = None, processes: int | None = None, *,
-                    niceness: int = 0,
+                    niceness: int = 0, skip_cached: bool = True,
                     on_done: Callable[[str, float, int, int], None] | None = None) -> dict[str, float]:
     """Compile the kernel groups into numba's cache in ``processes`` parallel processes
     (``None``: one per core, at most one per group), first groups first; returns the
@@ -79,8 +117,9 @@ def compile_kernels(groups: Iterable[str] | None = None, processes: int | None =
     k-th of n groups is done.  The processes are spawned (never forked: the caller may hold
     threads and sockets) and run at ``niceness`` above this process.
 
-    With a warm cache each group only loads (a second or so, mostly the processes' start).
-    A group that fails raises here, with the child's exception.
+    A group already in the cache (:func:`is_cached`; unless ``skip_cached=False``) starts
+    no process and is reported at once, with 0 seconds.  A group that fails raises here,
+    with the child's exception.
     """
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -89,10 +128,16 @@ def compile_kernels(groups: Iterable[str] | None = None, processes: int | None =
     for name in names:
         if name not in GROUPS:
             raise ValueError(f"No kernel group {name!r}; the groups are {', '.join(GROUPS)}.")
-    if not names:
-        return {}
-    processes = max(1, min(processes or os.cpu_count() or 1, len(names)))
     seconds: dict[str, float] = {}
+    for name in [n for n in names if skip_cached and is_cached(n)]:  # nothing to compile: no process
+        names.remove(name)
+        seconds[name] = 0.0
+        if on_done is not None:
+            on_done(name, 0.0, len(seconds), len(seconds) + len(names))
+    if not names:
+        return seconds
+    total = len(seconds) + len(names)
+    processes = max(1, min(processes or os.cpu_count() or 1, len(names)))
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(processes, mp_context=context) as pool:
         pending = {pool.submit(_compile_child, name, niceness) for name in names}  # FIFO: first groups first
@@ -102,7 +147,7 @@ def compile_kernels(groups: Iterable[str] | None = None, processes: int | None =
                 name, taken = future.result()
                 seconds[name] = taken
                 if on_done is not None:
-                    on_done(name, taken, len(seconds), len(names))
+                    on_done(name, taken, len(seconds), total)
     return seconds
 
 

@@ -56,10 +56,25 @@ def server_output(proc: subprocess.Popen, chars: int = 2000) -> str:
         return ""
 
 
+#: what serve says once its kernels are loaded and its worker processes are up (dashboard.startup)
+READY_LINE = "boltzlab serve: ready"
+
+
+def _said(proc: subprocess.Popen, line: str | None) -> bool:
+    if line is None:
+        return True
+    try:
+        return line.encode() in proc.server_log.read_bytes()
+    except OSError:
+        return False
+
+
 def start_server(*options: str, ready: str = "/liveness", timeout: float = 240.0,
-                 env: dict[str, str] | None = None, log: Path | None = None) -> tuple[subprocess.Popen, str]:
+                 env: dict[str, str] | None = None, log: Path | None = None,
+                 ready_line: str | None = READY_LINE) -> tuple[subprocess.Popen, str]:
     """``boltzlab serve --port P --address 127.0.0.1 *options`` on a free port; the process and
-    its base URL (``http://127.0.0.1:P``) once ``ready`` answers with a 2xx/3xx status.
+    its base URL (``http://127.0.0.1:P``) once ``ready`` answers with a 2xx/3xx status and the
+    server has said ``ready_line`` (by default: everything prepared; ``None``: do not wait).
 
     ``timeout``: seconds to wait for that (the server warms the numba kernels first, and a
     first run on a busy machine compiles them).  ``env``: the server's environment (default
@@ -84,14 +99,15 @@ def start_server(*options: str, ready: str = "/liveness", timeout: float = 240.0
                             cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env)
     proc.server_log, proc._server_log_file, proc._server_log_temporary = log, out, temporary
     deadline = time.monotonic() + timeout
-    while not _answers(base + ready):
+    while not (_answers(base + ready) and _said(proc, ready_line)):
         if proc.poll() is not None or time.monotonic() > deadline:
             exited = proc.poll()
             proc.kill()
             proc.wait(timeout=30)
             tail = server_output(proc)
             stop_server(proc)
-            why = f"exited with code {exited}" if exited is not None else f"did not answer {ready} in {timeout:.0f} s"
+            why = (f"exited with code {exited}" if exited is not None else
+                   f"did not answer {ready} and say {ready_line!r} in {timeout:.0f} s")
             pytest.fail(f"server did not start ({why}): {tail}")
         time.sleep(0.5)
     return proc, base

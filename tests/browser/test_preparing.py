@@ -34,6 +34,7 @@ def gated(monkeypatch):
 
     gate = startup.Startup()
     gate._reset()  # as serve's start does: no group loaded
+    gate._first_done = True  # no worker processes to wait for (the app's runs are threads here)
     monkeypatch.setattr(startup, "STARTUP", gate)
     port = free_port()
     server = pn.serve(routes(), port=port, address="127.0.0.1", show=False, threaded=True, liveness=True,

@@ -16,7 +16,7 @@ def test_every_group_names_a_function_that_exists():
 
 def test_compile_kernels_reports_each_group_once_in_order_of_completion():
     calls = []
-    seconds = warmup.compile_kernels(["fvbm", "bound"], processes=2,
+    seconds = warmup.compile_kernels(["fvbm", "bound"], processes=2, skip_cached=False,  # in processes
                                      on_done=lambda g, s, k, n: calls.append((g, k, n)))
     assert sorted(seconds) == ["bound", "fvbm"] and all(s > 0 for s in seconds.values())
     assert sorted(g for g, _, _ in calls) == ["bound", "fvbm"]
@@ -37,3 +37,25 @@ def test_warm_up_of_some_groups_runs_only_those(monkeypatch):
     assert ran == ["tap", "rbm"]
     warmup.warm_up()
     assert ran[2:] == list(warmup.GROUPS)
+
+
+def test_a_warmed_group_is_known_cached_and_an_empty_cache_is_not(tmp_path):
+    import subprocess
+    import sys
+
+    warmup.warm_group("bound")
+    assert warmup.is_cached("bound")
+    code = "from engine import warmup; print(warmup.is_cached('bound'))"
+    env = {**__import__("os").environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_cached_groups_start_no_process(monkeypatch):
+    import concurrent.futures
+
+    monkeypatch.setattr(warmup, "is_cached", lambda name: True)
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", None)  # would fail if used
+    calls = []
+    assert warmup.compile_kernels(on_done=lambda g, s, k, n: calls.append((g, s, k, n))) == dict.fromkeys(warmup.GROUPS, 0.0)
+    assert calls == [(g, 0.0, k, len(warmup.GROUPS)) for k, g in enumerate(warmup.GROUPS, 1)]
