@@ -33,8 +33,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from engine.checks import check_float, check_int
 from engine.kernels import bound as kernels
-from engine.rbm import _check_float, _check_int
 
 #: Largest |Omega| that :func:`chain_features` enumerates.
 MAX_ENUMERATED = 2**20
@@ -199,7 +199,7 @@ def bound_value(theta: Any, theta_tilde: Any, log_z: float, mu: Any, Sigma: Any)
     Sigma = np.asarray(Sigma, dtype=np.float64)
     if Sigma.shape != (d, d) or not np.all(np.isfinite(Sigma)):
         raise ValueError(f"The 'Sigma' parameter of {owner} must be a finite array of shape ({d}, {d}). Got shape {Sigma.shape}.")
-    log_z = _check_float("log_z", log_z, owner, -math.inf, low_open=True)
+    log_z = check_float("log_z", log_z, owner, -math.inf, low_open=True)
     delta = theta - theta_tilde
     out = log_z + delta @ mu + 0.5 * np.sum((delta @ Sigma) * delta, axis=-1)
     return float(out) if theta.ndim == 1 else out
@@ -297,8 +297,8 @@ def chain_features(n_nodes: int, n_states: int, *, enumerate_omega: bool = True)
     |Omega| x d feature matrix for Algorithm 1 and exact log Z (k^n <= MAX_ENUMERATED).
     """
     owner = "chain_features"
-    n = _check_int("n_nodes", n_nodes, owner, 2)
-    k = _check_int("n_states", n_states, owner, 2)
+    n = check_int("n_nodes", n_nodes, owner, 2)
+    k = check_int("n_states", n_states, owner, 2)
     d = n * k + (n - 1) * k * k
     if enumerate_omega and k**n > MAX_ENUMERATED:
         raise ValueError(f"The 'n_states' ** 'n_nodes' of {owner} must be <= {MAX_ENUMERATED} to enumerate Omega. "
@@ -436,7 +436,7 @@ class LowRankBound(NamedTuple):
         b : (d,) or (d, m).
         """
         owner = "LowRankBound.solve"
-        lam = _check_float("lam", lam, owner, 0.0)
+        lam = check_float("lam", lam, owner, 0.0)
         d = self.mu.shape[0]
         b = np.asarray(b, dtype=np.float64)
         if b.ndim not in (1, 2) or b.shape[0] != d or not np.all(np.isfinite(b)):
@@ -473,7 +473,7 @@ def low_rank_bound(theta: Any, F: Any, h: Any, rank: int) -> LowRankBound:
     owner = "low_rank_bound"
     theta, F, h = _check_model(theta, F, h, owner)
     d = F.shape[1]
-    rank = _check_int("rank", rank, owner, 1)
+    rank = check_int("rank", rank, owner, 1)
     if rank > d:
         raise ValueError(f"The 'rank' parameter of {owner} must be an int in [1, d] = [1, {d}]. Got {rank}.")
     log_alpha = _log_alpha(theta, F, h, owner)

@@ -96,6 +96,7 @@ from typing import Any, Literal, Mapping
 import numpy as np
 import scipy.optimize
 
+from engine.checks import check_choice, check_float, check_int, check_seed, derived_seed
 from engine.kernels import frankwolfe as fwk
 from engine.kernels import rbm as rbm_kernels
 from engine.rbm import (
@@ -103,12 +104,7 @@ from engine.rbm import (
     AIS_SCHEDULE_LIVE,
     MAX_EXACT_UNITS,
     RBM,
-    _check_choice,
-    _check_float,
-    _check_int,
     _check_params,
-    _derived_seed,
-    _seed,
     ais_log_partition,
     base_rate_biases,
     check_binary,
@@ -156,7 +152,7 @@ def inner_objective(theta: np.ndarray, V_model: np.ndarray, V_data: np.ndarray, 
     V_model = check_binary(V_model, "V_model", owner)
     n_vis = V_model.shape[1]
     V_data = check_binary(V_data, "V_data", owner, n_vis)
-    reg = _check_float("reg", reg, owner, 0.0)
+    reg = check_float("reg", reg, owner, 0.0)
     theta = np.asarray(theta, dtype=np.float64)
     if theta.shape != (n_vis + 1,) or not np.all(np.isfinite(theta)):
         raise ValueError(f"The 'theta' parameter of {owner} must be a finite array of shape ({n_vis + 1},). Got shape {theta.shape}.")
@@ -209,9 +205,9 @@ def mh_sample(W: np.ndarray, b_vis: np.ndarray, b_hid: np.ndarray, coef: np.ndar
     W, b_vis, b_hid = _check_params(W, b_vis, b_hid, owner)
     coef = _coefficients(coef, W.shape[1], owner)
     V = check_binary(V0, "V0", owner, W.shape[0]).copy()
-    k = _check_int("k", k, owner, 1)
-    seed = _seed(owner, seed)
-    accepted = fwk.mh_chains(V, W, b_vis, b_hid, coef, k, _derived_seed(seed, 21))
+    k = check_int("k", k, owner, 1)
+    seed = check_seed(owner, seed)
+    accepted = fwk.mh_chains(V, W, b_vis, b_hid, coef, k, derived_seed(seed, 21))
     return V, accepted / (k * V.shape[0])
 
 
@@ -228,8 +224,8 @@ def fractional_ais_log_partition(
     owner = "fractional_ais_log_partition"
     W, b_vis, b_hid = _check_params(W, b_vis, b_hid, owner)
     coef = _coefficients(coef, W.shape[1], owner)
-    n_runs = _check_int("n_runs", n_runs, owner, 1)
-    seed = _seed(owner, seed)
+    n_runs = check_int("n_runs", n_runs, owner, 1)
+    seed = check_seed(owner, seed)
     betas = AIS_SCHEDULE_DEFAULT if schedule is None else np.asarray(schedule, dtype=np.float64)
     if (betas.ndim != 1 or betas.shape[0] < 2 or betas[0] != 0.0 or betas[-1] != 1.0
             or np.any(np.diff(betas) < 0) or not np.all(np.isfinite(betas))):
@@ -238,7 +234,7 @@ def fractional_ais_log_partition(
     if base.shape != (W.shape[0],) or not np.all(np.isfinite(base)):
         raise ValueError(f"The 'base_vis' parameter of {owner} must be a finite array of shape ({W.shape[0]},).")
     logw = fwk.fractional_ais_log_weights(W, b_vis, b_hid, coef, base, np.ascontiguousarray(betas), n_runs,
-                                          _derived_seed(seed, 23))
+                                          derived_seed(seed, 23))
     log_z0 = float(np.sum(np.logaddexp(0.0, base)))
     top = logw.max()
     w = np.exp(logw - top)
@@ -388,18 +384,18 @@ class FrankWolfeTrainer:
         owner = "FrankWolfeTrainer"
         self.V = check_binary(V, "V", owner)
         self.n, self.n_visible = self.V.shape
-        self.max_hidden = _check_int("max_hidden", max_hidden, owner, 1)
-        self.samples = _check_int("samples", samples, owner, 1)
-        self.reg = _check_float("reg", reg, owner, 0.0)
-        self.bias_lr = _check_float("bias_lr", bias_lr, owner, 0.0)
-        self.bias_steps = _check_int("bias_steps", bias_steps, owner, 0)
-        self.bias_tol = _check_float("bias_tol", bias_tol, owner, 0.0)
-        self.gibbs_steps = _check_int("gibbs_steps", gibbs_steps, owner, 1)
-        evaluate = _check_choice("evaluate", evaluate, owner, ("auto", "exact", "ais", "none"))
-        self.ais_runs = _check_int("ais_runs", ais_runs, owner, 2)
-        self.ais_schedule = _check_choice("ais_schedule", ais_schedule, owner, ("live", "default"))
-        self.eval_every = _check_int("eval_every", eval_every, owner, 1)
-        self.seed = _seed(owner, seed)
+        self.max_hidden = check_int("max_hidden", max_hidden, owner, 1)
+        self.samples = check_int("samples", samples, owner, 1)
+        self.reg = check_float("reg", reg, owner, 0.0)
+        self.bias_lr = check_float("bias_lr", bias_lr, owner, 0.0)
+        self.bias_steps = check_int("bias_steps", bias_steps, owner, 0)
+        self.bias_tol = check_float("bias_tol", bias_tol, owner, 0.0)
+        self.gibbs_steps = check_int("gibbs_steps", gibbs_steps, owner, 1)
+        evaluate = check_choice("evaluate", evaluate, owner, ("auto", "exact", "ais", "none"))
+        self.ais_runs = check_int("ais_runs", ais_runs, owner, 2)
+        self.ais_schedule = check_choice("ais_schedule", ais_schedule, owner, ("live", "default"))
+        self.eval_every = check_int("eval_every", eval_every, owner, 1)
+        self.seed = check_seed(owner, seed)
         for name, flag in (("away_steps", away_steps), ("fit_alpha", fit_alpha),
                            ("exact_expectations", exact_expectations), ("hidden_bias", hidden_bias),
                            ("early_stopping", early_stopping)):
@@ -410,17 +406,17 @@ class FrankWolfeTrainer:
         self.exact_expectations = bool(exact_expectations)
         self.hidden_bias = bool(hidden_bias)
         self.early_stopping = bool(early_stopping)
-        self.alpha_lr = _check_float("alpha_lr", alpha_lr, owner, 0.0)
-        self.dtype = _check_choice("dtype", dtype, owner, ("float32", "float64"))
+        self.alpha_lr = check_float("alpha_lr", alpha_lr, owner, 0.0)
+        self.dtype = check_choice("dtype", dtype, owner, ("float32", "float64"))
         # the sampler's precision: the fractional model's Metropolis-Hastings sampler stays float64
         self._chain_dtype = np.dtype(np.float64 if self.fit_alpha else self.dtype)
-        self.init_bias = _check_choice("init_bias", init_bias, owner, ("base_rate", "zero"))
-        self.init_scale = _check_float("init_scale", init_scale, owner, 0.0, low_open=True)
-        self.inner_restarts = _check_int("inner_restarts", inner_restarts, owner, 1)
-        self.inner_max_iter = _check_int("inner_max_iter", inner_max_iter, owner, 1)
-        self.inner_tol = _check_float("inner_tol", inner_tol, owner, 0.0)
-        self.stop_window = _check_int("stop_window", stop_window, owner, 1)
-        self.stop_increase = _check_float("stop_increase", stop_increase, owner, 0.0)
+        self.init_bias = check_choice("init_bias", init_bias, owner, ("base_rate", "zero"))
+        self.init_scale = check_float("init_scale", init_scale, owner, 0.0, low_open=True)
+        self.inner_restarts = check_int("inner_restarts", inner_restarts, owner, 1)
+        self.inner_max_iter = check_int("inner_max_iter", inner_max_iter, owner, 1)
+        self.inner_tol = check_float("inner_tol", inner_tol, owner, 0.0)
+        self.stop_window = check_int("stop_window", stop_window, owner, 1)
+        self.stop_increase = check_float("stop_increase", stop_increase, owner, 0.0)
         # exact expectations enumerate the smaller side: the visibles, or the hidden units of a standard RBM
         self._exact_mode = None
         if self.exact_expectations:
@@ -454,8 +450,8 @@ class FrankWolfeTrainer:
         if max_iterations is None:
             self.max_iterations = 3 * default_cap if self.away_steps else default_cap
         else:
-            self.max_iterations = _check_int("max_iterations", max_iterations, owner, 1)
-        self.burn_in = (0 if init_rbm is None else 100) if burn_in is None else _check_int("burn_in", burn_in, owner, 0)
+            self.max_iterations = check_int("max_iterations", max_iterations, owner, 1)
+        self.burn_in = (0 if init_rbm is None else 100) if burn_in is None else check_int("burn_in", burn_in, owner, 0)
 
         # evaluation mode
         top = self.max_hidden
@@ -564,7 +560,7 @@ class FrankWolfeTrainer:
 
     # ------------------------------------------------------------- model maths
     def _seed_for(self, purpose: int, *extra: int) -> int:
-        return _derived_seed(self.seed, purpose, self.iteration, *extra)
+        return derived_seed(self.seed, purpose, self.iteration, *extra)
 
     def _penalties(self) -> np.ndarray:
         """||(w_i, c_i)||^2 of every unit."""
@@ -828,7 +824,7 @@ class FrankWolfeTrainer:
         t0 = time.perf_counter()
         accepted = proposed = 0
         if self.iteration == 0 and self.burn_in > 0 and not self.exact_expectations and self.n_hidden > 0:
-            a, p = self._sample(self.burn_in, _derived_seed(self.seed, 5))
+            a, p = self._sample(self.burn_in, derived_seed(self.seed, 5))
             accepted, proposed = accepted + a, proposed + p
         self.iteration += 1
         n_before = self.n_hidden

@@ -19,6 +19,7 @@ import scipy.optimize
 import scipy.sparse
 import scipy.special
 
+from engine.checks import check_int
 from engine.kernels import fvbm as kernels
 from engine.stepping import Record, as_scalar
 
@@ -66,7 +67,7 @@ class FVBM:
     @classmethod
     def random(cls, d: int, seed: int, variance: float = 0.5) -> "FVBM":
         """b and the upper triangle of M drawn i.i.d. N(0, variance), as in §5."""
-        d = _check_int("d", d, "FVBM.random", minimum=1)
+        d = check_int("d", d, "FVBM.random", minimum=1)
         if not (variance > 0 and math.isfinite(variance)):
             raise ValueError(f"The 'variance' parameter of FVBM.random must be a float > 0. Got {variance!r}.")
         rng = np.random.default_rng(seed)
@@ -100,7 +101,7 @@ class FVBM:
         The exact sampler inverts the cumulative distribution over all 2^d states; the Gibbs
         sampler runs one seeded chain with ``burn_in`` sweeps, keeping every ``thin``-th.
         """
-        n = _check_int("n", n, "FVBM.sample", minimum=1)
+        n = check_int("n", n, "FVBM.sample", minimum=1)
         if self.d <= MAX_EXACT_D:
             p = self.probabilities()
             cdf = np.cumsum(p)
@@ -134,12 +135,6 @@ def parameter_mse(b: np.ndarray, M: np.ndarray, truth: FVBM) -> float:
     """Mean squared error over the q = d + d(d-1)/2 elements of theta (§5)."""
     diff = pack_theta(b, M) - truth.theta()
     return float(diff @ diff / diff.size)
-
-
-def _check_int(name: str, value: Any, owner: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"The '{name}' parameter of {owner} must be an int >= {minimum}. Got {value!r}.")
-    return int(value)
 
 
 def _check_exact_d(d: int, owner: str) -> None:
@@ -408,8 +403,8 @@ class FVBMTrainer:
             raise ValueError(f"The 'tol' parameter of {owner} must be a float >= 0. Got {tol!r}.")
         if init not in ("zeros", "random"):
             raise ValueError(f"The 'init' parameter of {owner} must be 'zeros' or 'random'. Got {init!r}.")
-        self.max_sweeps = _check_int("max_sweeps", max_sweeps, owner, minimum=1)
-        self.exact_every = _check_int("exact_every", exact_every, owner, minimum=0)
+        self.max_sweeps = check_int("max_sweeps", max_sweeps, owner, minimum=1)
+        self.exact_every = check_int("exact_every", exact_every, owner, minimum=0)
         if self.exact_every and self.d > MAX_EXACT_D:
             raise ValueError(f"The 'exact_every' parameter of {owner} needs d <= {MAX_EXACT_D}. Got d = {self.d}.")
         if truth is not None and truth.d != self.d:

@@ -64,9 +64,16 @@ from typing import Any, Literal, Mapping
 
 import numpy as np
 
+from engine.checks import check_int
 from engine.fvbm import (
-    DECREASE_TOLERANCE, FVBM, MAX_EXACT_D, _check_int, _check_params, check_data, compress_rows,
-    exact_log_likelihood, parameter_mse,
+    DECREASE_TOLERANCE,
+    FVBM,
+    MAX_EXACT_D,
+    _check_params,
+    check_data,
+    compress_rows,
+    exact_log_likelihood,
+    parameter_mse,
 )
 from engine.kernels import fvbm_bound as kernels
 from engine.stepping import Record, as_scalar
@@ -160,8 +167,8 @@ class _MPLETrainer:
                 raise ValueError(f"The '{name}' parameter of {owner} must be a float >= 0. Got {value!r}.")
         if init not in ("zeros", "random"):
             raise ValueError(f"The 'init' parameter of {owner} must be 'zeros' or 'random'. Got {init!r}.")
-        self.max_sweeps = _check_int("max_sweeps", max_sweeps, owner, minimum=1)
-        self.exact_every = _check_int("exact_every", exact_every, owner, minimum=0)
+        self.max_sweeps = check_int("max_sweeps", max_sweeps, owner, minimum=1)
+        self.exact_every = check_int("exact_every", exact_every, owner, minimum=0)
         if self.exact_every and self.d > MAX_EXACT_D:
             raise ValueError(f"The 'exact_every' parameter of {owner} needs d <= {MAX_EXACT_D}. Got d = {self.d}.")
         if truth is not None and truth.d != self.d:
@@ -420,7 +427,7 @@ class LBFGSMPLETrainer(_MPLETrainer):
     monotone_guaranteed = False
 
     def __init__(self, X: np.ndarray, *, memory: int = 10, **kwargs: Any) -> None:
-        self.memory = _check_int("memory", memory, self.owner, minimum=1)
+        self.memory = check_int("memory", memory, self.owner, minimum=1)
         super().__init__(X, **kwargs)
         self._mem_state[2] = 1.0 / max(self.grad_norm, 1e-300)  # no pairs yet: a unit-length first step
 

@@ -75,6 +75,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import scipy.special
 
+from engine.checks import check_int
 from engine.kernels import majorize as kernels
 from engine.majorize import KroneckerCurvature, _check_labels, _check_theta
 from engine.optimizers import (
@@ -84,7 +85,6 @@ from engine.optimizers import (
     NewtonTrainer,
     SteepestDescentTrainer,
     check_float,
-    check_int,
     shifted_cholesky_solve,
 )
 from engine.stepping import Record, as_scalar

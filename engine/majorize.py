@@ -67,6 +67,7 @@ import numpy as np
 import scipy.special
 
 from engine.bound import LowRankBound
+from engine.checks import check_int
 from engine.fvbm import FVBM, check_data, pack_theta, states_to_spins, unpack_theta
 from engine.kernels import majorize as kernels
 from engine.optimizers import (
@@ -77,7 +78,6 @@ from engine.optimizers import (
     NewtonTrainer,
     SteepestDescentTrainer,
     check_float,
-    check_int,
     iterations_to_epsilon,
     scipy_reference,
     shifted_cholesky_solve,

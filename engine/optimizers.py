@@ -44,6 +44,7 @@ import numpy as np
 import scipy.linalg
 import scipy.optimize
 
+from engine.checks import check_int
 from engine.stepping import Record, as_scalar
 
 #: J may rise by this much, relative to max(1, |J|), before a step counts as an increase.
@@ -75,12 +76,6 @@ class Objective(Protocol):
 
 
 # ----------------------------------------------------------------------- validation
-
-
-def check_int(name: str, value: Any, owner: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"The '{name}' parameter of {owner} must be an int >= {minimum}. Got {value!r}.")
-    return int(value)
 
 
 def check_float(name: str, value: Any, owner: str, minimum: float = 0.0, strict: bool = False) -> float:

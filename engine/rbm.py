@@ -21,6 +21,7 @@ from typing import Any, Literal, Mapping
 
 import numpy as np
 
+from engine.checks import check_choice, check_float, check_int, check_seed, derived_seed
 from engine.kernels import rbm as kernels
 from engine.stepping import Record, as_scalar
 
@@ -43,32 +44,6 @@ SCALAR_OP_COST = 350
 
 
 # ------------------------------------------------------------------- validation
-
-
-def _check_int(name: str, value: Any, owner: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"The '{name}' parameter of {owner} must be an int >= {minimum}. Got {value!r}.")
-    return int(value)
-
-
-def _check_float(name: str, value: Any, owner: str, low: float, high: float = math.inf,
-                 low_open: bool = False, high_open: bool = True) -> float:
-    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-    if ok:
-        value = float(value)
-        ok = math.isfinite(value) and (value > low if low_open else value >= low)
-        ok = ok and (value < high if high_open else value <= high)
-    if not ok:
-        lo = f"> {low:g}" if low_open else f">= {low:g}"
-        hi = "" if high == math.inf else (f" and < {high:g}" if high_open else f" and <= {high:g}")
-        raise ValueError(f"The '{name}' parameter of {owner} must be a float {lo}{hi}. Got {value!r}.")
-    return value
-
-
-def _check_choice(name: str, value: Any, owner: str, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        raise ValueError(f"The '{name}' parameter of {owner} must be one of {', '.join(map(repr, allowed))}. Got {value!r}.")
-    return value
 
 
 def _check_params(W: Any, b_vis: Any, b_hid: Any, owner: str = "RBM") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -114,16 +89,7 @@ def check_dtype(value: Any, owner: str) -> str:
         name = np.dtype(value).name if not isinstance(value, str) else value
     except TypeError:
         name = value
-    return _check_choice("dtype", name, owner, DTYPES)
-
-
-def _seed(owner: str, seed: Any) -> int:
-    return _check_int("seed", seed, owner, minimum=0)
-
-
-def _derived_seed(*words: int) -> int:
-    """A 31-bit seed for numba's generator derived from a tuple of ints (SeedSequence)."""
-    return int(np.random.SeedSequence([int(w) for w in words]).generate_state(1, np.uint32)[0] >> 1)
+    return check_choice("dtype", name, owner, DTYPES)
 
 
 # ------------------------------------------------------------------------ model
@@ -154,10 +120,10 @@ class RBM:
     @classmethod
     def random(cls, n_visible: int, n_hidden: int, seed: int, scale: float = 0.1) -> "RBM":
         """W, b_vis, b_hid drawn i.i.d. N(0, scale^2)."""
-        n_visible = _check_int("n_visible", n_visible, "RBM.random", 1)
-        n_hidden = _check_int("n_hidden", n_hidden, "RBM.random", 1)
-        scale = _check_float("scale", scale, "RBM.random", 0.0)
-        rng = np.random.default_rng(_seed("RBM.random", seed))
+        n_visible = check_int("n_visible", n_visible, "RBM.random", 1)
+        n_hidden = check_int("n_hidden", n_hidden, "RBM.random", 1)
+        scale = check_float("scale", scale, "RBM.random", 0.0)
+        rng = np.random.default_rng(check_seed("RBM.random", seed))
         return cls(rng.normal(0, scale, (n_visible, n_hidden)), rng.normal(0, scale, n_visible),
                    rng.normal(0, scale, n_hidden))
 
@@ -191,15 +157,15 @@ class RBM:
         modified.  Seeded: the same (V, k, seed) gives the same chains.
         """
         V = check_binary(V, "V", "RBM.gibbs", self.n_visible).copy()
-        k = _check_int("k", k, "RBM.gibbs", 1)
-        seed = _seed("RBM.gibbs", seed)
-        H = kernels.gibbs_chains(V, self.W, np.ascontiguousarray(self.W.T), self.b_vis, self.b_hid, k, _derived_seed(seed, 11))
+        k = check_int("k", k, "RBM.gibbs", 1)
+        seed = check_seed("RBM.gibbs", seed)
+        H = kernels.gibbs_chains(V, self.W, np.ascontiguousarray(self.W.T), self.b_vis, self.b_hid, k, derived_seed(seed, 11))
         return V, H
 
     def sample(self, n_chains: int, k: int, seed: int) -> np.ndarray:
         """Visible states of ``n_chains`` Gibbs chains after k steps from uniform random states."""
-        n_chains = _check_int("n_chains", n_chains, "RBM.sample", 1)
-        rng = np.random.default_rng(_seed("RBM.sample", seed))
+        n_chains = check_int("n_chains", n_chains, "RBM.sample", 1)
+        rng = np.random.default_rng(check_seed("RBM.sample", seed))
         V0 = (rng.random((n_chains, self.n_visible)) < 0.5).astype(np.float64)
         return self.gibbs(V0, k, seed)[0]
 
@@ -242,7 +208,7 @@ def base_rate_biases(V: np.ndarray, *, pseudo_count: float = 1.0) -> np.ndarray:
     (a pixel never on gets a large negative, finite bias).
     """
     V = check_binary(V, "V", "base_rate_biases")
-    pseudo_count = _check_float("pseudo_count", pseudo_count, "base_rate_biases", 0.0, low_open=True)
+    pseudo_count = check_float("pseudo_count", pseudo_count, "base_rate_biases", 0.0, low_open=True)
     p = (V.sum(axis=0) + pseudo_count) / (V.shape[0] + 2.0 * pseudo_count)
     return np.log(p) - np.log1p(-p)
 
@@ -258,9 +224,9 @@ def model_base_rate_biases(W: np.ndarray, b_vis: np.ndarray, b_hid: np.ndarray, 
     """
     owner = "model_base_rate_biases"
     model = RBM(W, b_vis, b_hid)
-    n_chains = _check_int("n_chains", n_chains, owner, 1)
-    n_steps = _check_int("n_steps", n_steps, owner, 1)
-    seed = _derived_seed(_seed(owner, seed), 17)
+    n_chains = check_int("n_chains", n_chains, owner, 1)
+    n_steps = check_int("n_steps", n_steps, owner, 1)
+    seed = derived_seed(check_seed(owner, seed), 17)
     V0 = (np.random.default_rng(seed).random((n_chains, model.n_visible)) < 0.5).astype(np.float64)
     _, H = model.gibbs(V0, n_steps, seed)  # H: the hidden sample the final visibles were drawn from
     P = model.prob_v_given_h(H)
@@ -305,8 +271,8 @@ def ais_log_partition(
     """
     owner = "ais_log_partition"
     W, b_vis, b_hid = _check_params(W, b_vis, b_hid, owner)
-    n_runs = _check_int("n_runs", n_runs, owner, 1)
-    seed = _seed(owner, seed)
+    n_runs = check_int("n_runs", n_runs, owner, 1)
+    seed = check_seed(owner, seed)
     betas = AIS_SCHEDULE_DEFAULT if schedule is None else np.asarray(schedule, dtype=np.float64)
     if (betas.ndim != 1 or betas.shape[0] < 2 or betas[0] != 0.0 or betas[-1] != 1.0
             or np.any(np.diff(betas) < 0) or not np.all(np.isfinite(betas))):
@@ -316,7 +282,7 @@ def ais_log_partition(
     base_vis = np.asarray(base_vis, dtype=np.float64)
     if base_vis.shape != (W.shape[0],) or not np.all(np.isfinite(base_vis)):
         raise ValueError(f"The 'base_vis' parameter of {owner} must be a finite array of shape ({W.shape[0]},). Got shape {base_vis.shape}.")
-    logw = kernels.ais_log_weights(W, b_vis, b_hid, base_vis, np.ascontiguousarray(betas), n_runs, _derived_seed(seed, 13))
+    logw = kernels.ais_log_weights(W, b_vis, b_hid, base_vis, np.ascontiguousarray(betas), n_runs, derived_seed(seed, 13))
     log_z_base = W.shape[1] * math.log(2.0) + float(np.sum(np.logaddexp(0.0, base_vis)))
     top = logw.max()
     w = np.exp(logw - top)
@@ -359,10 +325,10 @@ def stochastic_pseudo_log_likelihood(
     """
     owner = "stochastic_pseudo_log_likelihood"
     V = check_binary(V, "V", owner, rbm.n_visible)
-    n_units = _check_int("n_units", n_units, owner, 1)
+    n_units = check_int("n_units", n_units, owner, 1)
     if n_units > rbm.n_visible:
         raise ValueError(f"The 'n_units' parameter of {owner} must be <= n_visible = {rbm.n_visible}. Got {n_units}.")
-    rng = np.random.default_rng(_seed(owner, seed))
+    rng = np.random.default_rng(check_seed(owner, seed))
     units = np.sort(rng.choice(rbm.n_visible, n_units, replace=False)).astype(np.int64)
     mean = float(kernels.conditional_log_probs(V, rbm.W, rbm.b_vis, rbm.b_hid, units).mean())
     return mean * rbm.n_visible if scale_to_all else mean
@@ -469,16 +435,16 @@ class RBMTrainer:
         self.n, self.n_visible = self.V.shape
         self.dtype = check_dtype(dtype, owner)
         self._V_train = self.V if self.dtype == "float64" else self.V.astype(self.dtype)  # 0/1: exact
-        self.n_hidden = _check_int("n_hidden", n_hidden, owner, 1)
-        self.method = _check_choice("method", method, owner, ("pcd", "cd"))
-        self.k = _check_int("k", k, owner, 1)
-        self.batch_size = min(_check_int("batch_size", batch_size, owner, 1), self.n)
-        self.learning_rate = _check_float("learning_rate", learning_rate, owner, 0.0, low_open=True)
-        self.momentum = _check_float("momentum", momentum, owner, 0.0, 1.0)
-        self.weight_decay = _check_float("weight_decay", weight_decay, owner, 0.0)
-        self.step_unit = _check_choice("step_unit", step_unit, owner, ("batch", "epoch"))
-        self.seed = _seed(owner, seed)
-        evaluate = _check_choice("evaluate", evaluate, owner, ("auto", "exact", "ais", "none"))
+        self.n_hidden = check_int("n_hidden", n_hidden, owner, 1)
+        self.method = check_choice("method", method, owner, ("pcd", "cd"))
+        self.k = check_int("k", k, owner, 1)
+        self.batch_size = min(check_int("batch_size", batch_size, owner, 1), self.n)
+        self.learning_rate = check_float("learning_rate", learning_rate, owner, 0.0, low_open=True)
+        self.momentum = check_float("momentum", momentum, owner, 0.0, 1.0)
+        self.weight_decay = check_float("weight_decay", weight_decay, owner, 0.0)
+        self.step_unit = check_choice("step_unit", step_unit, owner, ("batch", "epoch"))
+        self.seed = check_seed(owner, seed)
+        evaluate = check_choice("evaluate", evaluate, owner, ("auto", "exact", "ais", "none"))
         small = min(self.n_visible, self.n_hidden) <= MAX_EXACT_UNITS
         if evaluate == "exact" and not small:
             raise ValueError(
@@ -486,11 +452,11 @@ class RBMTrainer:
                 f"Got n_visible = {self.n_visible}, n_hidden = {self.n_hidden}."
             )
         self.evaluate = ("exact" if small else "none") if evaluate == "auto" else evaluate
-        self.max_epochs = _check_int("max_epochs", max_epochs, owner, 1)
-        self.eval_rows = _check_int("eval_rows", eval_rows, owner, 1)
-        self.pl_units = _check_int("pl_units", pl_units, owner, 1)
-        self.ais_runs = _check_int("ais_runs", ais_runs, owner, 2)
-        self.eval_overhead = _check_float("eval_overhead", eval_overhead, owner, 0.0, low_open=True)
+        self.max_epochs = check_int("max_epochs", max_epochs, owner, 1)
+        self.eval_rows = check_int("eval_rows", eval_rows, owner, 1)
+        self.pl_units = check_int("pl_units", pl_units, owner, 1)
+        self.ais_runs = check_int("ais_runs", ais_runs, owner, 2)
+        self.eval_overhead = check_float("eval_overhead", eval_overhead, owner, 0.0, low_open=True)
         self.batches_per_epoch = -(-self.n // self.batch_size)
         rng = np.random.default_rng([self.seed, 0])
         pick = np.sort(rng.permutation(self.n)[: min(self.eval_rows, self.n)])
@@ -602,7 +568,7 @@ class RBMTrainer:
             idx = self._permutation(epoch)[b * self.batch_size:(b + 1) * self.batch_size]
             rows.append(idx)
             bounds.append(bounds[-1] + idx.shape[0])
-            seeds.append(_derived_seed(self.seed, 1, t))
+            seeds.append(derived_seed(self.seed, 1, t))
         recon = np.empty(n_batches)
         t0 = time.perf_counter()
         kernels.train_batches(
@@ -659,7 +625,7 @@ class RBMTrainer:
         rbm = self.rbm
         if self.n_visible <= self.pl_units:
             return {"pseudo_likelihood": pseudo_log_likelihood_exact(rbm, self._V_eval), "pseudo_likelihood_exact": True}
-        value = stochastic_pseudo_log_likelihood(rbm, self._V_eval, self.pl_units, _derived_seed(self.seed, 3, self.iteration),
+        value = stochastic_pseudo_log_likelihood(rbm, self._V_eval, self.pl_units, derived_seed(self.seed, 3, self.iteration),
                                                  scale_to_all=True)
         return {"pseudo_likelihood": value, "pseudo_likelihood_exact": False}
 
@@ -670,7 +636,7 @@ class RBMTrainer:
             log_z = log_partition_exact(rbm.W, rbm.b_vis, rbm.b_hid)
             return {"log_likelihood": -free - log_z, "log_z": log_z}
         log_z, spread = ais_log_partition(rbm.W, rbm.b_vis, rbm.b_hid, n_runs=self.ais_runs, schedule=AIS_SCHEDULE_LIVE,
-                                          seed=_derived_seed(self.seed, 4, self.iteration), base_vis=self.base_vis)
+                                          seed=derived_seed(self.seed, 4, self.iteration), base_vis=self.base_vis)
         return {"log_likelihood_ais": -free - log_z, "log_z": log_z, "log_z_spread": spread}
 
     def run(self) -> list[Record]:

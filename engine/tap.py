@@ -26,14 +26,11 @@ from typing import Any, Literal, Mapping
 
 import numpy as np
 
+from engine.checks import check_choice, check_float, check_int, check_seed
 from engine.kernels import tap as kernels
 from engine.rbm import (
     MAX_EXACT_UNITS,
-    _check_choice,
-    _check_float,
-    _check_int,
     _check_params,
-    _seed,
     base_rate_biases,
     check_binary,
     check_dtype,
@@ -89,10 +86,10 @@ class Prior:
 def _layer(prior: str | Prior, U: np.ndarray, name: str, owner: str) -> tuple:
     """(code, U, V, rho, lo, hi) arrays/scalars for the kernels, validated."""
     if isinstance(prior, str):
-        prior = Prior(_check_choice(name, prior, owner, PRIOR_KINDS))
+        prior = Prior(check_choice(name, prior, owner, PRIOR_KINDS))
     if not isinstance(prior, Prior):
         raise ValueError(f"The '{name}' parameter of {owner} must be one of {', '.join(map(repr, PRIOR_KINDS))} or a Prior. Got {prior!r}.")
-    kind = _check_choice(f"{name}.kind", prior.kind, owner, PRIOR_KINDS)
+    kind = check_choice(f"{name}.kind", prior.kind, owner, PRIOR_KINDS)
     n = U.shape[0]
     V = np.zeros(n)
     R = np.full(n, 0.5)
@@ -224,9 +221,9 @@ def tap_fixed_points(
     K = av.shape[0]
     cv = (np.zeros((K, n_vis), dtype) if init_c_vis is None
           else _check_moments(init_c_vis, "init_c_vis", owner, n_vis, K).astype(dtype))
-    damping = _check_float("damping", damping, owner, 0.0, 1.0)
-    tol = _check_float("tol", tol, owner, 0.0)
-    max_iter = _check_int("max_iter", max_iter, owner, 1)
+    damping = check_float("damping", damping, owner, 0.0, 1.0)
+    tol = check_float("tol", tol, owner, 0.0)
+    max_iter = check_int("max_iter", max_iter, owner, 1)
     ah = np.zeros((K, n_hid), dtype)
     ch = np.zeros((K, n_hid), dtype)
     iters = np.zeros(K, dtype=np.int64)
@@ -256,9 +253,9 @@ def refine_fixed_points(
     K = result.n_chains
     av, cv, ah, ch = (_check_moments(getattr(result, name), f"result.{name}", owner, n, K).copy()
                       for name, n in (("a_vis", n_vis), ("c_vis", n_vis), ("a_hid", n_hid), ("c_hid", n_hid)))
-    damping = _check_float("damping", damping, owner, 0.0, 1.0)
-    tol = _check_float("tol", tol, owner, 0.0)
-    max_iter = _check_int("max_iter", max_iter, owner, 1)
+    damping = check_float("damping", damping, owner, 0.0, 1.0)
+    tol = check_float("tol", tol, owner, 0.0)
+    max_iter = check_int("max_iter", max_iter, owner, 1)
     iters = np.asarray(result.iterations, dtype=np.int64).copy()
     conv = np.asarray(result.converged, dtype=np.bool_).copy()
     todo = np.flatnonzero(conv)
@@ -280,12 +277,12 @@ def refine_fixed_points(
 def random_init(n_chains: int, n_visible: int, seed: int, prior_vis: str | Prior = "bernoulli") -> np.ndarray:
     """Random initial magnetizations, uniform over the prior's range (an alternative to eq. 37)."""
     owner = "random_init"
-    n_chains = _check_int("n_chains", n_chains, owner, 1)
-    n_visible = _check_int("n_visible", n_visible, owner, 1)
+    n_chains = check_int("n_chains", n_chains, owner, 1)
+    n_visible = check_int("n_visible", n_visible, owner, 1)
     code, _, _, _, lo, hi = _layer(prior_vis, np.zeros(n_visible), "prior_vis", owner)
     if code == kernels.SPIN:
         lo, hi = -1.0, 1.0
-    return np.random.default_rng(_seed(owner, seed)).uniform(lo, hi, (n_chains, n_visible))
+    return np.random.default_rng(check_seed(owner, seed)).uniform(lo, hi, (n_chains, n_visible))
 
 
 def tap_free_energy(
@@ -360,7 +357,7 @@ def unique_solutions(
     the chains, and duplicated chains never add solutions.
     """
     owner = "unique_solutions"
-    tol = _check_float("tol", tol, owner, 0.0)
+    tol = check_float("tol", tol, owner, 0.0)
     finite = np.ones(result.n_chains, dtype=bool)
     for arr in (result.a_vis, result.c_vis, result.a_hid, result.c_hid):
         finite &= np.all(np.isfinite(arr), axis=1)
@@ -659,8 +656,8 @@ class TAPTrainer:
     ) -> None:
         owner = "TAPTrainer"
         self.dtype = check_dtype(dtype, owner)
-        self.prior_vis = _check_choice("prior_vis", prior_vis, owner, PRIOR_KINDS)
-        self.prior_hid = _check_choice("prior_hid", prior_hid, owner, PRIOR_KINDS)
+        self.prior_vis = check_choice("prior_vis", prior_vis, owner, PRIOR_KINDS)
+        self.prior_hid = check_choice("prior_hid", prior_hid, owner, PRIOR_KINDS)
         probe = _layer(Prior("truncated_gaussian", bounds=bounds), np.zeros(1), "bounds", owner)
         self.bounds = (probe[4], probe[5])
         shape = np.shape(V)
@@ -668,28 +665,28 @@ class TAPTrainer:
             raise ValueError(f"The 'V' parameter of {owner} must be a 2-d array with n >= 1 rows and >= 1 columns. Got shape {shape}.")
         self.V = _data_layer_check(V, PRIOR_CODES[self.prior_vis], *self.bounds, "V", owner, shape[1])
         self.n, self.n_visible = self.V.shape
-        self.n_hidden = _check_int("n_hidden", n_hidden, owner, 1)
-        self.batch_size = min(_check_int("batch_size", batch_size, owner, 1), self.n)
-        self.n_chains = _check_int("n_chains", n_chains, owner, 1)
-        self.learning_rate = _check_float("learning_rate", learning_rate, owner, 0.0, low_open=True)
-        self.weight_decay = _check_float("weight_decay", weight_decay, owner, 0.0)
-        self.momentum = _check_float("momentum", momentum, owner, 0.0, 1.0)
-        self.damping = _check_float("damping", damping, owner, 0.0, 1.0)
-        self.tol = _check_float("tol", tol, owner, 0.0)
-        self.max_iter = _check_int("max_iter", max_iter, owner, 1)
-        self.unique_tol = _check_float("unique_tol", unique_tol, owner, 0.0)
-        self.init = _check_choice("init", init, owner, ("data", "random"))
-        self.init_scale = _check_float("init_scale", init_scale, owner, 0.0)
-        self.step_unit = _check_choice("step_unit", step_unit, owner, ("batch", "epoch"))
-        self.max_epochs = _check_int("max_epochs", max_epochs, owner, 1)
-        n_eval = min(self.n, self.n_chains) if n_eval is None else _check_int("n_eval", n_eval, owner, 1)
+        self.n_hidden = check_int("n_hidden", n_hidden, owner, 1)
+        self.batch_size = min(check_int("batch_size", batch_size, owner, 1), self.n)
+        self.n_chains = check_int("n_chains", n_chains, owner, 1)
+        self.learning_rate = check_float("learning_rate", learning_rate, owner, 0.0, low_open=True)
+        self.weight_decay = check_float("weight_decay", weight_decay, owner, 0.0)
+        self.momentum = check_float("momentum", momentum, owner, 0.0, 1.0)
+        self.damping = check_float("damping", damping, owner, 0.0, 1.0)
+        self.tol = check_float("tol", tol, owner, 0.0)
+        self.max_iter = check_int("max_iter", max_iter, owner, 1)
+        self.unique_tol = check_float("unique_tol", unique_tol, owner, 0.0)
+        self.init = check_choice("init", init, owner, ("data", "random"))
+        self.init_scale = check_float("init_scale", init_scale, owner, 0.0)
+        self.step_unit = check_choice("step_unit", step_unit, owner, ("batch", "epoch"))
+        self.max_epochs = check_int("max_epochs", max_epochs, owner, 1)
+        n_eval = min(self.n, self.n_chains) if n_eval is None else check_int("n_eval", n_eval, owner, 1)
         self.n_eval = min(n_eval, self.n)
-        self.batches_per_step = _check_int("batches_per_step", batches_per_step, owner, 1)
+        self.batches_per_step = check_int("batches_per_step", batches_per_step, owner, 1)
         if max_damping is not None:
-            max_damping = _check_float("max_damping", max_damping, owner, 0.0, 1.0)
+            max_damping = check_float("max_damping", max_damping, owner, 0.0, 1.0)
         self.max_damping = max_damping
         self.damping_changes: list[tuple[int, float]] = []  # (iteration, new damping) raised on a stall
-        self.seed = _seed(owner, seed)
+        self.seed = check_seed(owner, seed)
         self.batches_per_epoch = -(-self.n // self.batch_size)
         self.exact = (self.prior_vis == self.prior_hid == "bernoulli"
                       and min(self.n_visible, self.n_hidden) <= MAX_EXACT_UNITS)
@@ -947,7 +944,7 @@ class TAPTrainer:
                         iteration=as_scalar(state["iteration"]), elapsed=as_scalar(state["elapsed"]), status=status,
                         message=as_scalar(state["message"]))
         if "damping" in state:  # raised on stalls when max_damping is set; resume with it
-            self.damping = _check_float("damping", float(as_scalar(state["damping"])), "the checkpoint", 0.0, 1.0)
+            self.damping = check_float("damping", float(as_scalar(state["damping"])), "the checkpoint", 0.0, 1.0)
 
 
 def warm_up_tap() -> None:

@@ -41,7 +41,8 @@ from scipy.sparse import SparseEfficiencyWarning
 from scipy.special import expit, logit
 from sklearn.manifold import Isomap
 
-from engine.rbm import _check_choice, _check_float, _check_int, check_binary
+from engine.checks import check_choice, check_float, check_int
+from engine.rbm import check_binary
 
 #: The channel log-odds |log((1 - p) / p)| is clipped to this (it is infinite at p = 0 or 1).
 #: Large enough to overrule any clipped prior (|logit| <= 13.8): sigm(-36) ~ 2e-16.
@@ -81,7 +82,7 @@ def _check_real(X: Any, name: str, owner: str, *, ndim: int = 2, n_cols: int | N
 
 
 def _check_p(p: Any, owner: str) -> float:
-    return _check_float("p", p, owner, 0.0, 1.0, high_open=False)
+    return check_float("p", p, owner, 0.0, 1.0, high_open=False)
 
 
 # ------------------------------------------------------------- Isomap embeddings
@@ -188,8 +189,8 @@ def _subsample(n: int, max_fit: int, seed: int) -> np.ndarray:
 
 
 def _check_embedding_args(owner: str, n_neighbors: Any, n_components: Any, max_fit: Any, seed: Any) -> tuple[int, int, int, int]:
-    return (_check_int("n_neighbors", n_neighbors, owner, 1), _check_int("n_components", n_components, owner, 1),
-            _check_int("max_fit", max_fit, owner, 2), _check_int("seed", seed, owner, 0))
+    return (check_int("n_neighbors", n_neighbors, owner, 1), check_int("n_components", n_components, owner, 1),
+            check_int("max_fit", max_fit, owner, 2), check_int("seed", seed, owner, 0))
 
 
 def fit_solution_embedding(solutions_by_epoch: Sequence[Any], n_neighbors: int = 10, n_components: int = 2,
@@ -308,7 +309,7 @@ def lp_spread(W: Any, p: float = 0.1) -> np.ndarray:
     """
     owner = "lp_spread"
     W = _check_real(W, "W", owner)
-    p = _check_float("p", p, owner, 0.0, low_open=True)
+    p = check_float("p", p, owner, 0.0, low_open=True)
     s = np.sum(np.abs(W) ** p, axis=0)
     with np.errstate(divide="ignore", over="ignore"):
         return np.where(s > 0, np.exp(np.log(s) / p), 0.0)
@@ -342,8 +343,8 @@ def rank_receptive_fields(W: Any, hidden_means: Any = None, by: str = "spread",
     """
     owner = "rank_receptive_fields"
     W = _check_real(W, "W", owner)
-    by = _check_choice("by", by, owner, ("spread", "activation"))
-    p = _check_float("p", p, owner, 0.0, low_open=True)
+    by = check_choice("by", by, owner, ("spread", "activation"))
+    p = check_float("p", p, owner, 0.0, low_open=True)
     if by == "spread":
         scores = lp_spread(W, p)
         return np.argsort(scores, kind="stable").astype(np.int64), scores
@@ -367,7 +368,7 @@ def binary_symmetric_channel(X: Any, p: float, seed: int) -> np.ndarray:
     owner = "binary_symmetric_channel"
     X = check_binary(X, "X", owner)
     p = _check_p(p, owner)
-    seed = _check_int("seed", seed, owner, 0)
+    seed = check_int("seed", seed, owner, 0)
     flips = np.random.default_rng(seed).random(X.shape) < p
     return np.where(flips, 1.0 - X, X)
 
@@ -430,7 +431,7 @@ def nearest_neighbour_denoise(Y: Any, X_train: Any, *, return_index: bool = Fals
     owner = "nearest_neighbour_denoise"
     X_train = check_binary(X_train, "X_train", owner)
     Y = check_binary(Y, "Y", owner, n_visible=X_train.shape[1])
-    chunk_bytes = _check_int("chunk_bytes", chunk_bytes, owner, 1)
+    chunk_bytes = check_int("chunk_bytes", chunk_bytes, owner, 1)
     Xf = X_train.astype(np.float32)
     x_norms = Xf.sum(axis=1)
     rows = max(1, chunk_bytes // (4 * len(Xf)))
@@ -489,11 +490,11 @@ def denoising_curve(X_clean: Any, X_train: Any, ps: Sequence[float], seed: int,
     owner = "denoising_curve"
     X_clean = check_binary(X_clean, "X_clean", owner)
     X_train = check_binary(X_train, "X_train", owner, n_visible=X_clean.shape[1])
-    seed = _check_int("seed", seed, owner, 0)
+    seed = check_int("seed", seed, owner, 0)
     if isinstance(ps, (str, bytes)) or np.ndim(ps) != 1 or len(ps) == 0:
         raise ValueError(f"The 'ps' parameter of {owner} must be a non-empty 1-d sequence of flip "
                          f"probabilities in [0, 1]. Got {ps!r}.")
-    ps = [_check_float("ps", q, owner, 0.0, 1.0, high_open=False) for q in ps]
+    ps = [check_float("ps", q, owner, 0.0, 1.0, high_open=False) for q in ps]
     if tap_denoiser is not None and not callable(tap_denoiser):
         raise ValueError(f"The 'tap_denoiser' parameter of {owner} must be a callable (Y, p) -> estimates "
                          f"or None. Got {type(tap_denoiser).__name__}.")

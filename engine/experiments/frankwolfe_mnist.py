@@ -107,6 +107,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from engine.checks import derived_seed
+
 #: Claim 1: the selected size is "appropriate" when its test log-likelihood is within this
 #: many nats of the best along the FW path (also: the stopping rule "missed" an overfit
 #: when the final model is below the best by more than this).
@@ -249,10 +251,6 @@ def _blas_limit(threads: int | None):
     return threadpool_limits(limits=threads)
 
 
-def _derived_seed(*words: int) -> int:
-    return int(np.random.SeedSequence([int(w) for w in words]).generate_state(1, np.uint32)[0] >> 1)
-
-
 def run(quick: bool = False, output_dir: str | Path | None = None, seed: int = 0,
         progress: Callable[[str], None] | None = None, **overrides: Any) -> dict:
     """Grow FW, train CD (random and FW init.), evaluate, classify, time; a JSON-ready dict.
@@ -302,7 +300,7 @@ class _Evaluator:
             return out | {"ais_seconds": 0.0}
         n = W.shape[1]
         log_z, spread = ais_log_partition(W, b_vis, b_hid, n_runs=self.s.ais_runs, schedule=self.schedule,
-                                          seed=_derived_seed(self.s.seed, 4, n), base_vis=self.base_vis)
+                                          seed=derived_seed(self.s.seed, 4, n), base_vis=self.base_vis)
         model = RBM(W, b_vis, b_hid)
         out = {"log_z": float(log_z), "log_z_spread": float(spread)}
         for name, X in self.splits.items():

@@ -12,11 +12,12 @@ import math
 import numpy as np
 import pytest
 import scipy.special
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from engine import rbm as R
+from engine.checks import derived_seed
 from engine.kernels import rbm as kernels
-
 
 # ------------------------------------------------------------------ references
 
@@ -197,7 +198,7 @@ def test_gibbs_chains_match_numpy_reference_draw_for_draw():
     model = small_rbm(6, 4, 1)
     V0 = random_binary(7, 6, 3)
     V, H = model.gibbs(V0, 3, seed=11)
-    stream = Stream(R._derived_seed(11, 11))
+    stream = Stream(derived_seed(11, 11))
     Vr = V0.copy()
     for _ in range(3):
         Hr = (stream.take((7, 4)) < ref_sigmoid(Vr @ model.W + model.b_hid)).astype(float)
@@ -314,7 +315,7 @@ def test_ais_estimate_and_spread_from_log_weights():
     base = np.random.default_rng(0).normal(0, 1, 6)
     betas = np.linspace(0, 1, 50)
     est, spread = R.ais_log_partition(model.W, model.b_vis, model.b_hid, n_runs=40, schedule=betas, seed=5, base_vis=base)
-    logw = kernels.ais_log_weights(model.W, model.b_vis, model.b_hid, base, betas, 40, R._derived_seed(5, 13))
+    logw = kernels.ais_log_weights(model.W, model.b_vis, model.b_hid, base, betas, 40, derived_seed(5, 13))
     log_z_base = 4 * math.log(2) + ref_softplus(base).sum()
     w = np.exp(logw)
     assert est == pytest.approx(math.log(w.mean()) + log_z_base, rel=1e-12)
