@@ -639,7 +639,7 @@ async def run(sessions: int = 16, seconds: float = 60.0, lab: str = "TAP", port:
         "root_ms": http["root"],
         "http_failures": _counts(f"{name}: {f}" for name, p in measured["http"].items() for f in p.failures),
         "step_to_patch_ms": {**_percentiles(probe["step_ms"]), "missed": probe["missed"], "all": probe["step_ms"]},
-        "new_page_seconds": {**_spread([o["usable"] for o in opens]), "n": len(opens), "pages": opens},
+        "new_page_seconds": {**(_spread([o["usable"] for o in opens]) or {}), "n": len(opens), "pages": opens},
         "user_open_seconds": _spread([r["open"]["usable"] for r in users if r["open"]]),
         "updates_per_second": _spread([r["updates_per_second"] for r in users if r["served"]]),
         "restarts": sum(r["restarts"] for r in users),
