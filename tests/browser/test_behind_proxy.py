@@ -178,12 +178,12 @@ def test_a_lab_through_nginx(page: Page, proxied, tmp_path, shot):
     page.get_by_role("button", name="Upload CSV").click()
     expect(page.locator("input[type=file][accept='.csv']")).to_be_attached()
     upload(page, "votes.csv", GOOD_CSV)
-    expect(page.get_by_text(f"n = {len(GOOD_ROWS)} rows, d = 3 variables")).to_be_visible(timeout=30_000)
+    expect(page.get_by_text(f"n = {len(GOOD_ROWS)} rows, d = 3 variables")).to_be_visible(timeout=120_000)
     page.get_by_role("button", name="Step", exact=True).click()
     wait_until(lambda: sweep_text(page) == "Sweep 1")
 
     # a download
-    with page.expect_download(timeout=60_000) as download:
+    with page.expect_download(timeout=120_000) as download:
         page.get_by_role("button", name="Save checkpoint").first.click()
     path = tmp_path / "checkpoint.npz"
     download.value.save_as(path)

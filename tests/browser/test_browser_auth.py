@@ -32,7 +32,7 @@ def test_without_credentials_only_the_login_form(page: Page, auth_url):
     page.locator("input[name=username]").fill("ada")
     page.locator("input[type=password]").fill("wrong")
     page.locator("input[type=password]").press("Enter")
-    expect(page.get_by_text("Invalid username or password")).to_be_visible(timeout=30_000)
+    expect(page.get_by_text("Invalid username or password")).to_be_visible(timeout=120_000)
     assert page.locator(".bk-tab").count() == 0
     page.locator("input[name=username]").fill("ada")
     page.locator("input[type=password]").fill("lovelace-1815")

@@ -127,7 +127,7 @@ def test_bound_lab_race_streams_live(page: Page, app_url, shot):
     open_bound(page, app_url)
     expect(page.get_by_text("Bound majorization (Jebara").first).to_be_visible(timeout=60_000)
     play = page.get_by_role("button", name="▶ Play")
-    expect(play).to_have_count(1, timeout=30_000)  # only the visible lab's buttons count
+    expect(play).to_have_count(1, timeout=120_000)  # only the visible lab's buttons count
     play.click()
     wait_until(lambda: len(column(page, "race-by-iteration:Bound majorization", "y")) >= 20, timeout=60)
     wait_until(lambda: len(column(page, "race-by-iteration:Newton", "y")) >= 3)
@@ -151,7 +151,7 @@ def test_bound_lab_link_settings_and_presentation_mode(page: Page, app_url, shot
     assert min(column(page, "bound-main", "gap")) >= -1e-9
     wait_until(lambda: page.evaluate(JS_HAS_TEXT, "d = 55 parameters"))  # the FVBM race
     next_step = page.get_by_role("button", name="Next step ▶", exact=True)
-    expect(next_step).to_have_count(1, timeout=30_000)  # only the visible lab's button
+    expect(next_step).to_have_count(1, timeout=120_000)  # only the visible lab's button
     next_step.click()
     wait_until(lambda: page.evaluate(JS_HAS_TEXT, "step 1: J − J*"), timeout=60)
     next_step.click()

@@ -30,10 +30,10 @@ def test_frankwolfe_lab_grows_units_and_forks_cd(page: Page, app_url, shot):
     assert units == sorted(units) and units[-1] >= 8  # one unit per iteration, no away steps
     shot("fw-growing")
     page.get_by_role("button", name="❚❚ Pause").click()
-    expect(page.get_by_role("button", name="▶ Play")).to_be_enabled(timeout=30_000)
+    expect(page.get_by_role("button", name="▶ Play")).to_be_enabled(timeout=120_000)
     tab_header(page, "CD fork (§4)").click()  # the fork and its curve share a tab of the stage
     fork = page.get_by_role("button", name="Train CD from here")
-    expect(fork).to_be_enabled(timeout=10_000)
+    expect(fork).to_be_enabled(timeout=120_000)
     fork.click()
     wait_until(lambda: len(points(page, "fw-cd:fw")["x"]) >= 2, timeout=120)
     wait_until(lambda: len(points(page, "fw-cd:random")["x"]) >= 2, timeout=60)
@@ -50,7 +50,7 @@ def test_a_link_in_presentation_mode_explains_each_inserted_unit(page: Page, app
     wait_until(lambda: page.evaluate(JS_TEXT, "Hidden units: ") == "Hidden units: 0", timeout=30)
     for k in (1, 2):
         next_step.click()
-        expect(page.get_by_text(f"hidden unit #{k} inserted")).to_be_visible(timeout=30_000)
+        expect(page.get_by_text(f"hidden unit #{k} inserted")).to_be_visible(timeout=120_000)
         wait_until(lambda: points(page, "fw-inner:mark")["x"] == [k])
     expect(page.get_by_text("test log-likelihood -25.")).to_be_visible()
     wait_until(lambda: points(page, "fw-ll:units")["y"] == [1, 2])

@@ -62,7 +62,7 @@ def test_save_reload_load_and_continue_exactly(page: Page, app_url, tmp_path, sh
     for k in (1, 2, 3):
         step(page, k)
     saved = points(page)["y"]
-    with page.expect_download(timeout=30_000) as download:
+    with page.expect_download(timeout=120_000) as download:
         page.get_by_role("button", name="Save checkpoint").first.click()
     path = tmp_path / "fvbm.npz"
     download.value.save_as(path)
@@ -74,7 +74,7 @@ def test_save_reload_load_and_continue_exactly(page: Page, app_url, tmp_path, sh
     open_lab(page, app_url)
     assert points(page)["x"] == []
     page.locator(LOAD_INPUT).set_input_files(str(path))
-    expect(page.get_by_text("Loaded fvbm.npz: 3 step(s) restored")).to_be_visible(timeout=20_000)
+    expect(page.get_by_text("Loaded fvbm.npz: 3 step(s) restored")).to_be_visible(timeout=120_000)
     wait_until(lambda: sweep_text(page) == "Sweep 3")
     assert points(page)["y"] == saved  # the curves come back with the model
     step(page, 4)
@@ -90,7 +90,7 @@ def test_a_bad_checkpoint_is_reported_and_changes_nothing(page: Page, app_url, s
     page.locator(LOAD_INPUT).set_input_files(
         files=[{"name": "model.npz", "mimeType": "application/octet-stream",
                 "buffer": b"this is not an npz archive"}])
-    expect(page.get_by_text("Could not load model.npz")).to_be_visible(timeout=20_000)
+    expect(page.get_by_text("Could not load model.npz")).to_be_visible(timeout=120_000)
     expect(page.get_by_text("The current run is unchanged.")).to_be_visible()
     assert sweep_text(page) == "Sweep 2" and points(page)["y"] == before
     step(page, 3)  # and it still trains

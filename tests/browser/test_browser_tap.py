@@ -57,7 +57,7 @@ def test_tap_lab_trains_and_shows_solutions(page: Page, app_url, shot):
     wait_until(lambda: len(points(page, "isomap-data")["x"]) >= 100, timeout=120)
     shot("tap-training")
     page.get_by_role("button", name="❚❚ Pause").click()
-    expect(page.get_by_role("button", name="▶ Play")).to_be_enabled(timeout=30_000)
+    expect(page.get_by_role("button", name="▶ Play")).to_be_enabled(timeout=120_000)
     epoch_text = page.evaluate(JS_TEXT, "Epoch ")
     assert epoch_text and float(epoch_text.split()[1]) > 0
 
@@ -69,7 +69,7 @@ def test_tap_lab_trains_and_shows_solutions(page: Page, app_url, shot):
     wait_until(lambda: len(points(page, "truth:ais")["x"]) >= 5)
     wait_until(lambda: len(points(page, "isomap")["x"]) >= 1, timeout=120)
     page.get_by_role("button", name="❚❚ Pause").click()
-    expect(page.get_by_role("button", name="▶ Play")).to_be_enabled(timeout=30_000)
+    expect(page.get_by_role("button", name="▶ Play")).to_be_enabled(timeout=120_000)
     # denoising: a digit through the current model, then the MCC curve (on their tab of the stage)
     tab_header(page, "Denoising").click()
     page.get_by_role("button", name="Compute MCC vs p").click()
