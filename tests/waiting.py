@@ -11,6 +11,10 @@ from typing import Callable, TypeVar
 
 T = TypeVar("T")
 
+#: every Playwright action in the browser tests (a click, a screenshot, a navigation) waits up
+#: to this long (ms) instead of Playwright's 30 s: under a load average of 18 a screenshot took longer
+ACTION_TIMEOUT_MS = 120_000
+
 
 def wait_for(predicate: Callable[[], T], timeout: float = 60.0, interval: float = 0.05) -> T:
     """Call ``predicate`` every ``interval`` s until it returns something truthy, and return that;

@@ -9,6 +9,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.serving import start_server, stop_server
+from tests.waiting import ACTION_TIMEOUT_MS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,6 +32,14 @@ def browser_type_launch_args(browser_type_launch_args):
             pytest.fail(message)  # CI must run the browser tests, never skip them
         pytest.skip(message)
     return {**browser_type_launch_args, "executable_path": CHROMIUM, "args": CHROMIUM_ARGS}
+
+
+@pytest.fixture
+def context(context):
+    """pytest-playwright's context, with :data:`ACTION_TIMEOUT_MS` for its pages."""
+    context.set_default_timeout(ACTION_TIMEOUT_MS)
+    context.set_default_navigation_timeout(ACTION_TIMEOUT_MS)
+    return context
 
 
 @pytest.fixture(scope="session")

@@ -84,7 +84,7 @@ def open_bound(page: Page, url: str) -> None:
     """Open the app at ``url`` and switch to the Bound tab.  A session builds every lab, which
     on a busy 2-core machine can take longer than Playwright's default 30 s."""
     page.set_default_navigation_timeout(120_000)
-    page.set_default_timeout(60_000)
+    page.set_default_timeout(120_000)
     page.goto(url)
     tab_header(page, "Bound").click()
 

@@ -14,7 +14,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from dashboard.labs import LABS
-from tests.waiting import wait_for, wait_until
+from tests.waiting import ACTION_TIMEOUT_MS, wait_for, wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -143,6 +143,7 @@ def test_every_figure_is_on_the_first_screen(browser, app_url, lab, size):
     width, height, present = SIZES[size]
     cls = next(c for c in LABS if c.key == lab)
     context = browser.new_context(viewport={"width": width, "height": height})
+    context.set_default_timeout(ACTION_TIMEOUT_MS)
     page = context.new_page()
     try:
         page.goto(f"{app_url}/{lab}" + ("?present=1" if present else ""), timeout=120_000)
@@ -195,6 +196,7 @@ def test_the_presentation_link_and_switch_give_the_same_plot_fonts(browser, app_
     """``?present=1`` scales the plots before the design's theme reaches them, the header switch
     after: both must end with the same sizes (the switch once gave 1.62em, the link 16.9px)."""
     context = browser.new_context(viewport={"width": 1280, "height": 720})
+    context.set_default_timeout(ACTION_TIMEOUT_MS)
     page = context.new_page()
     try:
         page.goto(f"{app_url}/fvbm?present=1", timeout=120_000)
