@@ -36,7 +36,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _answers(url: str) -> bool:
+def answers(url: str) -> bool:
     """``url`` answers with a 2xx or 3xx status (redirects are followed)."""
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
@@ -99,7 +99,7 @@ def start_server(*options: str, ready: str = "/liveness", timeout: float = 240.0
                             cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env)
     proc.server_log, proc._server_log_file, proc._server_log_temporary = log, out, temporary
     deadline = time.monotonic() + timeout
-    while not (_answers(base + ready) and _said(proc, ready_line)):
+    while not (answers(base + ready) and _said(proc, ready_line)):
         if proc.poll() is not None or time.monotonic() > deadline:
             exited = proc.poll()
             proc.kill()

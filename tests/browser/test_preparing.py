@@ -5,25 +5,15 @@ served in this process with a Startup whose groups the test marks loaded."""
 
 from __future__ import annotations
 
-import urllib.request
-
 import panel as pn
 import pytest
 from playwright.sync_api import Page, expect
 
 from engine.warmup import GROUPS
-from tests.serving import free_port
+from tests.serving import answers, free_port
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.browser
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return response.status == 200
-    except OSError:
-        return False
 
 
 @pytest.fixture
@@ -40,7 +30,7 @@ def gated(monkeypatch):
     server = pn.serve(routes(), port=port, address="127.0.0.1", show=False, threaded=True, liveness=True,
                       title="Boltzmann Lab")
     url = f"http://127.0.0.1:{port}"
-    assert wait_for(lambda: _answers(url + "/liveness"), timeout=120)
+    assert wait_for(lambda: answers(url + "/liveness"), timeout=120)
     yield gate, url
     server.stop()
 
@@ -51,7 +41,7 @@ def test_a_lab_waits_for_its_kernels_then_opens_by_itself(gated, page: Page):
     expect(page.get_by_text("Preparing… first start only (compiling kernels 0 of 7).")).to_be_visible(timeout=120_000)
     play = page.get_by_role("button", name="▶ Play")
     expect(play).to_be_disabled()
-    assert _answers(url + "/liveness")  # the server answers meanwhile
+    assert answers(url + "/liveness")  # the server answers meanwhile
 
     for group in ("fvbm", "fvbm_bound"):  # the FVBM lab's groups: it opens, Play enabled
         gate._loaded(group)

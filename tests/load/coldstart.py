@@ -19,10 +19,10 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.serving import ROOT, answers, free_port
+
 CHROMIUM = "/usr/bin/chromium"
 JS_POINTS = """() => {
   for (const doc of Bokeh.documents)
@@ -30,22 +30,6 @@ JS_POINTS = """() => {
       if (m.name === 'logpl:BSLM/log_pl' && m.data && m.data.x && m.data.x.length) return m.data.x.length;
   return 0;
 }"""
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
 
 
 def one_start(cache: str, port: int, timeout: float = 900.0) -> dict:
@@ -68,7 +52,7 @@ def one_start(cache: str, port: int, timeout: float = 900.0) -> dict:
     threading.Thread(target=read, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{port}"
-        while not _answers(url + "/liveness"):
+        while not answers(url + "/liveness"):
             if proc.poll() is not None or time.perf_counter() - t0 > timeout:
                 raise RuntimeError("serve did not answer:\n" + "\n".join(lines[-20:]))
             time.sleep(0.1)
@@ -108,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="boltzlab-numba-") as cache:
-        report = {"cold": one_start(cache, args.port or _free_port()),
-                  "warm": one_start(cache, args.port or _free_port()),
+        report = {"cold": one_start(cache, args.port or free_port()),
+                  "warm": one_start(cache, args.port or free_port()),
                   "load_average_1min": os.getloadavg()[0]}
     for kind in ("cold", "warm"):
         print(kind, {k: v for k, v in report[kind].items() if k != "log"})
