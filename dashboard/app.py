@@ -71,14 +71,14 @@ class Fast(pn.theme.Fast):
 
 
 def create_app(only: str | None = None) -> pn.template.FastListTemplate:
-    """Build the app for one browser session: a tab per lab of :data:`dashboard.labs.LABS`
+    """Build the app for one browser session: a tab per lab of :data:`boltzlab.dashboard.labs.LABS`
     (or only the lab whose key is ``only``, served at ``/<key>``) and an About page.
 
     A lab's widgets, plots and runner are built when its tab is first opened, not all at
     page load; each built lab takes its settings from the link (``?fvbm.d=12``).
     """
-    from dashboard.labs import LABS
-    from dashboard.startup import STARTUP
+    from boltzlab.dashboard.labs import LABS
+    from boltzlab.dashboard.startup import STARTUP
 
     classes = [cls for cls in LABS if only is None or cls.key == only]
     slots = [pn.Column(name=cls.title, sizing_mode="stretch_width", margin=0) for cls in classes]
@@ -140,7 +140,7 @@ def preparing(cls: type, open_lab: Callable[[], None]) -> pn.Column:
     title and sentence, a ▶ Play that is not enabled yet, and what the server is doing;
     ``open_lab()`` builds the lab as soon as they are ready (checked every
     :data:`PREPARING_PERIOD_MS`, on the session's own loop)."""
-    from dashboard.startup import STARTUP
+    from boltzlab.dashboard.startup import STARTUP
 
     play = pn.widgets.Button(label="▶ Play", color="success", disabled=True, width=90)
     note = pn.pane.Markdown(f"Preparing… first start only ({STARTUP.progress()}).", margin=(0, 10))
@@ -243,7 +243,7 @@ def _trim() -> None:
 
 def routes() -> dict:
     """What ``serve`` serves: the app at ``/`` and each lab alone at ``/<key>``."""
-    from dashboard.labs import LABS
+    from boltzlab.dashboard.labs import LABS
 
     def page_of(key: str):
         def app() -> pn.template.FastListTemplate:  # a function: Panel would show a partial as text
@@ -316,22 +316,22 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
     as ``tls://host:8786``) runs every session's trainers as actors on that Dask cluster,
     reached with the client certificate ``dask_tls_cert``/``dask_tls_key`` signed by
     ``dask_tls_ca_file`` (or Dask's TLS configuration); a plain ``tcp://`` scheduler is
-    refused unless ``dask_insecure`` (:func:`dashboard.distributed.scheduler_security`).
-    Raises ``dashboard.distributed.DaskUnavailable`` if the scheduler does not answer.
+    refused unless ``dask_insecure`` (:func:`boltzlab.dashboard.distributed.scheduler_security`).
+    Raises ``boltzlab.dashboard.distributed.DaskUnavailable`` if the scheduler does not answer.
     Without ``dask_scheduler``, ``workers`` says where they run (and the labs' analyses):
     a local Dask cluster of that many worker processes, started in the background while the
-    server already answers (:mod:`dashboard.startup`; a failure there is said on stderr and
+    server already answers (:mod:`boltzlab.dashboard.startup`; a failure there is said on stderr and
     on the labs' pages) and closed when the server stops (``None``: one per core; the same
     actor path as ``dask_scheduler``), or
     ``0``: threads of this process (development, tests).  ``ValueError`` for ``workers``
     with ``dask_scheduler``, or worker processes with ``num_procs`` > 1.
     ``max_step_seconds`` and ``max_isomap_rows`` set every session's work budget
-    (:func:`dashboard.budget.set_limits`; ``None``: as it is, by default 2 s and 500 rows).
+    (:func:`boltzlab.dashboard.budget.set_limits`; ``None``: as it is, by default 2 s and 500 rows).
     """
     import os
 
-    from dashboard.logs import quiet_closed_connections
-    from dashboard.runner import SLOTS
+    from boltzlab.dashboard.logs import quiet_closed_connections
+    from boltzlab.dashboard.runner import SLOTS
 
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 0):
         raise ValueError(f"The 'workers' parameter of serve must be an int >= 0 or None. Got {workers!r}.")
@@ -349,24 +349,24 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
         raise ValueError("num_procs > 1 needs workers=0 (the worker processes do the training; one "
                          "server process can drive many sessions).")
     SLOTS.set_limit(max_training)
-    from dashboard import budget
+    from boltzlab.dashboard import budget
 
     budget.set_limits(step_seconds=max_step_seconds, isomap_rows=max_isomap_rows)
     quiet_closed_connections()
-    from dashboard.labs.fvbm_setup import warm_default_data
-    from dashboard.startup import STARTUP, say
+    from boltzlab.dashboard.labs.fvbm_setup import warm_default_data
+    from boltzlab.dashboard.startup import STARTUP, say
 
     local: dict = {}  # the local cluster and its backend, once started
     first, then = [], []
     if dask_scheduler is not None:  # first: an unreachable scheduler fails before anything starts
-        from dashboard.distributed import scheduler_security, use_dask
+        from boltzlab.dashboard.distributed import scheduler_security, use_dask
 
         use_dask(dask_scheduler, security=scheduler_security(
             dask_scheduler, ca_file=dask_tls_ca_file, cert=dask_tls_cert, key=dask_tls_key,
             insecure=dask_insecure))
     elif workers:
         def start_workers() -> None:  # meanwhile the server answers and the kernels compile
-            from dashboard.distributed import use_local_cluster
+            from boltzlab.dashboard.distributed import use_local_cluster
 
             say(f"starting {workers} worker process{'es' if workers > 1 else ''} (a local Dask cluster)")
             local["cluster"], local["backend"] = use_local_cluster(workers, warm=False)
@@ -428,7 +428,7 @@ def _stop_on_sigterm():
 WEBSOCKET_MAX_BYTES = 80 * 2**20
 
 
-if __name__ == "__main__":  # python -m dashboard.app [port]
+if __name__ == "__main__":  # python -m boltzlab.dashboard.app [port]
     import sys
 
     serve(port=int(sys.argv[1]) if len(sys.argv) > 1 else 5006, address="127.0.0.1")

@@ -5,7 +5,7 @@ The widgets bound each setting alone (TAP: Nh <= 1000, K <= 2000; FVBM: d <= 30,
 minutes per step.  So every lab estimates the work of its slowest step from its settings,
 in multiply-adds (the cost models below, plain Python), converts it to seconds with rates
 measured on one core of this machine (:data:`RATES`), and refuses, through its bad-setting
-path (:meth:`dashboard.labs.base.Lab.check_work`), a run whose step would take longer than
+path (:meth:`boltzlab.dashboard.labs.base.Lab.check_work`), a run whose step would take longer than
 :data:`LIMITS` allow, saying what is too big and what would fit.  The analyses a lab runs
 beside its steps are capped by size (the TAP Isomaps: :attr:`Limits.isomap_rows`).
 
@@ -59,7 +59,7 @@ class TooMuchWork(ValueError):
 # ---------------------------------------------------------------------- calibration
 #: Multiply-adds per second, one core of this machine, per kind of work (the cost models
 #: below count multiply-adds; their slowest step divided by these rates is its seconds).
-#: Calibrated with ``python -m dashboard.calibration`` (:func:`dashboard.calibration.calibrate`: CPU seconds of a step,
+#: Calibrated with ``python -m boltzlab.dashboard.calibration`` (:func:`boltzlab.dashboard.calibration.calibrate`: CPU seconds of a step,
 #: median of 3 after one, one BLAS thread; 2 shared cores, 2026-11-24), measured / estimated:
 #:   TAP MNIST Nh=100 K=100 M=100 0.054 / 0.068 s; Nh=300 K=300 0.33 / 0.57; Nh=100 K=1000
 #:     M=500 0.26 / 0.25; Nh=18 K=20 M=500 (exact answer) 1.96 / 2.38; digits Nh=16 K=100
@@ -103,7 +103,7 @@ def _enumeration(n_visible: int, n_hidden: int) -> float:
 
 def tap_step(*, n_visible: int, n_hidden: int, chains: int, batch: int, batches: int, eval_rows: int,
              exact: bool, sweeps: float | None = None) -> float:
-    """Seconds of one TAP lab step (:class:`engine.tap.TAPTrainer`, ``batches`` mini-batches
+    """Seconds of one TAP lab step (:class:`boltzlab.engine.tap.TAPTrainer`, ``batches`` mini-batches
     then an evaluation).  Per mini-batch: Algorithm 1 on K chains (4 products of Nv x Nh
     per sweep, TAP_SWEEPS sweeps), the solutions' free energies and gradient terms (2 K
     Nv Nh) and the data term of the gradient (2 M Nv Nh).  The evaluation runs Algorithm 1
@@ -150,7 +150,7 @@ def eq10_updates(bias_lr: float, bias_steps: int) -> float:
 
 def frankwolfe_step(*, n_visible: int, rows: int, samples: int, max_hidden: int, evaluate: str,
                     gibbs_steps: int = 1, bias_lr: float = 0.5, bias_steps: int = 200) -> float:
-    """Seconds of the slowest Frank-Wolfe step (:class:`engine.frankwolfe.FrankWolfeTrainer`):
+    """Seconds of the slowest Frank-Wolfe step (:class:`boltzlab.engine.frankwolfe.FrankWolfeTrainer`):
     the last one, with T = ``max_hidden`` units, which is always evaluated.  Gibbs sampling
     of the S chains before the inner problem and in each of the eq.-10 updates
     (:func:`eq10_updates`; 2 S Nv T each), the units' expectations (S Nv T), the inner problem (eq. 9: L-BFGS,

@@ -1,14 +1,14 @@
 """The work budget's rates, measured: every lab's step timed headlessly on one core.
 
-``python -m dashboard.calibration`` times a few configurations of each lab and prints the
-measured CPU seconds beside :mod:`dashboard.budget`'s estimate, whose constants come from
+``python -m boltzlab.dashboard.calibration`` times a few configurations of each lab and prints the
+measured CPU seconds beside :mod:`boltzlab.dashboard.budget`'s estimate, whose constants come from
 this run.  It lives above the labs (it builds their trainers); the budget itself stays below
 them, since every lab's setup asks it.
 """
 
 from __future__ import annotations
 
-from dashboard.budget import (BOUND_PROBLEMS, EXACT_UNITS, bound_step, cd_epoch, frankwolfe_step, fvbm_step,
+from boltzlab.dashboard.budget import (BOUND_PROBLEMS, EXACT_UNITS, bound_step, cd_epoch, frankwolfe_step, fvbm_step,
                               tap_step)
 
 
@@ -30,12 +30,12 @@ def _timed(trainer, steps: int = 3) -> tuple[float, list]:
 
 def calibrate() -> list[tuple[str, float, float]]:
     """Time a few configurations of every lab headlessly on one core; ``(configuration,
-    measured seconds, estimated seconds)`` for each (``python -m dashboard.calibration``)."""
+    measured seconds, estimated seconds)`` for each (``python -m boltzlab.dashboard.calibration``)."""
     import numpy as np
     from threadpoolctl import threadpool_limits
 
-    import engine
-    from dashboard.labs import bound_setup, frankwolfe_setup, tap_setup
+    from boltzlab import engine
+    from boltzlab.dashboard.labs import bound_setup, frankwolfe_setup, tap_setup
 
     engine.warm_up()
     rows = []
@@ -56,7 +56,7 @@ def calibrate() -> list[tuple[str, float, float]]:
             estimate = tap_step(n_visible=nv, n_hidden=nh, chains=k, batch=m, batches=batches, eval_rows=min(n, k),
                                 exact=min(nv, nh) <= EXACT_UNITS, sweeps=sweeps)
             add(f"TAP {data} Nh={nh} K={k} M={m} (mean sweeps {sweeps:.1f})", seconds, estimate)
-        from engine import fvbm, fvbm_bound
+        from boltzlab.engine import fvbm, fvbm_bound
 
         for d, n in ((20, 20000), (30, 20000), (30, 60000)):  # uniform rows: about n distinct
             X = np.where(np.random.default_rng(d).random((n, d)) < 0.5, -1.0, 1.0)

@@ -14,7 +14,7 @@ import re
 import sys
 from pathlib import Path
 
-from dashboard.budget import DEFAULT_ISOMAP_ROWS, DEFAULT_STEP_SECONDS
+from boltzlab.dashboard.budget import DEFAULT_ISOMAP_ROWS, DEFAULT_STEP_SECONDS
 
 EXIT_BAD_INPUT = 2
 EXIT_NO_MPLE = 3
@@ -242,8 +242,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         _encrypt_oauth_tokens(key)
     # the options are good: say so before the imports of a few seconds (a start that talks)
     print(f"boltzlab serve: starting Boltzmann Lab {_version()}", file=sys.stderr, flush=True)
-    from dashboard.app import serve
-    from dashboard.distributed import DaskUnavailable
+    from boltzlab.dashboard.app import serve
+    from boltzlab.dashboard.distributed import DaskUnavailable
 
     try:
         serve(
@@ -263,7 +263,7 @@ def cmd_warmup(args: argparse.Namespace) -> int:
     """Compile every kernel into numba's cache, in parallel processes (deploy scripts, images)."""
     import time
 
-    from engine.warmup import GROUPS, cache_location, compile_kernels
+    from boltzlab.engine.warmup import GROUPS, cache_location, compile_kernels
 
     print(f"boltzlab warmup: compiling {len(GROUPS)} kernel groups into numba's cache ({cache_location()}); "
           "a first run takes a minute or two, a warm cache seconds", file=sys.stderr, flush=True)
@@ -283,8 +283,8 @@ FVBM_LABELS = {"bslm": "BSLM", "ga": "GA", "bound": "bound MM + SQUAREM", "lbfgs
 
 
 def cmd_fit_fvbm(args: argparse.Namespace) -> int:
-    from engine.data import check_mple_exists, load_fvbm_csv
-    from engine.fvbm import FVBMTrainer
+    from boltzlab.engine.data import check_mple_exists, load_fvbm_csv
+    from boltzlab.engine.fvbm import FVBMTrainer
 
     if args.mu is not None and args.algorithm in ("bound", "lbfgs"):
         return _error(f"--mu is the step of --algorithm ga and does not apply to --algorithm {args.algorithm}.")
@@ -318,7 +318,7 @@ def cmd_fit_fvbm(args: argparse.Namespace) -> int:
         mu = args.mu if args.mu is not None else 1.0
         trainer = FVBMTrainer(data.X, algorithm=args.algorithm, mu=mu, **common)
     else:
-        from engine.fvbm_bound import BoundMPLETrainer, LBFGSMPLETrainer
+        from boltzlab.engine.fvbm_bound import BoundMPLETrainer, LBFGSMPLETrainer
 
         trainer = (BoundMPLETrainer(data.X, accelerate=True, **common) if args.algorithm == "bound"
                    else LBFGSMPLETrainer(data.X, **common))
@@ -351,7 +351,7 @@ def cmd_fit_fvbm(args: argparse.Namespace) -> int:
         return _error(trainer.message, 4)
     tests = None
     if args.se:
-        from engine.fvbm import wald_tests
+        from boltzlab.engine.fvbm import wald_tests
 
         try:
             tests = wald_tests(data.X, trainer.b, trainer.M)
@@ -411,7 +411,7 @@ def _finite_json(result: dict) -> dict:
 
 
 def cmd_reproduce_fvbm(args: argparse.Namespace) -> int:
-    from engine.experiments import fvbm_simulation as experiment
+    from boltzlab.engine.experiments import fvbm_simulation as experiment
 
     settings = experiment.Settings.quick() if args.quick else experiment.Settings()
     settings.variance = args.variance
@@ -421,7 +421,7 @@ def cmd_reproduce_fvbm(args: argparse.Namespace) -> int:
     result = experiment.run(settings, progress=log)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
-    from dashboard.reports import write_fvbm_figure
+    from boltzlab.dashboard.reports import write_fvbm_figure
 
     png, html = write_fvbm_figure(result, out / "fvbm_figure1")
     result["figure_png"], result["figure_html"] = str(png), str(html)
@@ -464,8 +464,8 @@ def _reproduce_with_figures(experiment, args: argparse.Namespace, overrides: dic
 
 
 def cmd_reproduce_tap(args: argparse.Namespace) -> int:
-    from dashboard.reports import write_tap_figures
-    from engine.experiments import tap_mnist as experiment
+    from boltzlab.dashboard.reports import write_tap_figures
+    from boltzlab.engine.experiments import tap_mnist as experiment
 
     overrides = {"hidden": args.hidden, "epochs": args.epochs, "n_test": args.n_test, "n_eval": args.n_eval,
                  "learning_rate": args.learning_rate, "ais_runs": args.ais_runs}
@@ -482,7 +482,7 @@ def cmd_reproduce_tap(args: argparse.Namespace) -> int:
 
 def cmd_reproduce_frankwolfe_digits(args: argparse.Namespace) -> int:
     """`reproduce frankwolfe --data digits`: exact log-likelihoods, a table (no figures)."""
-    from engine.experiments import frankwolfe_digits as experiment
+    from boltzlab.engine.experiments import frankwolfe_digits as experiment
 
     overrides = {"hidden": args.hidden, "reg_grid": args.reg_grid, "bias_lr_grid": args.bias_lr_grid}
     return _reproduce_with_figures(
@@ -492,8 +492,8 @@ def cmd_reproduce_frankwolfe_digits(args: argparse.Namespace) -> int:
 
 
 def cmd_reproduce_frankwolfe(args: argparse.Namespace) -> int:
-    from dashboard.reports import write_frankwolfe_figures
-    from engine.experiments import frankwolfe_mnist as experiment
+    from boltzlab.dashboard.reports import write_frankwolfe_figures
+    from boltzlab.engine.experiments import frankwolfe_mnist as experiment
 
     if args.data == "digits":
         return cmd_reproduce_frankwolfe_digits(args)
@@ -511,7 +511,7 @@ def cmd_reproduce_frankwolfe(args: argparse.Namespace) -> int:
 
 
 def cmd_reproduce_bound(args: argparse.Namespace) -> int:
-    from engine.experiments import bound_tables as experiment
+    from boltzlab.engine.experiments import bound_tables as experiment
 
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731 -- progress always on stderr
     try:
@@ -540,7 +540,7 @@ def _json_safe(value):
 
 
 def cmd_bench_fvbm(args: argparse.Namespace) -> int:
-    from engine.experiments import bench_fvbm
+    from boltzlab.engine.experiments import bench_fvbm
 
     result = bench_fvbm.run(min_seconds=args.seconds)
     if args.json:
@@ -557,7 +557,7 @@ def cmd_bench_fvbm(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_rbm(args: argparse.Namespace) -> int:
-    from engine.experiments import bench_rbm
+    from boltzlab.engine.experiments import bench_rbm
 
     result = bench_rbm.run(hidden=tuple(args.hidden), repeats=args.repeats, ais_runs=args.ais_runs,
                            ais_schedule=args.ais_schedule)
@@ -573,7 +573,7 @@ def cmd_bench_rbm(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_tap(args: argparse.Namespace) -> int:
-    from engine.experiments import bench_tap
+    from boltzlab.engine.experiments import bench_tap
 
     threads = None if args.threads == 0 else args.threads
     result = bench_tap.run(hidden=tuple(args.hidden), K=args.chains, n_sweeps=args.sweeps,
@@ -598,7 +598,7 @@ def cmd_bench_tap(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_frankwolfe(args: argparse.Namespace) -> int:
-    from engine.experiments import bench_frankwolfe
+    from boltzlab.engine.experiments import bench_frankwolfe
 
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731 -- progress always on stderr
     log(f"timing CD-{args.cd_k} epochs and Frank-Wolfe insertions at Nh = {', '.join(map(str, args.hidden))} "
@@ -621,7 +621,7 @@ def cmd_bench_frankwolfe(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_bound(args: argparse.Namespace) -> int:
-    from engine.experiments import bench_bound
+    from boltzlab.engine.experiments import bench_bound
 
     result = bench_bound.run(n_bits=args.bits, repeats=args.repeats)
     if args.json:

@@ -1,6 +1,6 @@
 """Run the Trainers on a Dask distributed cluster (``boltzlab serve --dask-scheduler``).
 
-The runner's hook :data:`dashboard.runner.BACKEND` passes every ``{name: trainer}`` a
+The runner's hook :data:`boltzlab.dashboard.runner.BACKEND` passes every ``{name: trainer}`` a
 factory builds through a :class:`DaskBackend`: each trainer is shipped (pickled) to a
 worker and held there by a :class:`TrainerActor` (a Dask actor); the runner gets
 :class:`RemoteTrainer` stand-ins that forward ``step()``, ``steps(k)``,
@@ -14,7 +14,7 @@ trainers are pickled by reference to their classes.
 ``boltzlab serve`` uses the same path for its default deployment: :func:`use_local_cluster`
 starts a :class:`distributed.LocalCluster` of worker processes on this machine (``--workers
 N``) and connects a DaskBackend to it, so the local and the scaled-out server differ only in
-where the scheduler lives.  :func:`install` also points :data:`dashboard.jobs.EXECUTOR` at
+where the scheduler lives.  :func:`install` also points :data:`boltzlab.dashboard.jobs.EXECUTOR` at
 the cluster, so the labs' analysis jobs run there too.
 
 A worker process that dies takes its actors with it: a call into one of them raises
@@ -37,7 +37,7 @@ import types
 import weakref
 from typing import Any, Callable, Mapping
 
-from engine.stepping import Record, Trainer
+from boltzlab.engine.stepping import Record, Trainer
 
 #: ``(done, status, message)``; ``status``/``message`` are ``None`` when the trainer has
 #: no such attribute (the runner then uses its own defaults, as for a local trainer).
@@ -286,7 +286,7 @@ class RemoteBatchTrainer(RemoteTrainer):
 
 
 class DaskBackend:
-    """``BACKEND`` for :mod:`dashboard.runner`: trainers as actors on a Dask cluster.
+    """``BACKEND`` for :mod:`boltzlab.dashboard.runner`: trainers as actors on a Dask cluster.
 
     Parameters
     ----------
@@ -375,7 +375,7 @@ class DaskBackend:
         return runs
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)`` as a task on the cluster; its future (:data:`dashboard.jobs.EXECUTOR`).
+        """``fn(*args)`` as a task on the cluster; its future (:data:`boltzlab.dashboard.jobs.EXECUTOR`).
 
         ``pure=False``: two sessions asking for the same analysis get two tasks (and a
         superseded job can be cancelled without cancelling another session's).
@@ -385,7 +385,7 @@ class DaskBackend:
     def warm_workers(self) -> None:
         """Load the numba kernels in every worker, now and in each worker that joins later.
 
-        A worker plugin (:func:`engine.warm_up`): the scheduler runs it on the workers it
+        A worker plugin (:func:`boltzlab.engine.warm_up`): the scheduler runs it on the workers it
         has and on every worker that registers afterwards, e.g. one a nanny restarted after
         the old process died; such a worker takes tasks only once it is warm.  Raises
         :class:`DaskUnavailable` if a worker cannot run it (it cannot import ``engine``).
@@ -425,7 +425,7 @@ class DaskBackend:
 
     def close(self) -> None:
         """Release every actor handed out and disconnect (and stop being the hooks' target)."""
-        from dashboard import jobs, runner
+        from boltzlab.dashboard import jobs, runner
 
         self.closing = True
         if runner.BACKEND is self:
@@ -438,7 +438,7 @@ class DaskBackend:
 
 
 def _warm_up_plugin() -> Any:
-    """A worker plugin running :func:`engine.warm_up` (built here: distributed is lazy)."""
+    """A worker plugin running :func:`boltzlab.engine.warm_up` (built here: distributed is lazy)."""
     from distributed.diagnostics.plugin import WorkerPlugin
 
     class BoltzlabWarmUp(WorkerPlugin):
@@ -446,7 +446,7 @@ def _warm_up_plugin() -> Any:
         idempotent = True  # registered again (another server on the same cluster): not re-run
 
         async def setup(self, worker: Any) -> None:
-            import engine
+            from boltzlab import engine
 
             # off the worker's event loop (a first compile takes a minute), but awaited: a
             # worker that joins runs its plugins before it takes tasks
@@ -456,9 +456,9 @@ def _warm_up_plugin() -> Any:
 
 
 def install(backend: DaskBackend) -> DaskBackend:
-    """Make every Runner (:data:`dashboard.runner.BACKEND`) and every analysis job
-    (:data:`dashboard.jobs.EXECUTOR`) use ``backend``.  ``backend.close()`` undoes it."""
-    from dashboard import jobs, runner
+    """Make every Runner (:data:`boltzlab.dashboard.runner.BACKEND`) and every analysis job
+    (:data:`boltzlab.dashboard.jobs.EXECUTOR`) use ``backend``.  ``backend.close()`` undoes it."""
+    from boltzlab.dashboard import jobs, runner
 
     runner.BACKEND = backend
     jobs.EXECUTOR = backend.submit
@@ -695,7 +695,7 @@ def start_local_cluster(n_workers: int, *, threads_per_worker: int = THREADS_PER
                         timeout: float | None = None, warm: bool = True) -> tuple[Any, DaskBackend]:
     """Start a :class:`distributed.LocalCluster` of ``n_workers`` processes; it and a
     :class:`DaskBackend` connected to it, its workers warm (:meth:`DaskBackend.warm_workers`;
-    ``warm=False``: the caller warms them later, e.g. once :mod:`dashboard.startup` has
+    ``warm=False``: the caller warms them later, e.g. once :mod:`boltzlab.dashboard.startup` has
     compiled the kernels into numba's cache: warmed at once from a cold cache, every worker
     would compile every kernel itself, all at the same time).
 

@@ -13,7 +13,7 @@ A lab hands :class:`LabTools` its settings widgets and presets; the tools then p
   toolbar also saves it as PNG);
 * **presentation mode**: a large "Next step" button that steps once and says what changed.
 
-The lab side is :class:`dashboard.labs.base.Lab` (``key``, ``title``, ``runner``,
+The lab side is :class:`boltzlab.dashboard.labs.base.Lab` (``key``, ``title``, ``runner``,
 ``settings()``, ``presets``, ``apply_settings()``, ``redraw()``, ``next_step()``,
 ``refresh_status()``); the base owns one ``LabTools`` and places its widgets.
 """
@@ -30,10 +30,10 @@ from typing import Any, Mapping
 import numpy as np
 import panel as pn
 
-from dashboard.runner import History
-from dashboard.views import StatusBadge
-from engine.archive import ArchiveSpec, Member, NotAnArchive, read_npz
-from engine.stepping import MAX_CHECKPOINT_BYTES
+from boltzlab.dashboard.runner import History
+from boltzlab.dashboard.views import StatusBadge
+from boltzlab.engine.archive import ArchiveSpec, Member, NotAnArchive, read_npz
+from boltzlab.engine.stepping import MAX_CHECKPOINT_BYTES
 
 CHECKPOINT_VERSION = 1
 MAX_TEXT = 200  # characters in a text setting read from a URL or a checkpoint
@@ -239,7 +239,7 @@ def checkpoint_spec(limit: int = MAX_CHECKPOINT_BYTES) -> ArchiveSpec:
 
 
 def read_checkpoint(content: bytes, *, lab: str, limit: int = MAX_CHECKPOINT_BYTES) -> Checkpoint:
-    """Parse and validate checkpoint bytes for ``lab`` with :func:`engine.archive.read_npz`
+    """Parse and validate checkpoint bytes for ``lab`` with :func:`boltzlab.engine.archive.read_npz`
     (:func:`checkpoint_spec`: names, dtypes and sizes checked before anything is
     decompressed; no pickles).
 

@@ -3,7 +3,7 @@
 The core, :class:`Runner`, is a plain class (a thread, a lock and a bounded buffer) so it
 can be unit-tested without a server.  The Panel wiring (a per-session tick that drains what
 is new and draws it inside ``pn.io.hold()``, a session-destroyed hook that stops the
-thread) is the Lab base's (``dashboard.labs.base.Lab.start``).
+thread) is the Lab base's (``boltzlab.dashboard.labs.base.Lab.start``).
 
 Several trainers can share one runner ("race mode"): the worker steps them round-robin
 and each one stops on its own when it is done, fails or diverges.
@@ -24,7 +24,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from engine.stepping import ACTIVE_STATUSES, Record, Trainer
+from boltzlab.engine.stepping import ACTIVE_STATUSES, Record, Trainer
 
 TrainerFactory = Callable[[], Mapping[str, Trainer]]
 
@@ -273,7 +273,7 @@ class Runner:
 
         The trainers continue exactly where the saved ones stopped.  Raises ``ValueError``
         on a mismatch; a trainer whose ``load_state_dict`` fails raises its own error and
-        the caller decides what to restore (see ``dashboard.labtools``).
+        the caller decides what to restore (see ``boltzlab.dashboard.labtools``).
         """
         self.pause()
         self.wait_idle(30.0)

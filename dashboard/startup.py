@@ -3,12 +3,12 @@
 On a fresh install numba must compile the engine's kernels before a lab can train: about
 2.5 CPU-minutes on this kind of machine.  ``boltzlab serve`` used to do that before it
 listened, silently.  Now :class:`Startup` compiles the kernel groups
-(:data:`engine.warmup.GROUPS`) in parallel processes, one per core, into numba's on-disk
+(:data:`boltzlab.engine.warmup.GROUPS`) in parallel processes, one per core, into numba's on-disk
 cache, and loads each group into this process as it is ready, all in a thread of its own,
 while the server already answers ``/liveness`` and pages.  It says what it does on stderr
 (``compiling kernels k of n``).  A lab whose groups (:attr:`Lab.kernels`) are not ready yet
 shows "preparing… first start only" and opens by itself when they are
-(:func:`dashboard.app.create_app`).  With a warm cache the whole preparation takes a few
+(:func:`boltzlab.dashboard.app.create_app`).  With a warm cache the whole preparation takes a few
 seconds.  The worker processes load the kernels from the same cache (on first use, and all
 of them through the warm-up worker plugin once everything is compiled).
 """
@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Callable, Iterable
 
-from engine.warmup import GROUPS, compile_kernels, warm_group
+from boltzlab.engine.warmup import GROUPS, compile_kernels, warm_group
 
 #: the compiling processes run at this niceness: the server answers first
 COMPILE_NICENESS = 10
@@ -149,5 +149,5 @@ class Startup:
         return thread
 
 
-#: this server process's start (see :func:`dashboard.app.serve`)
+#: this server process's start (see :func:`boltzlab.dashboard.app.serve`)
 STARTUP = Startup()

@@ -1,5 +1,5 @@
 """Boltzmann Lab's numerical engine: models, trainers and kernels. No UI imports, ever."""
 
-from engine.warmup import warm_up
+from boltzlab.engine.warmup import warm_up
 
 __all__ = ["warm_up"]

@@ -33,8 +33,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from engine.checks import check_float, check_int
-from engine.kernels import bound as kernels
+from boltzlab.engine.checks import check_float, check_int
+from boltzlab.engine.kernels import bound as kernels
 
 #: Largest |Omega| that :func:`chain_features` enumerates.
 MAX_ENUMERATED = 2**20
@@ -467,7 +467,7 @@ def low_rank_bound(theta: Any, F: Any, h: Any, rank: int) -> LowRankBound:
     Algorithm 1's Sigma (same order) in the Loewner order, hence its bound majorizes log Z
     for every rank in 1..d; rank = d reproduces Algorithm 1 (D = 0 up to rounding).
     Unlike the printed pseudo-code, the cross terms between the projection p = V r and the
-    residual g are kept (see :func:`engine.kernels.bound.low_rank_bound`).  Cost
+    residual g are kept (see :func:`boltzlab.engine.kernels.bound.low_rank_bound`).  Cost
     O(|Omega| (k^2 d + k^3)).
     """
     owner = "low_rank_bound"

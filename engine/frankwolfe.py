@@ -61,7 +61,7 @@ Choices where the paper is silent or inconsistent (also stated in the report of
 * **Exact expectations** (``exact_expectations``, for tests and as the reference of
   ``reproduce frankwolfe --data digits``): with Nv <= 16 every expectation enumerates the
   visible states; otherwise, for a standard RBM with at most 20 units, the hidden states
-  (:func:`engine.kernels.frankwolfe.hidden_enumeration`): eq. 10's limit is then found
+  (:func:`boltzlab.engine.kernels.frankwolfe.hidden_enumeration`): eq. 10's limit is then found
   directly (L-BFGS on the exact, concave log-likelihood in b, the same test with no
   standard errors) and eq. 9 uses S independent exact samples.
 * **Inner-problem start.**  Eq. 9 is not convex (a difference of convex functions); L-BFGS
@@ -96,10 +96,10 @@ from typing import Any, Literal, Mapping
 import numpy as np
 import scipy.optimize
 
-from engine.checks import check_choice, check_float, check_int, check_seed, derived_seed
-from engine.kernels import frankwolfe as fwk
-from engine.kernels import rbm as rbm_kernels
-from engine.rbm import (
+from boltzlab.engine.checks import check_choice, check_float, check_int, check_seed, derived_seed
+from boltzlab.engine.kernels import frankwolfe as fwk
+from boltzlab.engine.kernels import rbm as rbm_kernels
+from boltzlab.engine.rbm import (
     AIS_SCHEDULE_DEFAULT,
     AIS_SCHEDULE_LIVE,
     MAX_EXACT_UNITS,
@@ -111,7 +111,7 @@ from engine.rbm import (
     check_dtype_matches,
     log_partition_exact,
 )
-from engine.stepping import Record, as_scalar
+from boltzlab.engine.stepping import Record, as_scalar
 
 #: Exact expectations enumerate the 2^Nv visible states: allowed up to this many visibles ...
 MAX_EXACT_EXPECTATION_UNITS = 16
@@ -171,7 +171,7 @@ def inner_objective(theta: np.ndarray, V_model: np.ndarray, V_data: np.ndarray, 
 def fractional_log_partition_exact(W: np.ndarray, b_vis: np.ndarray, b_hid: np.ndarray, coef: np.ndarray) -> float:
     """Exact log Z of the fractional RBM of eq. 11 by enumerating the visibles (Nv <= 20).
 
-    coef = 1 is the standard RBM (then :func:`engine.rbm.log_partition_exact` also works
+    coef = 1 is the standard RBM (then :func:`boltzlab.engine.rbm.log_partition_exact` also works
     with few hidden units and many visibles).
     """
     owner = "fractional_log_partition_exact"
@@ -217,9 +217,9 @@ def fractional_ais_log_partition(
 ) -> tuple[float, float]:
     """AIS estimate of log Z for the fractional RBM of eq. 11 (geometric path, MH transitions).
 
-    See :func:`engine.kernels.frankwolfe.fractional_ais_log_weights`; ``schedule``, ``base_vis``
+    See :func:`boltzlab.engine.kernels.frankwolfe.fractional_ais_log_weights`; ``schedule``, ``base_vis``
     and the returned (estimate, 3-standard-deviation spread) are as in
-    :func:`engine.rbm.ais_log_partition` (base default: the visible biases' own rates).
+    :func:`boltzlab.engine.rbm.ais_log_partition` (base default: the visible biases' own rates).
     """
     owner = "fractional_ais_log_partition"
     W, b_vis, b_hid = _check_params(W, b_vis, b_hid, owner)
@@ -304,7 +304,7 @@ class FrankWolfeTrainer:
         "exact" (exact log Z: needs the smaller layer <= 20 units at max_hidden, or Nv <= 20
         for a fractional model; 2^20 states of 784 visibles take about 25 s), "ais" (AIS with ``ais_runs`` runs on ``ais_schedule``),
         "auto" (exact while it is cheap -- 2^m max(Nv, n) <= 2^22 -- else AIS), "none".
-    ais_runs, ais_schedule : AIS settings: "live" (:data:`engine.rbm.AIS_SCHEDULE_LIVE`) or
+    ais_runs, ais_schedule : AIS settings: "live" (:data:`boltzlab.engine.rbm.AIS_SCHEDULE_LIVE`) or
         "default" (the paper's 14,501 temperatures).
     eval_every : evaluate log-likelihoods every this many iterations (and on the last).
     V_valid, V_test : optional held-out data; V_valid enables the early-stopping rule.
@@ -743,7 +743,7 @@ class FrankWolfeTrainer:
         """Algorithm 1's eq.-10 loop until the visible means match (and alpha with fit_alpha).
 
         Returns (accepted, proposed, updates, largest |data mean - model mean| at the last
-        test, converged); see :func:`engine.kernels.frankwolfe.bias_alpha_updates` for the test.
+        test, converged); see :func:`boltzlab.engine.kernels.frankwolfe.bias_alpha_updates` for the test.
         """
         n = self.n_hidden
         alpha_data = float(np.mean(self._unit_data - 0.5 * self.reg * self._penalties()))

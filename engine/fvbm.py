@@ -19,9 +19,9 @@ import scipy.optimize
 import scipy.sparse
 import scipy.special
 
-from engine.checks import check_int
-from engine.kernels import fvbm as kernels
-from engine.stepping import Record, as_scalar
+from boltzlab.engine.checks import check_int
+from boltzlab.engine.kernels import fvbm as kernels
+from boltzlab.engine.stepping import Record, as_scalar
 
 MAX_EXACT_D = 20  # 2^20 states: exact log Z, log-likelihood and sampling stay cheap
 DECREASE_TOLERANCE = 1e-11  # relative: a log-PL drop smaller than this is rounding
@@ -278,7 +278,7 @@ def mple(X: np.ndarray, *, grad_tol: float = 1e-9, check: bool = True) -> FVBM:
     ------
     ValueError
         With ``check``, if the MPLE does not exist for X (see
-        :func:`engine.fvbm.check_mple_exists`, which uses this solution as its hint).
+        :func:`boltzlab.engine.fvbm.check_mple_exists`, which uses this solution as its hint).
     """
     X = check_data(X, "mple")
     d = X.shape[1]
@@ -616,7 +616,7 @@ def margin_matrix(rows: np.ndarray) -> scipy.sparse.csr_matrix:
     """A with (A theta)[j m + r] = x_rj u_rj, the margin of variable j in distinct row r.
 
     u_rj = b_j + sum_{k != j} m_jk x_rk, and theta = (b, upper triangle of M) in the order
-    of :func:`engine.fvbm.pack_theta`.
+    of :func:`boltzlab.engine.fvbm.pack_theta`.
     """
     m, d = rows.shape
     iu = np.triu_indices(d, 1)

@@ -7,7 +7,7 @@ coordinates i of two-state log-partition terms,
 
 each linear in theta = (b, upper triangle of M) through u_ni = a_ni^T theta (a_ni has a 1
 at b_i and x_nk at m_ik; m_ik = m_ki is one parameter, shared by the terms i and k).
-Algorithm 1 (ComputeBound, :func:`engine.bound.compute_bound`) on one term's two states
+Algorithm 1 (ComputeBound, :func:`boltzlab.engine.bound.compute_bound`) on one term's two states
 (features -a, +a) has a closed form: the first state meets z = 0+ (footnote 3: c = 0),
 the second has log(alpha / z) = 2 u~ and l = 2a, so its Sigma is
 tanh(u~) / (4 u~) (2a)(2a)^T, i.e.
@@ -25,8 +25,8 @@ minimization update is
     theta <- theta + Sigma^{-1} grad P_n(theta),
 
 one q-dimensional solve (Cholesky) per iteration; P_n never decreases (MM).  Sigma is
-accumulated over the distinct rows with their counts (:func:`engine.fvbm.compress_rows`)
-in :mod:`engine.kernels.fvbm_bound` from d blocks F_i^T diag(w c(u_i)) F_i, F_i = [1, x_-i],
+accumulated over the distinct rows with their counts (:func:`boltzlab.engine.fvbm.compress_rows`)
+in :mod:`boltzlab.engine.kernels.fvbm_bound` from d blocks F_i^T diag(w c(u_i)) F_i, F_i = [1, x_-i],
 all read off one BLAS product.
 
 * :class:`BoundMPLETrainer` -- one MM update per ``step()``, monotone by construction.
@@ -35,11 +35,11 @@ all read off one BLAS product.
   without a majorization guarantee (its ascent comes from the line search, which pays
   extra evaluations).
 
-Both produce Records with the keys of :class:`engine.fvbm.FVBMTrainer` (``sweep`` counts
+Both produce Records with the keys of :class:`boltzlab.engine.fvbm.FVBMTrainer` (``sweep`` counts
 iterations) plus ``grad_norm`` (and ``evaluations`` for L-BFGS), so the FVBM lab plots
 them beside BSLM unchanged.
 
-Measured (2 shared cores, OPENBLAS_NUM_THREADS=1; ``python -m engine.fvbm_bound 20 16000
+Measured (2 shared cores, OPENBLAS_NUM_THREADS=1; ``python -m boltzlab.engine.fvbm_bound 20 16000
 4 0.2 60``, i.e. :func:`race_to_mple`): d = 20, n = 16,000 (1,255 distinct rows) simulated
 from b0, M0 ~ N(0, 0.2), seed 4, from theta = 0 until |grad P_n| <= 1e-6 n, stepping time
 only.  BSLM 12,681 sweeps in 9.1 s; GA mu = 0.5 25,939 sweeps, 18.6 s; GA mu = 2.5 4,709
@@ -51,7 +51,7 @@ needs 5.8x fewer iterations than BSLM and is ~3x faster in time (about even with
 mu = 2.5, the best step tried, which has no guarantee); its slow modes come from saturated fields, where c(u) ~ 1/|u|
 exceeds sech^2(u) by orders of magnitude, and SQUAREM removes them (35x BSLM).  At the §5
 variance 0.5 (``bench_fvbm``'s data: d = 20, seed 0, 171 distinct rows) no MPLE exists
-(:func:`engine.fvbm.check_mple_exists`; none of the 17 seeds we drew at d = 20 had one):
+(:func:`boltzlab.engine.fvbm.check_mple_exists`; none of the 17 seeds we drew at d = 20 had one):
 in 10 s BSLM, GA and the plain bound stay at |grad| ~ 0.3-1.3 while parameters drift off;
 SQUAREM and L-BFGS reach |grad| <= 1e-6 n (5.5 s, 1.6 s) on the way to infinity.
 """
@@ -64,8 +64,8 @@ from typing import Any, Literal, Mapping
 
 import numpy as np
 
-from engine.checks import check_int
-from engine.fvbm import (
+from boltzlab.engine.checks import check_int
+from boltzlab.engine.fvbm import (
     DECREASE_TOLERANCE,
     FVBM,
     MAX_EXACT_D,
@@ -75,8 +75,8 @@ from engine.fvbm import (
     exact_log_likelihood,
     parameter_mse,
 )
-from engine.kernels import fvbm_bound as kernels
-from engine.stepping import Record, as_scalar
+from boltzlab.engine.kernels import fvbm_bound as kernels
+from boltzlab.engine.stepping import Record, as_scalar
 
 STATUSES = ("running", "converged", "max_sweeps", "diverged")
 BOUND_LABEL = "Bound (Jebara–Choromanska)"
@@ -90,7 +90,7 @@ MAX_CACHED_PRODUCTS = 2**22
 def bound_curvature(u: Any) -> np.ndarray | float:
     """c(u) = tanh(u) / u, the curvature of Algorithm 1's bound on log(2 cosh u) at u.
 
-    Closed form of :func:`engine.bound.compute_bound` on the two states x = +-1 with
+    Closed form of :func:`boltzlab.engine.bound.compute_bound` on the two states x = +-1 with
     features x a: Sigma = c(a^T theta) a a^T (module docstring).  c(0) = 1.
     """
     u = np.asarray(u, dtype=np.float64)
@@ -488,7 +488,7 @@ def race_to_mple(X: np.ndarray, *, grad_tol: float = 1e-6, mus: tuple[float, ...
     Only the calls to ``steps`` are timed; the gradient check after each iteration is
     not.  Rows: method, iterations, seconds, log_pl, grad_norm, reached, monotone.
     """
-    from engine.fvbm import FVBMTrainer, log_pl_gradient, pack_theta
+    from boltzlab.engine.fvbm import FVBMTrainer, log_pl_gradient, pack_theta
 
     X = check_data(X, "race_to_mple")
     n = X.shape[0]
@@ -536,10 +536,10 @@ def format_race(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":  # python -m engine.fvbm_bound [d n seed variance max_seconds]
+if __name__ == "__main__":  # python -m boltzlab.engine.fvbm_bound [d n seed variance max_seconds]
     import sys
 
-    from engine.data import simulate_fvbm
+    from boltzlab.engine.data import simulate_fvbm
 
     d, n, seed = (int(a) for a in (sys.argv[1:4] if len(sys.argv) > 3 else (20, 16000, 4)))
     variance = float(sys.argv[4]) if len(sys.argv) > 4 else 0.2

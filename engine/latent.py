@@ -17,7 +17,7 @@ f_{j,y,m} = e_{(y,m)} (x) [phi(x_j); 1] (the vector [phi(x_j)^T 1]^T in block (y
 elsewhere).  Equivalently p(y, m | x) = softmax_{(y,m)}(theta_{y,m}^T [phi(x); 1]) and
 p(y | x) = sum_m p(y, m | x).  Footnote 5 regularises by - t lambda / 2 |theta|^2.
 
-As everywhere in this engine (:mod:`engine.majorize`), the objective is the NEGATIVE, to be
+As everywhere in this engine (:mod:`boltzlab.engine.majorize`), the objective is the NEGATIVE, to be
 minimised:
 
     J(theta) = sum_j [ log sum_{y,m} exp(theta^T f_{j,y,m}) - log sum_m exp(theta^T f_{j,y_j,m}) ]
@@ -47,13 +47,13 @@ theta_tilde, with equality at theta_tilde: the paper's Q(theta, theta_tilde) on 
 and the gradient term equals grad J(theta_tilde), so J(theta_new) <= U(theta_new) <=
 U(theta_tilde) = J(theta_tilde): monotone (:meth:`LatentConditional.majorize_step`).  Since
 f_{j,y,m} = e_{(y,m)} (x) x_j, Algorithm 1 over the K M rows is run in the Kronecker form of
-:func:`engine.kernels.majorize.class_bounds` (Sigma_j = C_j (x) x_j x_j^T; the same
-recursion as :func:`engine.bound.compute_bound` on the explicit rows, checked in the tests).
+:func:`boltzlab.engine.kernels.majorize.class_bounds` (Sigma_j = C_j (x) x_j x_j^T; the same
+recursion as :func:`boltzlab.engine.bound.compute_bound` on the explicit rows, checked in the tests).
 
 Trainers and baselines
 ----------------------
 * :class:`LatentBoundTrainer` -- the majorization above, one step per ``step()``.
-* The gradient methods of :mod:`engine.optimizers` run on :class:`LatentConditional` directly
+* The gradient methods of :mod:`boltzlab.engine.optimizers` run on :class:`LatentConditional` directly
   (``hessian`` is exact, so :class:`~engine.optimizers.NewtonTrainer` applies; J is not
   convex, so Newton's Hessian is shifted to positive definite by Cholesky when needed).
 * :class:`EMTrainer` -- the paper's generative baseline: maximum likelihood of the JOINT
@@ -75,10 +75,10 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import scipy.special
 
-from engine.checks import check_int
-from engine.kernels import majorize as kernels
-from engine.majorize import KroneckerCurvature, _check_labels, _check_theta
-from engine.optimizers import (
+from boltzlab.engine.checks import check_int
+from boltzlab.engine.kernels import majorize as kernels
+from boltzlab.engine.majorize import KroneckerCurvature, _check_labels, _check_theta
+from boltzlab.engine.optimizers import (
     ConjugateGradientTrainer,
     IterativeTrainer,
     LBFGSTrainer,
@@ -87,7 +87,7 @@ from engine.optimizers import (
     check_float,
     shifted_cholesky_solve,
 )
-from engine.stepping import Record, as_scalar
+from boltzlab.engine.stepping import Record, as_scalar
 
 FEATURES = ("linear", "quadratic")
 
@@ -224,7 +224,7 @@ class LatentConditional:
                 "Sigma": self._curvature(C), "numerator": (R.T @ self.X).ravel(), "entropy": entropy}
 
     def bound(self, theta_tilde: Any) -> tuple[np.ndarray, np.ndarray]:
-        """(Sigma, g) as in :meth:`engine.majorize.MultinomialLogistic.bound`: the summed
+        """(Sigma, g) as in :meth:`boltzlab.engine.majorize.MultinomialLogistic.bound`: the summed
         Algorithm-1 curvature (no regulariser) and g = sum_j (mu_j - sum_m eta f) + t lambda
         theta_tilde, which equals grad J(theta_tilde)."""
         parts = self.bound_parts(theta_tilde)
@@ -276,7 +276,7 @@ class LatentConditional:
 class LatentBoundTrainer(IterativeTrainer):
     """§4's bound majorization: theta <- :meth:`LatentConditional.majorize_step` (theta).
 
-    Same Trainer protocol and Record keys as :class:`engine.majorize.BoundMajorizer`; J never
+    Same Trainer protocol and Record keys as :class:`boltzlab.engine.majorize.BoundMajorizer`; J never
     increases (Jensen + Theorem 1), which the Record's ``monotone`` reports to rounding.
     """
 
@@ -606,7 +606,7 @@ def latent_table(problems: Sequence[str] = LATENT_PROBLEMS, ms: Sequence[int] = 
     seconds_all (all starts), status, monotone, init, n_train, n_test, reg.
     """
     reg = dict(LATENT_REG, **(reg or {}))
-    from engine.majorize import warm_up_majorize
+    from boltzlab.engine.majorize import warm_up_majorize
 
     warm_up_majorize()  # load numba's cache (class_bounds) before any step is timed
     rows: list[dict[str, Any]] = []

@@ -33,7 +33,7 @@ Objectives
 
 Races: :func:`make_race` builds the five Trainers of the Bound lab on one problem from the
 same theta0 = 0; :func:`race_table` runs them headless and prints a Table-1-style summary
-(``python -m engine.majorize --help``).
+(``python -m boltzlab.engine.majorize --help``).
 
 Readings of the paper
 ---------------------
@@ -45,14 +45,14 @@ Readings of the paper
   chain of length L with k states the leaf's curvature reaches the root k^(L-2) times (trace
   of Sigma / trace of the Hessian about 3800 on 10-step, 3-state chains), and majorization
   stalls.  :class:`ChainCRF` keeps it as ``curvature="printed"`` (its default, equal to
-  :func:`engine.bound.chain_bound`) and offers ``curvature="shared"``, a rigorous variant with
+  :func:`boltzlab.engine.bound.chain_bound`) and offers ``curvature="shared"``, a rigorous variant with
   one dominating curvature per clique (linear in L); :func:`make_race` uses "shared".
 * Algorithm 4 over a CRF: the printed algorithm loops "For each t { z -> 0+; mu = 0; For each
   y ... }" with ONE (V, S, D) -- every example's rank-one terms go into the same low-rank-plus-
   diagonal matrix; that is what :meth:`MultinomialLogistic.bound_low_rank` does (the sum of
   per-example low-rank bounds would not be low-rank).
 * Table 1's epsilon (1e-4 "within epsilon of the LBFGS solution") is read as absolute on the
-  summed J of eq. (1) (:func:`engine.optimizers.iterations_to_epsilon`, ``relative=True`` for
+  summed J of eq. (1) (:func:`boltzlab.engine.optimizers.iterations_to_epsilon`, ``relative=True`` for
   the other reading), and the target is the optimum J* (scipy L-BFGS-B + Newton polish), not
   one L-BFGS run's termination point.
 """
@@ -66,11 +66,11 @@ from typing import Any, Mapping, NamedTuple, Sequence
 import numpy as np
 import scipy.special
 
-from engine.bound import LowRankBound
-from engine.checks import check_int
-from engine.fvbm import FVBM, check_data, pack_theta, states_to_spins, unpack_theta
-from engine.kernels import majorize as kernels
-from engine.optimizers import (
+from boltzlab.engine.bound import LowRankBound
+from boltzlab.engine.checks import check_int
+from boltzlab.engine.fvbm import FVBM, check_data, pack_theta, states_to_spins, unpack_theta
+from boltzlab.engine.kernels import majorize as kernels
+from boltzlab.engine.optimizers import (
     TABLE1_EPSILON,
     ConjugateGradientTrainer,
     IterativeTrainer,
@@ -82,7 +82,7 @@ from engine.optimizers import (
     scipy_reference,
     shifted_cholesky_solve,
 )
-from engine.stepping import Record
+from boltzlab.engine.stepping import Record
 
 #: Largest d of FVBMLikelihood (2^16 states: one Algorithm-1 pass ~0.2 s).
 MAX_FVBM_D = 16
@@ -196,7 +196,7 @@ class MultinomialLogistic(_Base):
     Omega_j = {0, ..., K-1} and f(x, y) = e_y (x) [x, 1], so theta = [theta_0, ..., theta_{K-1}]
     (class-major, K P entries) and theta^T f(x, y) = theta_y^T [x, 1].  log Z_{x_j} =
     logsumexp_y theta_y^T x_j.  J, its gradient and Hessian are vectorised NumPy; the bound is
-    Algorithm 1 per example (kernel :func:`engine.kernels.majorize.class_bounds`), whose
+    Algorithm 1 per example (kernel :func:`boltzlab.engine.kernels.majorize.class_bounds`), whose
     curvature has the Kronecker form Sigma_j = C_j (x) x_j x_j^T.
 
     Parameters
@@ -317,8 +317,8 @@ class FVBMLikelihood(_Base):
     """Exact maximum likelihood of a fully visible Boltzmann machine (no conditioning).
 
     One partition function over Omega = {-1, 1}^d (enumerated once, state s has x_i = +1 iff
-    bit i of s is set, as in :mod:`engine.fvbm`), features phi(x) = [x, x_i x_j (i < j)] in the
-    order of :func:`engine.fvbm.pack_theta`, so theta = [b, upper triangle of M] and
+    bit i of s is set, as in :mod:`boltzlab.engine.fvbm`), features phi(x) = [x, x_i x_j (i < j)] in the
+    order of :func:`boltzlab.engine.fvbm.pack_theta`, so theta = [b, upper triangle of M] and
     theta^T phi(x) = b^T x + x^T M x / 2.  With n observations,
 
         J(theta) = n log Z(theta) - theta^T sum_i phi(x_i) + (n lambda / 2) |theta|^2,
@@ -357,12 +357,12 @@ class FVBMLikelihood(_Base):
         return np.hstack([X, X[:, iu] * X[:, ju]])
 
     def to_fvbm_params(self, theta: Any) -> tuple[np.ndarray, np.ndarray]:
-        """(b, M) of :class:`engine.fvbm.FVBM` from theta."""
+        """(b, M) of :class:`boltzlab.engine.fvbm.FVBM` from theta."""
         theta = _check_theta(theta, self.dim, "FVBMLikelihood.to_fvbm_params")
         return unpack_theta(theta, self.d)
 
     def from_fvbm_params(self, b: Any, M: Any) -> np.ndarray:
-        """theta from (b, M) (validated by :class:`engine.fvbm.FVBM`)."""
+        """theta from (b, M) (validated by :class:`boltzlab.engine.fvbm.FVBM`)."""
         model = FVBM(b, M)
         if model.d != self.d:
             raise ValueError(f"The 'b' parameter of FVBMLikelihood.from_fvbm_params must have length {self.d}. Got {model.d}.")
@@ -435,9 +435,9 @@ class ChainCRF(_Base):
 
     i.e. node features x_t (x) e_{y_t} and transition indicators shared along the chain.
     The junction tree has the cliques (y_c, y_{c+1}), c = 0..L-2; clique c carries edge c and
-    node c, the last clique also node L-1 (as :func:`engine.bound.chain_features`).  Exact log Z
+    node c, the last clique also node L-1 (as :func:`boltzlab.engine.bound.chain_features`).  Exact log Z
     and marginals by forward-backward, the exact Hessian by a second-order forward recursion,
-    the bound by Algorithm 3 per sequence (:func:`engine.bound.chain_bound`, looped in numba).
+    the bound by Algorithm 3 per sequence (:func:`boltzlab.engine.bound.chain_bound`, looped in numba).
 
     Parameters
     ----------
@@ -445,12 +445,12 @@ class ChainCRF(_Base):
     labels : list of (L_s,) integer arrays in [0, n_states).
     n_states : k >= 2.
     reg : lambda >= 0; J carries (S lambda / 2) |theta|^2 with S the number of sequences.
-    curvature : "printed" -- Algorithm 3 as printed (:func:`engine.bound.chain_bound`): a
+    curvature : "printed" -- Algorithm 3 as printed (:func:`boltzlab.engine.bound.chain_bound`): a
         child's Sigma_{b|w} is added once per clique configuration w, so a leaf's curvature
         reaches the root up to k^(L-2) times and the bound gets geometrically looser with
         the chain length L; or "shared" -- the same z and mu with one curvature per clique
         that dominates all of Algorithm 3's per-separator curvatures
-        (:func:`engine.kernels.majorize.sum_chain_bounds_shared`), linear in L.  Both
+        (:func:`boltzlab.engine.kernels.majorize.sum_chain_bounds_shared`), linear in L.  Both
         majorize J.
     """
 
@@ -750,7 +750,7 @@ def make_objective(problem: str, *, reg: float | None = None, seed: int = 0, **k
     _no_extra(kw, owner, ("d", "n", "source"))
     source = kw.get("source", "simulated")
     if source == "senate":
-        from engine.data import senate
+        from boltzlab.engine.data import senate
 
         S = senate().X
     elif source == "simulated":
@@ -849,7 +849,7 @@ def race_table(problems: Sequence[str] = PROBLEMS, *, eps: float = TABLE1_EPSILO
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m engine.majorize",
+    parser = argparse.ArgumentParser(prog="python -m boltzlab.engine.majorize",
                                      description="Table 1 of Jebara & Choromanska (2012) on the Bound lab's problems.")
     parser.add_argument("problems", nargs="*", help=f"any of {', '.join(PROBLEMS)} (default: all)")
     parser.add_argument("--eps", type=float, default=TABLE1_EPSILON)

@@ -44,8 +44,8 @@ import numpy as np
 import scipy.linalg
 import scipy.optimize
 
-from engine.checks import check_int
-from engine.stepping import Record, as_scalar
+from boltzlab.engine.checks import check_int
+from boltzlab.engine.stepping import Record, as_scalar
 
 #: J may rise by this much, relative to max(1, |J|), before a step counts as an increase.
 MONOTONE_RTOL = 1e-12
@@ -61,7 +61,7 @@ STALL_ITERATIONS = 20
 
 @runtime_checkable
 class Objective(Protocol):
-    """What the trainers need from a problem (see :mod:`engine.majorize`)."""
+    """What the trainers need from a problem (see :mod:`boltzlab.engine.majorize`)."""
 
     dim: int
     name: str

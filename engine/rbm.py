@@ -21,9 +21,9 @@ from typing import Any, Literal, Mapping
 
 import numpy as np
 
-from engine.checks import check_choice, check_float, check_int, check_seed, derived_seed
-from engine.kernels import rbm as kernels
-from engine.stepping import Record, as_scalar
+from boltzlab.engine.checks import check_choice, check_float, check_int, check_seed, derived_seed
+from boltzlab.engine.kernels import rbm as kernels
+from boltzlab.engine.stepping import Record, as_scalar
 
 MAX_EXACT_UNITS = 20  # the smaller layer is enumerated: 2^20 states
 

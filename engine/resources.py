@@ -1,10 +1,10 @@
-"""Where the bundled data live: the package ``engine.assets``, found through importlib.resources.
+"""Where the bundled data live: the package ``boltzlab.engine.assets``, found through importlib.resources.
 
 The files stay in the repository's ``assets/`` folder (with ``assets/README.md``, their origin
-and licence); ``pyproject.toml`` maps that folder to the package ``engine.assets``, so a
+and licence); ``pyproject.toml`` maps that folder to the package ``boltzlab.engine.assets``, so a
 wheel or ``pip install .`` puts them at ``site-packages/engine/assets/`` and an editable
 install (``pip install -e .``) finds them in the checkout.  Only a checkout run without any
-install (``PYTHONPATH=. python -m dashboard.cli``) falls back to its ``assets/`` folder.
+install (``PYTHONPATH=. python -m boltzlab``) falls back to its ``assets/`` folder.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib.resources
 from pathlib import Path
 
-PACKAGE = "engine.assets"
+PACKAGE = "boltzlab.engine.assets"
 
 
 def assets_dir() -> Path:

@@ -1,13 +1,13 @@
 """TAP machines: RBMs with general unit priors, inferred and trained through the TAP free
 energy (Tramel, Gabrié, Manoel, Caltagirone & Krzakala 2018, §§III-VI, Algorithms 1-2).
 
-Model (eq. 9) with W (Nv, Nh) and per-layer priors (see :mod:`engine.kernels.tap`):
+Model (eq. 9) with W (Nv, Nh) and per-layer priors (see :mod:`boltzlab.engine.kernels.tap`):
 
     P(x, h) proportional to exp(x^T W h) prod_i mu_i(x_i) prod_j mu_j(h_j),
 
 where the biases b_vis, b_hid are the priors' linear parameters U, so binary {0, 1} priors
-give exactly the RBM of :mod:`engine.rbm` (E = -v^T W h - b_vis^T v - b_hid^T h) and the
-TAP estimate of log Z is comparable with :func:`engine.rbm.log_partition_exact`.
+give exactly the RBM of :mod:`boltzlab.engine.rbm` (E = -v^T W h - b_vis^T v - b_hid^T h) and the
+TAP estimate of log Z is comparable with :func:`boltzlab.engine.rbm.log_partition_exact`.
 
 * :func:`tap_fixed_points` -- Algorithm 1 for K chains at once.
 * :func:`tap_free_energy` -- eq. 36; :func:`unique_solutions` -- distinct fixed points, their
@@ -26,9 +26,9 @@ from typing import Any, Literal, Mapping
 
 import numpy as np
 
-from engine.checks import check_choice, check_float, check_int, check_seed
-from engine.kernels import tap as kernels
-from engine.rbm import (
+from boltzlab.engine.checks import check_choice, check_float, check_int, check_seed
+from boltzlab.engine.kernels import tap as kernels
+from boltzlab.engine.rbm import (
     MAX_EXACT_UNITS,
     _check_params,
     base_rate_biases,
@@ -37,7 +37,7 @@ from engine.rbm import (
     check_dtype_matches,
     log_partition_exact,
 )
-from engine.stepping import Record, as_scalar
+from boltzlab.engine.stepping import Record, as_scalar
 
 PRIOR_CODES = {
     "bernoulli": kernels.BERNOULLI,
@@ -417,7 +417,7 @@ def tap_log_partition(
     damping: float = 0.0, tol: float = TIGHT_TOL, max_iter: int = 20_000, unique_tol: float = DEFAULT_UNIQUE_TOL,
     dtype: str = "float64",
 ) -> float:
-    """TAP estimate of log Z of a binary {0, 1} RBM (same Z as :func:`engine.rbm.log_partition_exact`).
+    """TAP estimate of log Z of a binary {0, 1} RBM (same Z as :func:`boltzlab.engine.rbm.log_partition_exact`).
 
     Runs Algorithm 1 from the rows of ``init_vis`` to ``tol`` (default :data:`TIGHT_TOL`, an
     RMS change of 1e-12 per unit, so the estimate itself is accurate far below 1e-6) and

@@ -21,20 +21,20 @@ import numpy as np
 #: kernel group -> the function (module, name) that runs each of its kernels once.  The
 #: order is the order of compilation: the groups of the app's first lab (FVBM) first.
 GROUPS: dict[str, tuple[str, str]] = {
-    "fvbm": ("engine.warmup", "warm_up_fvbm"),
-    "fvbm_bound": ("engine.fvbm_bound", "warm_up_fvbm_bound"),
-    "rbm": ("engine.rbm", "warm_up_rbm"),
-    "tap": ("engine.tap", "warm_up_tap"),
-    "frankwolfe": ("engine.frankwolfe", "warm_up_frankwolfe"),
-    "bound": ("engine.bound", "warm_up_bound"),
-    "majorize": ("engine.majorize", "warm_up_majorize"),
+    "fvbm": ("boltzlab.engine.warmup", "warm_up_fvbm"),
+    "fvbm_bound": ("boltzlab.engine.fvbm_bound", "warm_up_fvbm_bound"),
+    "rbm": ("boltzlab.engine.rbm", "warm_up_rbm"),
+    "tap": ("boltzlab.engine.tap", "warm_up_tap"),
+    "frankwolfe": ("boltzlab.engine.frankwolfe", "warm_up_frankwolfe"),
+    "bound": ("boltzlab.engine.bound", "warm_up_bound"),
+    "majorize": ("boltzlab.engine.majorize", "warm_up_majorize"),
 }
 
 
 def warm_up_fvbm() -> None:
     """Run the FVBM kernels once on a tiny problem."""
-    from engine.fvbm import FVBM, FVBMTrainer, exact_log_likelihood
-    from engine.kernels import fvbm as kernels
+    from boltzlab.engine.fvbm import FVBM, FVBMTrainer, exact_log_likelihood
+    from boltzlab.engine.kernels import fvbm as kernels
 
     model = FVBM.random(3, 0)
     X = model.sample(16, 1)
@@ -80,7 +80,7 @@ def _marker(name: str) -> str | None:
     from numba.core.registry import CPUDispatcher
 
     try:
-        module = importlib.import_module(f"engine.kernels.{name}")
+        module = importlib.import_module(f"boltzlab.engine.kernels.{name}")
         kernel = next(v for v in vars(module).values()
                       if isinstance(v, CPUDispatcher) and isinstance(v._cache, FunctionCache))
         folder = kernel._cache._cache_path

@@ -40,8 +40,8 @@ def warm_kernels():
     processes that tests start then load them from numba's on-disk cache instead of each
     compiling them at once (from a fresh clone on a busy 2-core machine, a server's first
     start took over 240 s and its test failed)."""
-    import engine
-    from engine.warmup import compile_kernels
+    from boltzlab import engine
+    from boltzlab.engine.warmup import compile_kernels
 
     compile_kernels()  # in parallel processes (one per core) into numba's cache
     engine.warm_up()  # then loaded here from it

@@ -1,7 +1,7 @@
 """The app served by the real CLI in a subprocess, for tests that talk to it over HTTP.
 
 ``proc, base = start_server("--workers", "1")`` runs
-``python -m dashboard.cli serve --port P --address 127.0.0.1 --workers 1`` from the
+``python -m boltzlab serve --port P --address 127.0.0.1 --workers 1`` from the
 repository root on a free port P and returns once ``base + "/liveness"`` answers;
 ``stop_server(proc)`` ends it.  The server's output (stdout and stderr) goes to a log file,
 never to a pipe that nobody reads (a full pipe would block a chatty server);
@@ -94,7 +94,7 @@ def start_server(*options: str, ready: str = "/liveness", timeout: float = 240.0
     log = Path(log)
     log.parent.mkdir(parents=True, exist_ok=True)
     out = open(log, "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "dashboard.cli", "serve", "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "boltzlab", "serve", "--port", str(port),
                              "--address", "127.0.0.1", *options],
                             cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env)
     proc.server_log, proc._server_log_file, proc._server_log_temporary = log, out, temporary

@@ -1,6 +1,8 @@
 """The house has no import cycles: every import in engine/ and dashboard/ (at module level or
 inside a function, read with ``ast``, nothing run), as module -> module arrows, has no loop.
-And engine/ never imports Panel, Bokeh, param or the dashboard."""
+And engine/ never imports Panel, Bokeh, param or the dashboard; and nothing, tests included,
+imports them under any name but ``boltzlab.engine`` / ``boltzlab.dashboard`` (one copy of
+every module's state)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ def modules() -> dict[str, Path]:
             parts = list(path.relative_to(ROOT).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts.pop()
-            found[".".join(parts)] = path
+            found[".".join(["boltzlab", *parts])] = path
     return found
 
 
@@ -39,7 +41,7 @@ def imports(name: str, path: Path, known: set[str]) -> set[str]:
         else:
             continue
         for target in targets:
-            while target and target not in known:  # engine.kernels.fvbm.x -> engine.kernels.fvbm
+            while target and target not in known:  # boltzlab.engine.kernels.fvbm.x -> ...kernels.fvbm
                 target = target.rpartition(".")[0]
             if target and target != name:
                 out.add(target)
@@ -95,10 +97,21 @@ def test_engine_and_dashboard_have_no_import_cycle():
 
 def test_the_engine_never_imports_the_ui():
     for name, path in modules().items():
-        if not name.startswith("engine"):
+        if not name.startswith("boltzlab.engine"):
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             for imported in names:
-                assert imported.split(".")[0] not in ("panel", "bokeh", "param", "holoviews", "dashboard"), (name, imported)
+                assert imported.split(".")[0] not in ("panel", "bokeh", "param", "holoviews"), (name, imported)
+                assert not imported.startswith("boltzlab.dashboard"), (name, imported)
+
+
+def test_nothing_imports_the_old_top_level_names():
+    """``engine`` and ``dashboard`` are folders of the repository, not import packages."""
+    for path in sorted(p for top in (*PACKAGES, "tests", "boltzlab") for p in (ROOT / top).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            for imported in names:
+                assert imported.split(".")[0] not in PACKAGES, (str(path.relative_to(ROOT)), imported)

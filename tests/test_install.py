@@ -8,8 +8,8 @@ environment's setuptools (``pip wheel --no-build-isolation``; the ``test`` extra
 venv sees this environment's packages (``--system-site-packages``) and gets the wheel alone
 (``--no-deps --no-index``).  So that it is the wheel that runs and not the checkout (which this
 environment also has, as an editable install), the commands run outside the checkout without
-``PYTHONPATH``, and the test checks that ``engine``, ``dashboard`` and the bundled data are
-imported from the venv.  The venv compiles the numba kernels afresh (their cache lives next
+``PYTHONPATH``, and the test checks that ``boltzlab.engine``, ``boltzlab.dashboard`` and the
+bundled data are imported from the venv, and that ``boltzlab`` is the wheel's only top-level name.  The venv compiles the numba kernels afresh (their cache lives next
 to the installed sources): a minute or more, more on a busy machine.
 
 Also: ``constraints.txt`` pins every requirement of ``pyproject.toml`` within its range.
@@ -94,11 +94,13 @@ def installed(tmp_path_factory):
 def test_the_wheel_holds_every_package_and_the_bundled_data(installed):
     wheel = installed[4]
     names = set(zipfile.ZipFile(wheel).namelist())
-    checkout = sorted(str(init.parent.relative_to(ROOT)) for top in PACKAGES for init in (ROOT / top).rglob("__init__.py")
-                      if "__pycache__" not in init.parts)
+    checkout = sorted(f"boltzlab/{init.parent.relative_to(ROOT)}" for top in PACKAGES
+                      for init in (ROOT / top).rglob("__init__.py") if "__pycache__" not in init.parts)
     missing = [package for package in checkout if f"{package}/__init__.py" not in names]
     assert not missing, f"packages missing from the wheel (add them to pyproject's packages): {missing}"
-    assert [f for f in DATA if f"engine/assets/{f}" not in names] == []
+    assert [f for f in DATA if f"boltzlab/engine/assets/{f}" not in names] == []
+    # one top-level import package (issue 24): nothing of another distribution's to overwrite
+    assert {n.split("/")[0] for n in names if ".dist-info" not in n.split("/")[0]} == {"boltzlab"}
     assert not [n for n in names if n.endswith(".png")]  # the README's screenshots stay out
 
 
@@ -107,10 +109,10 @@ def test_the_venv_imports_the_wheel_not_the_checkout(installed):
     python, _, work, env, _ = installed
     out = check(run([python, "-c", """if True:
         import importlib.util, json, sys
-        from engine.resources import assets_dir
+        from boltzlab.engine.resources import assets_dir
         print(json.dumps({"prefix": sys.prefix,
-                          "engine": importlib.util.find_spec("engine").origin,
-                          "dashboard": importlib.util.find_spec("dashboard").origin,
+                          "engine": importlib.util.find_spec("boltzlab.engine").origin,
+                          "dashboard": importlib.util.find_spec("boltzlab.dashboard").origin,
                           "assets": str(assets_dir())}))"""], cwd=work, env=env))
     where = json.loads(out.stdout)
     venv = Path(where.pop("prefix")).resolve()
@@ -128,7 +130,7 @@ def test_version(installed):
 @slow
 def test_fit_fvbm_on_the_bundled_senate_data(installed):
     python, boltzlab, work, env, _ = installed
-    senate = check(run([python, "-c", "from engine.resources import asset; print(asset('senate_knn1_imputed.csv'))"],
+    senate = check(run([python, "-c", "from boltzlab.engine.resources import asset; print(asset('senate_knn1_imputed.csv'))"],
                        cwd=work, env=env)).stdout.strip()
     result = json.loads(check(run([boltzlab, "fit", "fvbm", senate, "--json"], cwd=work, env=env)).stdout)
     assert math.isfinite(result["log_pl"]) and len(result["M"]) == 9

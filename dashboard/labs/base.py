@@ -9,7 +9,7 @@ A lab module declares only what is its own (see ``docs/architecture.md``, "Labs"
   redraw); ``controls_panel()`` lays them out;
 * ``trainer_factory()``: validates the settings at once (``ValueError``) and returns a
   builder of ``{name: trainer}``; ``prepare(changed)`` loads what the factory needs (data);
-  ``check_work()`` refuses settings over the server's work budget (:mod:`dashboard.budget`);
+  ``check_work()`` refuses settings over the server's work budget (:mod:`boltzlab.dashboard.budget`);
 * ``build_views()``, ``main_view()`` (the plot that must be on the first screen),
   ``more_views()``; ``clear()`` empties them for a new run; ``show(records)`` draws new
   Records (views read Records, never trainers);
@@ -34,11 +34,11 @@ from typing import Any, Callable, ClassVar, Iterator, Mapping
 import panel as pn
 import param
 
-from dashboard.jobs import Jobs
-from dashboard.labtools import LabTools, Preset
-from dashboard.runner import Runner, play_or_tell
-from dashboard.views import StatusBadge
-from engine.stepping import Record
+from boltzlab.dashboard.jobs import Jobs
+from boltzlab.dashboard.labtools import LabTools, Preset
+from boltzlab.dashboard.runner import Runner, play_or_tell
+from boltzlab.dashboard.views import StatusBadge
+from boltzlab.engine.stepping import Record
 
 RADIO = dict(color="primary", variant="outline")
 PREPARE = "prepare"  # the job key of a slow preparation (see Lab.prepare_later)
@@ -158,8 +158,8 @@ class Lab(pn.viewable.Viewer):
         (e.g. the data set); raise ``ValueError`` to refuse them."""
 
     def check_work(self) -> None:
-        """Raise ``ValueError`` (:class:`dashboard.budget.TooMuchWork`) when a step of the
-        current settings would take longer than this server allows (:mod:`dashboard.budget`).
+        """Raise ``ValueError`` (:class:`boltzlab.dashboard.budget.TooMuchWork`) when a step of the
+        current settings would take longer than this server allows (:mod:`boltzlab.dashboard.budget`).
         Checked before anything is prepared (a refused run starts no slow preparation) and
         again after ``prepare``, when what depends on the prepared data is known."""
 

@@ -3,7 +3,7 @@ quadratic bound on the partition function hugging log Z.
 
 Paper: Jebara & Choromanska (2012), "Majorization for CRFs and latent likelihoods" (NIPS).
 
-Two heavy computations run as jobs (:mod:`dashboard.jobs`), never on the UI thread: the
+Two heavy computations run as jobs (:mod:`boltzlab.dashboard.jobs`), never on the UI thread: the
 race's reference optimum J* (:func:`~dashboard.labs.bound_setup.race_reference`; the race
 plays without it and its J − J* curves are drawn, from the Records kept meanwhile, once it
 has arrived) and the tightness views' exact log Z and bounds over a line and a 2-D slice
@@ -26,12 +26,12 @@ from bokeh.plotting import figure
 from matplotlib import colormaps
 from matplotlib.colors import to_hex
 
-from dashboard import budget
-from dashboard.labs import bound_setup as setup
-from dashboard.labs.base import Lab, by_run
-from dashboard.labtools import LabTools, Preset, decode_value
-from dashboard.views import StatusBadge
-from engine import majorize
+from boltzlab.dashboard import budget
+from boltzlab.dashboard.labs import bound_setup as setup
+from boltzlab.dashboard.labs.base import Lab, by_run
+from boltzlab.dashboard.labtools import LabTools, Preset, decode_value
+from boltzlab.dashboard.views import StatusBadge
+from boltzlab.engine import majorize
 
 VIRIDIS = [to_hex(c) for c in colormaps["viridis"](np.linspace(0, 1, 256))]
 EXTRA_COLORS = ["#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2"]

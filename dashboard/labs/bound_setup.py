@@ -9,7 +9,7 @@ log Z and the bound on a 2-D plane through a random base point theta_0,
 
 with the expansion point theta~ = theta(s~, r~) and the curves along the line through theta~
 in the direction u.  Everything here is exact: log Z by enumeration, the bound by
-:func:`engine.bound.compute_bound`.
+:func:`boltzlab.engine.bound.compute_bound`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from engine import bound
+from boltzlab.engine import bound
 
 MODELS = {
     "log-linear: 6 outcomes, d = 2": "loglinear",
@@ -240,7 +240,7 @@ def race_objective(problem: str, reg: float, seed: int):
 
 @lru_cache(maxsize=8)
 def _race_objective(problem: str, reg: float, seed: int):
-    from engine import majorize
+    from boltzlab.engine import majorize
 
     return majorize.make_objective(problem, reg=reg, seed=seed)
 
@@ -254,14 +254,14 @@ def race_size(problem: str, reg: float, seed: int) -> dict:
 def race_reference(problem: str, reg: float, seed: int) -> dict:
     """J* = min J, the reference the race's curves J - J* are drawn against (scipy L-BFGS-B
     polished by Newton): from tens of milliseconds (wine) to seconds (digits)."""
-    from engine import majorize
+    from boltzlab.engine import majorize
 
     ref = majorize.scipy_reference(race_objective(problem, reg, seed))
     return {"value": float(ref.value), "grad_norm": float(ref.grad_norm), "seconds": float(ref.seconds)}
 
 
 class RaceBuild:
-    """The five trainers of one race (:func:`engine.majorize.make_race`), built together on
+    """The five trainers of one race (:func:`boltzlab.engine.majorize.make_race`), built together on
     first use: in the runner's thread, or on the Dask worker a trainer is shipped to (each
     then builds its own), never on the UI thread.  Building them evaluates J and ∇J at θ = 0
     six times (and builds the objective the first time): 0.05-0.5 s for digits or the chain."""
@@ -278,7 +278,7 @@ class RaceBuild:
     def trainer(self, method: str):
         with self._lock:
             if self._trainers is None:
-                from engine import majorize
+                from boltzlab.engine import majorize
 
                 problem, reg, seed = self.key
                 self._trainers = majorize.make_race(problem, reg=reg, seed=seed, max_iter=RACE_MAX_ITER,
@@ -337,7 +337,7 @@ class RaceTrainer:
 
 def build_race(key: tuple[str, float, int]) -> dict[str, RaceTrainer]:
     """The race's ``{method: trainer}`` in Table 1's order, built where they first step."""
-    from engine import majorize
+    from boltzlab.engine import majorize
 
     build = RaceBuild(key)
     return {method: RaceTrainer(build, method) for method in majorize.RACE_METHODS}

@@ -20,16 +20,16 @@ import numpy as np
 import panel as pn
 from bokeh.models import ColumnDataSource, Label, Span
 
-from dashboard import budget
-from dashboard.labs.base import RADIO, Lab, held, label
-from dashboard.labs.frankwolfe_setup import (CD_EPOCHS, CD_K, DATASETS, DEFAULTS, EVALUATIONS, cd_factory,
+from boltzlab.dashboard import budget
+from boltzlab.dashboard.labs.base import RADIO, Lab, held, label
+from boltzlab.dashboard.labs.frankwolfe_setup import (CD_EPOCHS, CD_K, DATASETS, DEFAULTS, EVALUATIONS, cd_factory,
                                              fw_curves, fw_factory, log_likelihood_of, train_log_likelihood)
-from dashboard.labs.tap_setup import describe_images
-from dashboard.labtools import Preset
-from dashboard.runner import Runner, play_or_tell
-from dashboard.views import LiveCurve, StatusBadge
-from dashboard.views.image_grid import ImageGrid
-from engine.images import load_images
+from boltzlab.dashboard.labs.tap_setup import describe_images
+from boltzlab.dashboard.labtools import Preset
+from boltzlab.dashboard.runner import Runner, play_or_tell
+from boltzlab.dashboard.views import LiveCurve, StatusBadge
+from boltzlab.dashboard.views.image_grid import ImageGrid
+from boltzlab.engine.images import load_images
 
 SPEEDS = {"1 unit/s": 1.0, "2 units/s": 2.0, "5 units/s": 5.0, "as fast as possible": None}
 DEFAULT_DATA = "mnist"

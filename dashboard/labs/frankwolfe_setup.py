@@ -2,7 +2,7 @@
 the CD pair forked from it), how a Record's numbers are read, and the lab's analysis *job*.
 
 The job (:func:`train_log_likelihood`) is a module-level function of plain arrays and values
-returning plain values, so :mod:`dashboard.jobs` can run it in a worker process (pickled by
+returning plain values, so :mod:`boltzlab.dashboard.jobs` can run it in a worker process (pickled by
 reference) or a thread, never on the UI thread.
 """
 
@@ -13,10 +13,10 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from engine import frankwolfe, rbm
-from engine.kernels import rbm as rbm_kernels
-from engine.images import load_images
-from engine.stepping import Record
+from boltzlab.engine import frankwolfe, rbm
+from boltzlab.engine.kernels import rbm as rbm_kernels
+from boltzlab.engine.images import load_images
+from boltzlab.engine.stepping import Record
 
 DATASETS = {"MNIST 28×28": "mnist", "8×8 digits": "digits"}
 EVALUATIONS = {"auto: exact while cheap, then AIS": "auto", "exact": "exact",
@@ -70,7 +70,7 @@ def fw_factory(data_key: str, *, reg: float, bias_lr: float, samples: int, max_h
 class ForkedCD:
     """One CD-10 run of the fork, built where it first steps.
 
-    Building an :class:`engine.rbm.RBMTrainer` checks and copies the training data and
+    Building an :class:`boltzlab.engine.rbm.RBMTrainer` checks and copies the training data and
     computes its base rates: 0.1-0.3 s on MNIST, twice for the pair, and the fork is made
     by a click.  So the trainer is built on its first ``step()``: in the CD runner's
     thread, or on the Dask worker the runner ships it to (which then loads the bundled

@@ -14,12 +14,12 @@ import numpy as np
 import panel as pn
 from bokeh.models import ColumnDataSource
 
-from dashboard.labs.base import RADIO, Lab, NotReady, by_run, held, label
-from dashboard.labs.fvbm_setup import (BOUND_LABEL, DEFAULT_DATA, LBFGS_LABEL, SQUAREM_LABEL, DataSet, check_work,
+from boltzlab.dashboard.labs.base import RADIO, Lab, NotReady, by_run, held, label
+from boltzlab.dashboard.labs.fvbm_setup import (BOUND_LABEL, DEFAULT_DATA, LBFGS_LABEL, SQUAREM_LABEL, DataSet, check_work,
                                        guaranteed_by_label, load_data, parse_mus, simulated_data,
                                        trainer_factory, uploaded_data)
-from dashboard.labtools import Preset
-from dashboard.views import Heatmap, LiveCurve, StatusBadge
+from boltzlab.dashboard.labtools import Preset
+from boltzlab.dashboard.views import Heatmap, LiveCurve, StatusBadge
 
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
           "#bcbd22"]

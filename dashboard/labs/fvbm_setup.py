@@ -8,9 +8,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from dashboard import budget
-from engine import data as fvbm_data
-from engine import fvbm, fvbm_bound
+from boltzlab.dashboard import budget
+from boltzlab.engine import data as fvbm_data
+from boltzlab.engine import fvbm, fvbm_bound
 
 EXACT_LIMIT = 20
 DEFAULT_DATA = {"d": 10, "n": 16000, "seed": 1}
@@ -177,8 +177,8 @@ def trainer_factory(dataset: DataSet, *, algorithm: str = "bslm", mu: float = 1.
     """A factory of ``{label: trainer}`` for the runner (one trainer, or a race).
 
     The race is BSLM, gradient ascent with each μ of ``race_mus``, the quadratic-bound MM
-    (:class:`engine.fvbm_bound.BoundMPLETrainer`) and L-BFGS
-    (:class:`engine.fvbm_bound.LBFGSMPLETrainer`), all from the same start and with the
+    (:class:`boltzlab.engine.fvbm_bound.BoundMPLETrainer`) and L-BFGS
+    (:class:`boltzlab.engine.fvbm_bound.LBFGSMPLETrainer`), all from the same start and with the
     same stopping rule.
     """
     data = dataset.data
@@ -209,7 +209,7 @@ def trainer_factory(dataset: DataSet, *, algorithm: str = "bslm", mu: float = 1.
 
 
 def check_work(dataset: DataSet, *, race_mus: list[float] | None, source: str = "simulated") -> None:
-    """Refuse (:class:`dashboard.budget.TooMuchWork`) a run whose step (every trainer of
+    """Refuse (:class:`boltzlab.dashboard.budget.TooMuchWork`) a run whose step (every trainer of
     :func:`trainer_factory` once) would take longer than the server allows on ``dataset``
     (its distinct rows are what a sweep visits; other sizes suggested for simulated data are
     assumed to keep the same fraction of distinct rows, at most 2^d)."""

@@ -5,7 +5,7 @@ generalized framework for unsupervised learning with restricted Boltzmann machin
 
 The views draw from Records only.  What takes longer than a few milliseconds -- the
 Isomap of the solutions (Fig. 6), the data Isomap (Fig. 7) and the denoising (Fig. 8) --
-runs as analysis jobs (:mod:`dashboard.jobs`, functions of :mod:`dashboard.labs.tap_setup`)
+runs as analysis jobs (:mod:`boltzlab.dashboard.jobs`, functions of :mod:`boltzlab.dashboard.labs.tap_setup`)
 and is drawn on a later tick; the views say "Computing…" meanwhile.
 """
 
@@ -23,17 +23,17 @@ import panel as pn
 from bokeh.models import ColumnDataSource, HoverTool
 from bokeh.plotting import figure
 
-from dashboard.labs.base import RADIO, Lab, held, label
-from dashboard.labs.tap_setup import (DATASETS, EXACT_LIMIT, History, check_work, data_embedding, denoise_curve,
+from boltzlab.dashboard.labs.base import RADIO, Lab, held, label
+from boltzlab.dashboard.labs.tap_setup import (DATASETS, EXACT_LIMIT, History, check_work, data_embedding, denoise_curve,
                                       denoise_digit, describe_images, isomap_rows, load_images,
                                       solution_embedding)
-from dashboard.labs.tap_setup import trainer_factory as build_trainers
-from dashboard.labtools import Preset
-from dashboard.views import LiveCurve, StatusBadge
-from dashboard.views.histogram import HistogramSlices
-from dashboard.views.image_grid import ImageGrid
-from dashboard.views.scatter import EmbeddingScatter
-from engine import tap_analysis
+from boltzlab.dashboard.labs.tap_setup import trainer_factory as build_trainers
+from boltzlab.dashboard.labtools import Preset
+from boltzlab.dashboard.views import LiveCurve, StatusBadge
+from boltzlab.dashboard.views.histogram import HistogramSlices
+from boltzlab.dashboard.views.image_grid import ImageGrid
+from boltzlab.dashboard.views.scatter import EmbeddingScatter
+from boltzlab.engine import tap_analysis
 
 # one step trains a few mini-batches (about 1/8 of an epoch) and then evaluates
 SPEEDS = {"1 step/s": 1.0, "5 steps/s": 5.0, "as fast as possible": None}

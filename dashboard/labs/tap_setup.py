@@ -3,7 +3,7 @@ wrapper, the per-epoch history the views are drawn from, and the lab's analysis 
 
 The jobs (:func:`solution_embedding`, :func:`data_embedding`, :func:`denoise_digit`,
 :func:`denoise_curve`) are what takes too long for the UI thread: module-level functions
-of plain arrays and values returning plain arrays and values, so :mod:`dashboard.jobs` can
+of plain arrays and values returning plain arrays and values, so :mod:`boltzlab.dashboard.jobs` can
 run them in a worker process (they are pickled by reference) or a thread.
 """
 
@@ -18,10 +18,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from dashboard import budget
-from engine import rbm, tap, tap_analysis
-from engine.images import ImageSet, load_images
-from engine.stepping import Record
+from boltzlab.dashboard import budget
+from boltzlab.engine import rbm, tap, tap_analysis
+from boltzlab.engine.images import ImageSet, load_images
+from boltzlab.engine.stepping import Record
 
 DATASETS = {"MNIST 28×28": "mnist", "8×8 digits": "digits"}
 STEPS_PER_EPOCH = 8  # evaluations per epoch in the lab: each costs about one mini-batch (more for ground truth)
@@ -42,7 +42,7 @@ def describe_images(images: ImageSet, validation: str = "validation") -> str:
 class GroundTruthTrainer:
     """A TAP trainer plus, on every step of a small model, what exact answers allow.
 
-    The :class:`engine.tap.TAPTrainer` Records carry the per-unit TAP and (smaller layer
+    The :class:`boltzlab.engine.tap.TAPTrainer` Records carry the per-unit TAP and (smaller layer
     <= 20) exact log-likelihoods on its evaluation rows.  This wrapper adds, on the same
     rows and in nats per digit (not per unit): the exact value, the TAP estimate, AIS
     (live schedule, 20 runs, base rates from the data) and the pseudo-likelihood (exact
@@ -100,7 +100,7 @@ def trainer_factory(data_key: str, *, n_hidden: int, prior_hid: str = "bernoulli
     Each step trains ``batches_per_step`` mini-batches (default: about STEPS_PER_EPOCH
     steps per epoch) and then evaluates; a batch where no TAP chain converges is redone
     with more damping (up to MAX_DAMPING) rather than stopping the run.  The lab trains in
-    float32 (``dtype``; see :class:`engine.tap.TAPTrainer`): its reported log Z and
+    float32 (``dtype``; see :class:`boltzlab.engine.tap.TAPTrainer`): its reported log Z and
     likelihoods are evaluated in float64 all the same.
     """
     images = load_images(data_key)
@@ -127,7 +127,7 @@ def default_batches_per_step(n_rows: int, batch_size: int) -> int:
 
 
 def check_work(data_key: str, *, n_hidden: int, n_chains: int, batch_size: int, prior_hid: str = "bernoulli") -> None:
-    """Refuse (:class:`dashboard.budget.TooMuchWork`) settings whose step would take longer
+    """Refuse (:class:`boltzlab.dashboard.budget.TooMuchWork`) settings whose step would take longer
     than the server allows: the lab's factory trains ``default_batches_per_step``
     mini-batches of K chains per step, then evaluates from min(n, K) rows."""
     n, n_visible = load_images(data_key).X_train.shape
@@ -257,7 +257,7 @@ def denoise_curve(data_key: str, rows: int, ps: list[float], W: np.ndarray, b_vi
                   damping: float) -> dict[str, list]:
     """Job, Figure 8: MCC against the flip probability for the first ``rows`` held-out
     digits of ``data_key``: TAP (this model), OPE and 1-NN (see
-    :func:`engine.tap_analysis.denoising_curve`, whose dict of lists it returns)."""
+    :func:`boltzlab.engine.tap_analysis.denoising_curve`, whose dict of lists it returns)."""
     images = load_images(data_key)
     return tap_analysis.denoising_curve(images.X_test[:rows], images.X_train, list(ps), seed=0,
                                         tap_denoiser=tap_analysis.tap_denoiser(W, b_vis, b_hid, damping=damping))

@@ -1,6 +1,6 @@
 """An image grid: receptive fields (columns of W) or digits, tiled into one Bokeh image.
 
-The tiling itself is :func:`engine.images.tile_images` (shared by every lab); this view
+The tiling itself is :func:`boltzlab.engine.images.tile_images` (shared by every lab); this view
 only draws the tiled array, optionally outlines one tile (the newest hidden unit in the
 Frank-Wolfe lab, the unit that changed most in the TAP lab's presentation mode) and names
 each tile on hover (which column it shows, its largest |value|).
@@ -17,7 +17,7 @@ from bokeh.plotting import figure
 from matplotlib import colormaps
 from matplotlib.colors import to_hex
 
-from engine.images import tile_images
+from boltzlab.engine.images import tile_images
 
 DIVERGING = [to_hex(c) for c in colormaps["RdBu_r"](np.linspace(0, 1, 256))]
 GRAYS = [to_hex(c) for c in colormaps["gray_r"](np.linspace(0, 1, 256))]  # 0 white, 1 black

@@ -8,7 +8,7 @@ theta ~ N(0, 0.1^2) (theta^T f has standard deviation about 1.2).  The work is
 
 Three implementations of the same recursion (the same rows in the same order, log space):
 
-* numba -- :func:`engine.bound.compute_bound`: a sequential O(|Omega| d) pass writes
+* numba -- :func:`boltzlab.engine.bound.compute_bound`: a sequential O(|Omega| d) pass writes
   sqrt(c_i) l_i into blocks of rows, each block added to Sigma by one BLAS product.
 * NumPy, row by row -- :func:`numpy_rowwise`: Algorithm 1 as printed, one rank-one update
   (np.outer into a buffer, Sigma += buffer) per row.  Its cost per row does not depend on the
@@ -31,7 +31,7 @@ import time
 
 import numpy as np
 
-from engine.bound import compute_bound, log_partition
+from boltzlab.engine.bound import compute_bound, log_partition
 
 GOAL_SECONDS = 1.0
 

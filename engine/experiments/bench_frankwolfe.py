@@ -5,7 +5,7 @@ Ping, Liu & Ihler (2016, §4) report that "the running time of the FW procedure 
 twice as CD for the same number of hidden units" (CD-10, 200 epochs on MNIST).  Per hidden
 size n this bench
 
-* trains CD-k (:class:`engine.rbm.RBMTrainer`, ``method="cd"``, mini-batches of
+* trains CD-k (:class:`boltzlab.engine.rbm.RBMTrainer`, ``method="cd"``, mini-batches of
   ``batch_size``) for one untimed epoch (compiles or loads the kernels), then times
   ``repeats`` epochs (the trainer's own ``wall_time`` of its numba call, evaluations off)
   and keeps the best;
@@ -36,9 +36,9 @@ def run(hidden: tuple[int, ...] = (100, 300, 500), *, insertions: int = 3, repea
         bias_tol: float = 0.01, bias_lr: float = 0.5, gibbs_steps: int = 1, reg: float = 0.1, cd_epochs: int = 200, burn_in: int = 10,
         seed: int = 0) -> dict:
     """JSON-ready timings; see the module docstring.  Default run: about a minute on 2 cores."""
-    from engine.frankwolfe import FrankWolfeTrainer
-    from engine.images import mnist
-    from engine.rbm import RBMTrainer
+    from boltzlab.engine.frankwolfe import FrankWolfeTrainer
+    from boltzlab.engine.images import mnist
+    from boltzlab.engine.rbm import RBMTrainer
 
     hidden = tuple(int(h) for h in hidden)
     if not hidden or min(hidden) < 1:

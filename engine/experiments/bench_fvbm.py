@@ -13,8 +13,8 @@ import time
 
 import numpy as np
 
-from engine.data import simulate_fvbm
-from engine.fvbm import FVBMTrainer
+from boltzlab.engine.data import simulate_fvbm
+from boltzlab.engine.fvbm import FVBMTrainer
 
 GOAL_MS_PER_SWEEP = 20.0
 

@@ -33,7 +33,7 @@ def product_flops(n_visible: int, n_hidden: int, batch_size: int, recon_rows: in
 
 
 def _floor_seconds(n_visible: int, n_hidden: int, batch_size: int, n_batches: int, dtype: str, repeats: int) -> float:
-    from engine.kernels.rbm import RECON_ROWS
+    from boltzlab.engine.kernels.rbm import RECON_ROWS
 
     rng = np.random.default_rng(0)
     V = (rng.random((batch_size, n_visible)) < 0.3).astype(dtype)
@@ -80,9 +80,9 @@ def run(hidden: tuple[int, ...] = (100, 500), *, batch_size: int = 100, learning
     """
     from sklearn.neural_network import BernoulliRBM
 
-    from engine import rbm as rbm_module
-    from engine.images import mnist
-    from engine.kernels.rbm import RECON_ROWS
+    from boltzlab.engine import rbm as rbm_module
+    from boltzlab.engine.images import mnist
+    from boltzlab.engine.kernels.rbm import RECON_ROWS
 
     if ais_schedule not in ("default", "live"):
         raise ValueError(f"The 'ais_schedule' parameter of bench rbm must be 'default' or 'live'. Got {ais_schedule!r}.")

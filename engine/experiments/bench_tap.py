@@ -79,7 +79,7 @@ def _best_of(fn, repeats: int) -> float:
 
 def _trained_rbm(n_hidden: int, V: np.ndarray, epochs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A briefly trained RBM: ``epochs`` of PCD-1 (engine.rbm.RBMTrainer) on the MNIST subset."""
-    from engine.rbm import RBMTrainer
+    from boltzlab.engine.rbm import RBMTrainer
 
     trainer = RBMTrainer(V, n_hidden, step_unit="epoch", evaluate="none", max_epochs=epochs, seed=0)
     trainer.run()
@@ -116,8 +116,8 @@ def run(hidden: tuple[int, ...] = (100, 500), K: int = 100, *, n_sweeps: int = 4
     import scipy.linalg  # noqa: F401 -- load scipy's OpenBLAS (numba's np.dot calls it) before limiting
     from threadpoolctl import threadpool_limits
 
-    from engine import tap
-    from engine.images import mnist
+    from boltzlab.engine import tap
+    from boltzlab.engine.images import mnist
 
     data = mnist()
     V = np.asarray(data.X_train, dtype=np.float64)
@@ -196,7 +196,7 @@ def run(hidden: tuple[int, ...] = (100, 500), K: int = 100, *, n_sweeps: int = 4
     return {"rows": rows}
 
 
-if __name__ == "__main__":  # python -m engine.experiments.bench_tap [threads | default]
+if __name__ == "__main__":  # python -m boltzlab.engine.experiments.bench_tap [threads | default]
     import json
     import sys
 

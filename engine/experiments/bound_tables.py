@@ -1,7 +1,7 @@
 """Table 1 of Jebara & Choromanska (2012), headless: iterations and seconds for bound
 majorization (Algorithm 2) and the baselines to come within epsilon of the optimum.
 
-Problems (:data:`engine.majorize.PROBLEMS`): multinomial logistic regression on scikit-learn's
+Problems (:data:`boltzlab.engine.majorize.PROBLEMS`): multinomial logistic regression on scikit-learn's
 bundled wine, breast-cancer and 8x8 digits sets (standardised), a synthetic linear-chain CRF
 (the bound by the junction tree, Algorithm 3, with the rigorous "shared" curvature; the
 printed Algorithm 3's curvature grows like k^(L-2) and barely moves, see engine.majorize), and
@@ -14,12 +14,12 @@ The paper's claim beside Table 1 (§7): bound majorization reaches epsilon in fe
 and less time than L-BFGS, steepest descent and conjugate gradient.  The claim is decided per
 problem by comparing seconds to epsilon (see :func:`evaluate_claims`).
 
-Table 2 (maximum latent conditional likelihood, §4; :mod:`engine.latent`): test latent
+Table 2 (maximum latent conditional likelihood, §4; :mod:`boltzlab.engine.latent`): test latent
 conditional log-likelihood at convergence on wine (stratified 2/3 - 1/3 split) and the
 Figure-1 toy set, m in {1, 2, 3, 4} Gaussian-gated components per class, for the bound,
 L-BFGS, CG, SD, Newton and EM (generative, tied-covariance mixture per class), every method
 from the same random starts (best training objective kept).  Its claims are decided by
-:func:`engine.latent.table2_claims`.
+:func:`boltzlab.engine.latent.table2_claims`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from engine import latent, majorize
+from boltzlab.engine import latent, majorize
 
 QUICK_PROBLEMS = ("wine", "breast_cancer")
 #: Table-2 settings (engine.latent.latent_table keywords).
@@ -42,7 +42,7 @@ def run(quick: bool = False, *, problems: tuple[str, ...] | None = None, max_ite
         table2_problems: tuple[str, ...] | None = None) -> dict:
     """Run the races headless; a JSON-ready dict with ``table1`` rows, ``table2`` rows and ``claims``.
 
-    ``table2_problems``: the Table-2 sets (any of :data:`engine.latent.LATENT_PROBLEMS`); default
+    ``table2_problems``: the Table-2 sets (any of :data:`boltzlab.engine.latent.LATENT_PROBLEMS`); default
     both ("wine", "toy") when ``problems`` is None, else those of ``problems`` that are latent
     sets (so ``problems=("wine",)`` runs Table 2 on wine only); () skips Table 2.  Quick mode:
     m in {1, 2}, one start, 0.5 s per run; full: m in {1, 2, 3, 4}, three starts, 10 s per run.

@@ -1,13 +1,13 @@
 """Frank-Wolfe against CD-10 on the 8x8 digits, with **exact** log-likelihoods (no AIS).
 
 `boltzlab reproduce frankwolfe --data digits`: the small-data check of Ping, Liu & Ihler
-(2016) §4 that the MNIST run (:mod:`engine.experiments.frankwolfe_mnist`) cannot make,
+(2016) §4 that the MNIST run (:mod:`boltzlab.engine.experiments.frankwolfe_mnist`) cannot make,
 because every model here has at most 20 hidden units and its log Z is enumerated.
 
-On :func:`engine.images.digits` (1,259 training, 179 validation, 359 test digits of 64
+On :func:`boltzlab.engine.images.digits` (1,259 training, 179 validation, 359 test digits of 64
 pixels), at each size n in ``hidden``:
 
-1. **FW, sampled** (:class:`engine.frankwolfe.FrankWolfeTrainer`, Algorithm 1 as the
+1. **FW, sampled** (:class:`boltzlab.engine.frankwolfe.FrankWolfeTrainer`, Algorithm 1 as the
    MNIST run uses it): S persistent chains, eq. 10 until the visible means match the data's
    (``bias_tol``, at most ``bias_steps`` updates).  One run per (lambda, eta) of the paper's
    grids grows to max(hidden) units; at each n the pair with the highest validation
@@ -92,7 +92,7 @@ def make_settings(quick: bool = False, seed: int = 0, **overrides: Any) -> Digit
 
 def _exact_log_likelihoods(W, b_vis, b_hid, splits: dict[str, np.ndarray]) -> dict[str, float]:
     """Mean log p(v) of every split with the exact log Z (enumerated once for all splits)."""
-    from engine.rbm import RBM, log_partition_exact
+    from boltzlab.engine.rbm import RBM, log_partition_exact
 
     rbm = RBM(np.asarray(W, np.float64), np.asarray(b_vis, np.float64), np.asarray(b_hid, np.float64))
     log_z = log_partition_exact(rbm.W, rbm.b_vis, rbm.b_hid)
@@ -101,7 +101,7 @@ def _exact_log_likelihoods(W, b_vis, b_hid, splits: dict[str, np.ndarray]) -> di
 
 def _grow_fw(X_train, splits, s: DigitsSettings, reg: float, bias_lr: float, exact: bool) -> dict:
     """One FW path to max(hidden) units; exact log-likelihoods at every size of ``hidden``."""
-    from engine.frankwolfe import FrankWolfeTrainer
+    from boltzlab.engine.frankwolfe import FrankWolfeTrainer
 
     trainer = FrankWolfeTrainer(X_train, max_hidden=max(s.hidden), samples=s.samples, reg=reg, bias_lr=bias_lr,
                                 bias_steps=s.bias_steps, bias_tol=s.bias_tol, evaluate="none", seed=s.seed,
@@ -123,7 +123,7 @@ def _grow_fw(X_train, splits, s: DigitsSettings, reg: float, bias_lr: float, exa
 
 def _cd_runs(X_train, splits, s: DigitsSettings, n: int, say) -> dict:
     """CD-k from random starts over learning rates and seeds; the best (lr, seed, epoch) by validation."""
-    from engine.rbm import RBMTrainer
+    from boltzlab.engine.rbm import RBMTrainer
 
     best: dict[str, Any] | None = None
     for lr in s.cd_learning_rates:
@@ -157,7 +157,7 @@ def run(quick: bool = False, output_dir=None, seed: int = 0, progress: Callable[
     path), ``fw_minus_exact`` and ``goal_met`` (sampled within ``goal_nats`` of exact at every
     size), ``seconds``.  ``output_dir`` is accepted for the CLI's sake and unused.
     """
-    from engine.images import digits
+    from boltzlab.engine.images import digits
 
     say = progress or (lambda msg: None)
     s = make_settings(quick, seed, **overrides)

@@ -1,16 +1,16 @@
 """Figures 1 and 2 of Ping, Liu & Ihler (2016), "Learning infinite RBMs with Frank-Wolfe",
 headless, on the bundled binarised MNIST.
 
-What is run (§4 of the paper, on :func:`engine.images.mnist`: 3,500 training, 500
+What is run (§4 of the paper, on :func:`boltzlab.engine.images.mnist`: 3,500 training, 500
 validation and 1,000 test digits, 784 pixels, labels 0-9):
 
-1. **Frank-Wolfe** (:class:`engine.frankwolfe.FrankWolfeTrainer`, Algorithm 1): one hidden
+1. **Frank-Wolfe** (:class:`boltzlab.engine.frankwolfe.FrankWolfeTrainer`, Algorithm 1): one hidden
    unit per iteration up to T = ``fw_max_hidden`` units.  The regularisation lambda and the
    step eta of eq. 10 are chosen on the validation set from ``reg_grid`` x ``bias_lr_grid``:
    every pair grows a model to ``reg_select_hidden`` units, the one with the highest validation log-likelihood (AIS)
    continues to T (the trainer is deterministic, so that is the same as a fresh run).  The
    model is evaluated every ``fw_eval_every`` units, at every CD size and at T.  The §4
-   early-stopping rule runs alongside (the trainer's :func:`engine.frankwolfe.gap_stop_rule`:
+   early-stopping rule runs alongside (the trainer's :func:`boltzlab.engine.frankwolfe.gap_stop_rule`:
    the train/validation gap of mean log-likelihoods, where log Z cancels, grew by more than
    ``stop_increase`` nats over ``stop_window`` iterations; the size selected is the one
    ``stop_window`` iterations earlier).  As in the paper, FW continues to T "purely for
@@ -23,7 +23,7 @@ validation and 1,000 test digits, 784 pixels, labels 0-9):
    b_vis, b_hid) trained by CD with the same epochs and the learning rate selected for the
    random initialisations at that size.
 4. **Test log-likelihood** (Figure 1): mean log p(v) per test digit, log Z by AIS
-   (:func:`engine.rbm.ais_log_partition`) with the same schedule, number of runs, base model
+   (:func:`boltzlab.engine.rbm.ais_log_partition`) with the same schedule, number of runs, base model
    (the training digits' base rates) and seed (per size) for all three methods; the spread
    is the estimator's 3 standard errors, as the paper's error bars.
 5. **Classification** (Figure 2): scikit-learn's LogisticRegression (C = ``classifier_C``)
@@ -92,7 +92,7 @@ fired: the train - validation gap grew steadily from -0.45 to 4.0 nats but never
 at n.  FW's features classify within 2 binomial standard errors of CD's at 400 units (8.1%
 against 6.7% error).
 
-BLAS runs on one thread (``blas_threads``), as in :mod:`engine.experiments.tap_mnist`.
+BLAS runs on one thread (``blas_threads``), as in :mod:`boltzlab.engine.experiments.tap_mnist`.
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from engine.checks import derived_seed
+from boltzlab.engine.checks import derived_seed
 
 #: Claim 1: the selected size is "appropriate" when its test log-likelihood is within this
 #: many nats of the best along the FW path (also: the stopping rule "missed" an overfit
@@ -123,7 +123,7 @@ AIS_SCHEDULES = ("live", "medium", "default")
 
 
 def _ais_schedule(name: str) -> np.ndarray:
-    from engine.rbm import AIS_SCHEDULE_DEFAULT, AIS_SCHEDULE_LIVE, _schedule
+    from boltzlab.engine.rbm import AIS_SCHEDULE_DEFAULT, AIS_SCHEDULE_LIVE, _schedule
 
     if name == "live":
         return AIS_SCHEDULE_LIVE
@@ -291,7 +291,7 @@ class _Evaluator:
         self.seconds = 0.0
 
     def __call__(self, W: np.ndarray, b_vis: np.ndarray, b_hid: np.ndarray) -> dict[str, float]:
-        from engine.rbm import RBM, ais_log_partition
+        from boltzlab.engine.rbm import RBM, ais_log_partition
 
         t0 = time.perf_counter()
         if not (np.all(np.isfinite(W)) and np.all(np.isfinite(b_vis)) and np.all(np.isfinite(b_hid))):
@@ -335,7 +335,7 @@ class _Classifier:
         return self._fit(self.X_train, self.X_test)
 
     def features(self, W: np.ndarray, b_vis: np.ndarray, b_hid: np.ndarray) -> dict[str, Any]:
-        from engine.rbm import RBM, hidden_features
+        from boltzlab.engine.rbm import RBM, hidden_features
 
         if not (np.all(np.isfinite(W)) and np.all(np.isfinite(b_hid))):
             return {"error": math.nan, "converged": False, "seconds": 0.0}
@@ -406,9 +406,9 @@ def _save(out: Path | None, name: str, params: tuple[np.ndarray, np.ndarray, np.
 
 
 def _run(s: Settings, output_dir: str | Path | None, say: Callable[[str], None]) -> dict:
-    from engine.frankwolfe import FrankWolfeTrainer
-    from engine.images import mnist
-    from engine.rbm import RBMTrainer, base_rate_biases
+    from boltzlab.engine.frankwolfe import FrankWolfeTrainer
+    from boltzlab.engine.images import mnist
+    from boltzlab.engine.rbm import RBMTrainer, base_rate_biases
 
     data = mnist(np.float64)
     X_train, y_train = data.X_train[: s.n_train], data.y_train[: s.n_train]

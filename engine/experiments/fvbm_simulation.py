@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.data import check_mple_exists, simulate_fvbm
-from engine.fvbm import FVBMTrainer, mple, parameter_mse, sandwich_covariance
+from boltzlab.engine.data import check_mple_exists, simulate_fvbm
+from boltzlab.engine.fvbm import FVBMTrainer, mple, parameter_mse, sandwich_covariance
 
 PAPER_MSE = {5: 2.09e-6, 10: 5.96e-7, 15: 4.64e-7, 20: 2.89e-7}
 

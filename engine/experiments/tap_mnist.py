@@ -1,16 +1,16 @@
 """§VII of Tramel, Gabrié, Manoel, Caltagirone & Krzakala (2018), headless, on binary MNIST.
 
-TAP training (Algorithm 2, :class:`engine.tap.TAPTrainer`) of binary-binary RBMs with
+TAP training (Algorithm 2, :class:`boltzlab.engine.tap.TAPTrainer`) of binary-binary RBMs with
 Nh = 25, 50, 100 hidden units on the bundled binarised MNIST digits
-(:func:`engine.images.mnist`: 3,500 training, 1,000 held-out test digits), then:
+(:func:`boltzlab.engine.images.mnist`: 3,500 training, 1,000 held-out test digits), then:
 
 * per epoch (Figs. 3 and 5): the normalized (per-unit) TAP log-likelihood of
   ``n_eval`` training digits, the number of distinct TAP solutions reached from them and
   their free energies, with the Helmholtz estimate (their uniform mean);
 * the final receptive fields ranked by spread and by activation (Fig. 4, written by
-  :mod:`dashboard.reports` from the saved parameters);
+  :mod:`boltzlab.dashboard.reports` from the saved parameters);
 * denoising on the binary symmetric channel (Fig. 8, §VII.4.1): the MCC of TAP inference
-  (:func:`engine.tap_analysis.tap_denoiser`), the optimal pointwise estimator and 1-NN
+  (:func:`boltzlab.engine.tap_analysis.tap_denoiser`), the optimal pointwise estimator and 1-NN
   on ``n_test`` held-out digits for p in 0, 0.05, ..., 0.5, for every model;
 * an independent yardstick the paper does not give: the AIS log-likelihood of the
   held-out digits under each trained model (base rates of the training digits as the AIS
@@ -178,8 +178,8 @@ def run(quick: bool = False, output_dir: str | Path | None = None, seed: int = 0
 
 
 def _run(s: Settings, output_dir: str | Path | None, say: Callable[[str], None]) -> dict:
-    from engine import rbm, tap, tap_analysis
-    from engine.images import mnist
+    from boltzlab.engine import rbm, tap, tap_analysis
+    from boltzlab.engine.images import mnist
 
     data = mnist(np.float64)
     X_train = data.X_train

@@ -1,6 +1,6 @@
 """Numba kernels for the Frank-Wolfe infinite RBM (Ping, Liu & Ihler 2016).
 
-Conventions (those of :mod:`engine.kernels.rbm`, whose generator, softplus, sigmoid and
+Conventions (those of :mod:`boltzlab.engine.kernels.rbm`, whose generator, softplus, sigmoid and
 block Gibbs sampler are reused here):
 
 * a model has ``n`` hidden units with weights ``W`` (Nv, n), hidden biases ``b_hid`` (n,)
@@ -14,7 +14,7 @@ block Gibbs sampler are reused here):
 * binary data are passed as compressed sparse rows of their ones (``indptr``, ``indices``)
   where a kernel only needs fields w^T v of one unit: on MNIST about 19 % of pixels are on,
   so a fused gather/scatter pass over the ones costs a fifth of a dense mat-vec.
-* random numbers come from the splitmix64 stream of :mod:`engine.kernels.rbm`, consumed in
+* random numbers come from the splitmix64 stream of :mod:`boltzlab.engine.kernels.rbm`, consumed in
   the order each docstring states (the tests' NumPy references consume it the same way).
 """
 
@@ -25,7 +25,7 @@ import math
 import numpy as np
 from numba import njit
 
-from engine.kernels.rbm import (_draw_row, _sample_fields_into, _sigmoid_row, _uniform, gibbs_chains, new_state, scratch,
+from boltzlab.engine.kernels.rbm import (_draw_row, _sample_fields_into, _sigmoid_row, _uniform, gibbs_chains, new_state, scratch,
                                 sigmoid, softplus)
 
 
@@ -124,7 +124,7 @@ def fractional_log_partition(W, b_vis, b_hid, coef):
 
     The 2^Nv visible states are visited in Gray-code order (one flip of v_k moves the fields
     by +-W[k]: O(2^Nv n)), the fields recomputed from scratch every 4096 flips, with a
-    streaming log-sum-exp (as :func:`engine.kernels.rbm.log_partition_sum_over`, which is
+    streaming log-sum-exp (as :func:`boltzlab.engine.kernels.rbm.log_partition_sum_over`, which is
     the case coef = 1 summed over either layer).
     """
     m, n = W.shape
@@ -238,7 +238,7 @@ def mh_chains(V, W, b_vis, b_hid, coef, k, seed):
 @njit(cache=True, nogil=True)
 def sample_model(V, W, b_vis, b_hid, coef, standard, k, seed):
     """k sampler steps on the chains V (in place): block Gibbs (``standard``: every coef = 1,
-    :func:`engine.kernels.rbm.gibbs_chains`) or Metropolis-Hastings (:func:`mh_chains`).
+    :func:`boltzlab.engine.kernels.rbm.gibbs_chains`) or Metropolis-Hastings (:func:`mh_chains`).
     Returns the accepted count (k S for Gibbs)."""
     if standard:
         gibbs_chains(V, W, np.ascontiguousarray(W.T), b_vis, b_hid, k, seed)
@@ -251,7 +251,7 @@ def _gibbs_step_means(V, X, H, Y, W, WT, b_vis, b_hid, state, m_sum, m_sq, S):
     """One block Gibbs step v -> h -> v on every chain (V in place; X, H, Y are reused
     buffers of shapes (S, n), (S, n), (S, Nv); S: scratch rows), adding each chain's
     P(v_i = 1 | h) to m_sum[i] and its square to m_sq[i]: the Rao-Blackwellised estimate of
-    E[v] and its spread.  The draws are those of :func:`engine.kernels.rbm.gibbs_chains`
+    E[v] and its spread.  The draws are those of :func:`boltzlab.engine.kernels.rbm.gibbs_chains`
     (hidden row by row, then visible), with its vectorised rows."""
     np.dot(V, W, X)
     _sample_fields_into(X, b_hid, state, H, S)

@@ -1,10 +1,10 @@
 """Numba kernels of the quadratic-bound MPLE for FVBMs (Jebara & Choromanska 2012 on eq. 2.1).
 
-Conventions (shared with :mod:`engine.kernels.fvbm`, but row-major here):
+Conventions (shared with :mod:`boltzlab.engine.kernels.fvbm`, but row-major here):
 
 * ``X`` (m, d) holds the distinct observations (entries +-1), ``XT`` its transpose (d, m),
   both C-contiguous; ``w`` (m,) how often each occurs (n = sum w).
-* theta = (b, upper triangle of M) packed as :func:`engine.fvbm.pack_theta` does:
+* theta = (b, upper triangle of M) packed as :func:`boltzlab.engine.fvbm.pack_theta` does:
   q = d + d(d-1)/2 entries; ``pidx[i, k]`` is the position in theta of the parameter that
   multiplies x_k in the local field u_i = b_i + sum_k m_ik x_k (``pidx[i, i]`` = i, b_i).
 * ``U`` (m, d): the local fields u_ni; ``R`` (m, d): w_n (x_ni - tanh u_ni); ``C`` (m, d):

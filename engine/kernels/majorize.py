@@ -8,7 +8,7 @@ iteration; these kernels loop over the examples inside numba and return the sums
     sum_j log z_j,   sum_j mu_j,   Sigma = sum_j Sigma_j
 
 (or, for multinomial logistic regression, the small per-example factors from which the sum is
-assembled by BLAS).  The per-example recursions are those of :mod:`engine.kernels.bound`
+assembled by BLAS).  The per-example recursions are those of :mod:`boltzlab.engine.kernels.bound`
 (log space, footnote 3's limits through :func:`bound_coefficient`), which is reused, not
 edited.
 
@@ -18,7 +18,7 @@ edited.
   regression): with rows e_y the running mean is m (x) x, so l_i = (e_i - m) (x) x and
   Sigma_j = C_j (x) x x^T, mu_j = m_j (x) x.  The kernel returns C_j (K x K), m_j and log z_j.
 * :func:`sum_chain_bounds` -- Algorithm 3 (JunctionTreeBound) on every sequence of a chain CRF,
-  summed (calls :func:`engine.kernels.bound.junction_tree_chain`).
+  summed (calls :func:`boltzlab.engine.kernels.bound.junction_tree_chain`).
 * :func:`chain_marginals` / :func:`chain_moments` -- exact log Z, clique marginals and the
   feature covariance of chain CRFs (forward-backward; a second-order forward recursion for
   the exact Hessian used by Newton's method).
@@ -37,7 +37,7 @@ import math
 import numpy as np
 from numba import njit
 
-from engine.kernels.bound import (
+from boltzlab.engine.kernels.bound import (
     absorb_rank_one,
     bound_coefficient,
     junction_tree_chain,

@@ -19,7 +19,7 @@ import math
 import numpy as np
 from numba import njit
 
-from engine.kernels.tap import F32, _fdiv, exp_nonpositive, sigmoid32
+from boltzlab.engine.kernels.tap import F32, _fdiv, exp_nonpositive, sigmoid32
 
 LOG2 = math.log(2.0)
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # splitmix64's increment
@@ -86,10 +86,10 @@ def _sigmoid_row(x, bias, p, S):
     """p[j] = sigmoid(x[j] + bias[j]) for one row (p may be x), in vectorisable passes.
 
     float64 p: sigmoid(t) = 1 / (1 + e) for t >= 0 and e / (1 + e) below, e = exp(-|t|),
-    with the polynomial exp of :func:`engine.kernels.tap.exp_nonpositive` (float64,
+    with the polynomial exp of :func:`boltzlab.engine.kernels.tap.exp_nonpositive` (float64,
     relative error < 3e-16) and a select instead of a branch: a branch on the sign of a
     random field is mispredicted half the time, which cost more than the exp itself.
-    float32 p: the same formula in float32 (:func:`engine.kernels.tap.sigmoid32`, error
+    float32 p: the same formula in float32 (:func:`boltzlab.engine.kernels.tap.sigmoid32`, error
     < 3 ulp), t = x + bias rounded to float32, in one fused loop.
     """
     m = x.shape[0]

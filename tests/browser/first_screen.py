@@ -14,7 +14,7 @@ import time
 
 from playwright.sync_api import sync_playwright
 
-from dashboard.labs import LABS
+from boltzlab.dashboard.labs import LABS
 from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS
 
 # every visible plot canvas (one box per plot), piercing shadow roots

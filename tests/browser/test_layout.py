@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Page, expect
 
-from dashboard.labs import LABS
+from boltzlab.dashboard.labs import LABS
 from tests.waiting import ACTION_TIMEOUT_MS, wait_for, wait_until
 
 pytestmark = pytest.mark.browser

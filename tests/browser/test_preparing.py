@@ -9,7 +9,7 @@ import panel as pn
 import pytest
 from playwright.sync_api import Page, expect
 
-from engine.warmup import GROUPS
+from boltzlab.engine.warmup import GROUPS
 from tests.serving import answers, free_port
 from tests.waiting import wait_for
 
@@ -19,8 +19,8 @@ pytestmark = pytest.mark.browser
 @pytest.fixture
 def gated(monkeypatch):
     """(the server's Startup, nothing loaded yet; the app's URL)."""
-    from dashboard import startup
-    from dashboard.app import routes
+    from boltzlab.dashboard import startup
+    from boltzlab.dashboard.app import routes
 
     gate = startup.Startup()
     gate._reset()  # as serve's start does: no group loaded

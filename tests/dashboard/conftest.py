@@ -3,8 +3,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-# The repository root first: with tests/ on sys.path (pytest's rootdir conftest),
-# `import engine` could otherwise resolve to the namespace package tests/engine.
+# The repository root first (the tests import the helpers in tests/ as tests.*).
 # HERE makes the helpers next to these tests (fakes.py) importable.
 for path in (HERE, ROOT):
     if path in sys.path:
@@ -18,9 +17,9 @@ import pytest  # noqa: E402 - after the sys.path fix above
 def make_runner():
     """``make_runner(factory, **kwargs)``: a ``Runner``, closed after the test (with every
     other one it made).  Runners on a Dask cluster: a fixture of the test module asks for
-    ``monkeypatch`` and then this one, and sets ``dashboard.runner.BACKEND`` (so the runners
+    ``monkeypatch`` and then this one, and sets ``boltzlab.dashboard.runner.BACKEND`` (so the runners
     are closed before the backend is restored)."""
-    from dashboard.runner import Runner
+    from boltzlab.dashboard.runner import Runner
 
     made: list[Runner] = []
 

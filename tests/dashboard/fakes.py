@@ -1,4 +1,4 @@
-"""Small fake Trainers with the Record shape of ``engine.fvbm.FVBMTrainer``."""
+"""Small fake Trainers with the Record shape of ``boltzlab.engine.fvbm.FVBMTrainer``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from engine.stepping import Record
+from boltzlab.engine.stepping import Record
 
 
 class FakeTrainer:

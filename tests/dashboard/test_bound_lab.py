@@ -11,9 +11,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from dashboard.labs import bound_setup as setup
-from dashboard.labs.bound import PLAY_HINT, REFERENCE_HINT, BoundLab
-from engine import bound
+from boltzlab.dashboard.labs import bound_setup as setup
+from boltzlab.dashboard.labs.bound import PLAY_HINT, REFERENCE_HINT, BoundLab
+from boltzlab.engine import bound
 
 
 def settle(lab, timeout=120):
@@ -180,7 +180,7 @@ def test_the_race_is_built_where_it_first_steps():
     thread (or wherever a Dask backend ships the pickled stand-ins)."""
     import pickle
 
-    from dashboard.labs.bound import RACE_COLORS
+    from boltzlab.dashboard.labs.bound import RACE_COLORS
 
     race = setup.build_race(setup.race_key("wine", 0.01, 0))
     assert list(race) == list(RACE_COLORS)
@@ -238,7 +238,7 @@ def test_play_does_not_wait_for_the_reference_optimum(make_lab, monkeypatch):
 
 
 def test_play_says_server_busy_when_the_cap_is_reached(make_lab):
-    from dashboard.runner import SLOTS, Runner
+    from boltzlab.dashboard.runner import SLOTS, Runner
 
     lab = make_lab()
     holder = Runner(lambda: lab.runner._factory())

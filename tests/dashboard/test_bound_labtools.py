@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dashboard.labs.bound import RACE_COLORS, BoundLab
-from dashboard.labtools import write_checkpoint
-from engine import majorize
+from boltzlab.dashboard.labs.bound import RACE_COLORS, BoundLab
+from boltzlab.dashboard.labtools import write_checkpoint
+from boltzlab.engine import majorize
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.data import ASSETS
-from engine.fvbm import FVBMTrainer
+from boltzlab.engine.data import ASSETS
+from boltzlab.engine.fvbm import FVBMTrainer
 
-BOLTZLAB = [sys.executable, "-m", "dashboard.cli"]
+BOLTZLAB = [sys.executable, "-m", "boltzlab"]
 
 
 def run(*args, cwd=None):
@@ -40,7 +40,7 @@ def test_fit_fvbm_json_on_bundled_senate():
     assert np.all(np.diff(result["history"]) >= 0)
     assert result["history"][-1] == result["log_pl"]
     # the same fit through the API
-    from engine.data import load_fvbm_csv
+    from boltzlab.engine.data import load_fvbm_csv
 
     trainer = FVBMTrainer(load_fvbm_csv(ASSETS / "senate_knn1_imputed.csv").X)
     trainer.run()

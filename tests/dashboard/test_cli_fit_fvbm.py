@@ -9,12 +9,12 @@ import sys
 import numpy as np
 import pytest
 
-from engine.data import ASSETS, load_fvbm_csv
-from engine.fvbm import (
+from boltzlab.engine.data import ASSETS, load_fvbm_csv
+from boltzlab.engine.fvbm import (
     FVBM, _hessian, maximize_log_pl, mple, pack_theta, sandwich_covariance, states_to_spins, unpack_theta, wald_tests,
 )
 
-BOLTZLAB = [sys.executable, "-m", "dashboard.cli"]
+BOLTZLAB = [sys.executable, "-m", "boltzlab"]
 SENATE = str(ASSETS / "senate_knn1_imputed.csv")
 NO_MPLE = "a,b,c\n1,1,-1\n-1,-1,1\n1,1,1\n-1,-1,-1\n"  # columns 1 and 2 predict each other
 

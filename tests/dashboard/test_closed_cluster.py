@@ -22,7 +22,7 @@ import psutil
 import pytest
 from distributed import Security
 
-from dashboard.distributed import InsecureScheduler, scheduler_security, start_local_cluster
+from boltzlab.dashboard.distributed import InsecureScheduler, scheduler_security, start_local_cluster
 from tests.serving import server_output, start_server, stop_server
 
 #: Pages Dask's HTTP servers serve by default: worker logs, call stacks, task state, metrics.
@@ -128,7 +128,7 @@ def test_a_plain_tcp_scheduler_is_refused_unless_insecure(tmp_path, caplog):
         scheduler_security("tcp://10.0.0.5:8786")
     with pytest.raises(InsecureScheduler, match="plain tcp://"):
         scheduler_security("10.0.0.5:8786")  # no protocol: Dask's default, tcp
-    with caplog.at_level("WARNING", logger="dashboard.distributed"):
+    with caplog.at_level("WARNING", logger="boltzlab.dashboard.distributed"):
         assert not scheduler_security("tcp://10.0.0.5:8786", insecure=True).require_encryption
     assert "without TLS" in caplog.text
     # TLS from files; a missing one, or none at all, is said before anything connects

@@ -18,12 +18,12 @@ import pytest
 
 distributed = pytest.importorskip("distributed")
 
-import engine  # noqa: E402
-from dashboard import runner as runner_module  # noqa: E402
-from dashboard.distributed import DaskBackend, DaskUnavailable, RemoteTrainer, use_dask  # noqa: E402
-from dashboard.labs.fvbm_setup import load_data, monotone_guaranteed, trainer_factory  # noqa: E402
-from engine.fvbm import FVBMTrainer  # noqa: E402
-from engine.stepping import Record, Trainer  # noqa: E402
+from boltzlab import engine  # noqa: E402
+from boltzlab.dashboard import runner as runner_module  # noqa: E402
+from boltzlab.dashboard.distributed import DaskBackend, DaskUnavailable, RemoteTrainer, use_dask  # noqa: E402
+from boltzlab.dashboard.labs.fvbm_setup import load_data, monotone_guaranteed, trainer_factory  # noqa: E402
+from boltzlab.engine.fvbm import FVBMTrainer  # noqa: E402
+from boltzlab.engine.stepping import Record, Trainer  # noqa: E402
 from fakes import FakeTrainer  # noqa: E402
 from tests.serving import start_server, stop_server  # noqa: E402
 from tests.waiting import wait_for  # noqa: E402
@@ -208,7 +208,7 @@ def test_a_failing_remote_step_stops_only_that_trainer(dask_runners):
 
 
 def test_the_fvbm_lab_steps_and_draws_on_the_cluster(dask_runners):
-    from dashboard.labs.fvbm import FVBMLab
+    from boltzlab.dashboard.labs.fvbm import FVBMLab
 
     lab = FVBMLab()
     try:
@@ -235,7 +235,7 @@ def test_the_fvbm_lab_steps_and_draws_on_the_cluster(dask_runners):
 
 
 def test_use_dask_sets_the_backend(cluster, monkeypatch):
-    from dashboard import jobs
+    from boltzlab.dashboard import jobs
 
     monkeypatch.setattr(runner_module, "BACKEND", None)
     monkeypatch.setattr(jobs, "EXECUTOR", None)
@@ -260,7 +260,7 @@ def test_an_unreachable_scheduler_is_a_clear_error():
 
 def _serve(*args: str, env_extra: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", **(env_extra or {}))
-    return subprocess.run([sys.executable, "-m", "dashboard.cli", "serve", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "boltzlab", "serve", *args], capture_output=True,
                           text=True, timeout=timeout, env=env)
 
 

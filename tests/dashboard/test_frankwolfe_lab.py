@@ -8,11 +8,11 @@ import time
 import numpy as np
 import pytest
 
-from dashboard.labs.frankwolfe import FrankWolfeLab
-from dashboard.labs.frankwolfe_setup import (DEFAULTS, cd_factory, fw_curves, fw_factory, log_likelihood_of,
+from boltzlab.dashboard.labs.frankwolfe import FrankWolfeLab
+from boltzlab.dashboard.labs.frankwolfe_setup import (DEFAULTS, cd_factory, fw_curves, fw_factory, log_likelihood_of,
                                              train_log_likelihood)
-from engine import rbm
-from engine.stepping import Record
+from boltzlab.engine import rbm
+from boltzlab.engine.stepping import Record
 from tests.dashboard.test_fvbm_lab import pump
 
 

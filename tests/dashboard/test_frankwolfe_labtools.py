@@ -7,9 +7,9 @@ import panel as pn
 import pytest
 from bokeh.models import HoverTool
 
-import engine
-from dashboard.labs.frankwolfe import FrankWolfeLab
-from dashboard.labtools import write_checkpoint
+from boltzlab import engine
+from boltzlab.dashboard.labs.frankwolfe import FrankWolfeLab
+from boltzlab.dashboard.labtools import write_checkpoint
 
 # small and fast: 8x8 digits, few chains, exact log-likelihoods (max_hidden <= 20)
 SMALL = {"data": "digits", "reg": 0.2, "bias_lr": 0.05, "samples": 60, "max_hidden": 12, "evaluate": "exact",
@@ -116,7 +116,7 @@ def test_bad_file_keeps_the_current_run(make_lab):
 
 
 def test_checkpoint_of_another_lab_is_refused(make_lab):
-    from dashboard.labtools import Checkpoint
+    from boltzlab.dashboard.labtools import Checkpoint
     lab = make_lab(SMALL)
     steps(lab, 1)
     ckpt = lab.tools.checkpoint()

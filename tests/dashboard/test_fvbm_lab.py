@@ -8,9 +8,9 @@ import time
 import numpy as np
 import pytest
 
-import engine
-from dashboard.labs.fvbm import FVBMLab
-from dashboard.labs.fvbm_setup import (BOUND_LABEL, LBFGS_LABEL, SQUAREM_LABEL, load_data,
+from boltzlab import engine
+from boltzlab.dashboard.labs.fvbm import FVBMLab
+from boltzlab.dashboard.labs.fvbm_setup import (BOUND_LABEL, LBFGS_LABEL, SQUAREM_LABEL, load_data,
                                        monotone_guaranteed, parse_mus, trainer_factory)
 
 

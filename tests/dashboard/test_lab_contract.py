@@ -11,10 +11,10 @@ import re
 import numpy as np
 import pytest
 
-import engine
-from dashboard.labs import LABS
-from dashboard.labs.base import Lab
-from dashboard.labtools import Checkpoint, write_checkpoint
+from boltzlab import engine
+from boltzlab.dashboard.labs import LABS
+from boltzlab.dashboard.labs.base import Lab
+from boltzlab.dashboard.labtools import Checkpoint, write_checkpoint
 
 #: settings small enough for a few steps in well under a second each (URL text)
 SMALL = {
@@ -159,7 +159,7 @@ def test_next_step_returns_at_once_and_says_what_changed_on_a_later_tick(cls, ma
 
 
 def test_every_lab_has_its_own_page_and_labs_are_built_when_opened():
-    from dashboard.app import create_app, routes
+    from boltzlab.dashboard.app import create_app, routes
 
     pages = routes()
     assert set(pages) == {"/", *(f"/{cls.key}" for cls in LABS)}

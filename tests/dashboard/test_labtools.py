@@ -8,12 +8,12 @@ import numpy as np
 import panel as pn
 import pytest
 
-import engine
-from dashboard.labs.fvbm import FVBMLab
-from dashboard.labtools import (Checkpoint, decode_value, encode_value, history_csv,
+from boltzlab import engine
+from boltzlab.dashboard.labs.fvbm import FVBMLab
+from boltzlab.dashboard.labtools import (Checkpoint, decode_value, encode_value, history_csv,
                                 read_checkpoint, write_checkpoint)
-from dashboard.runner import History
-from engine.stepping import Record
+from boltzlab.dashboard.runner import History
+from boltzlab.engine.stepping import Record
 
 
 @pytest.fixture(scope="module", autouse=True)

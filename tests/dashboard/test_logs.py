@@ -8,7 +8,7 @@ import pytest
 from tornado.iostream import StreamClosedError
 from tornado.websocket import WebSocketClosedError
 
-from dashboard.logs import LOGGERS, quiet_closed_connections
+from boltzlab.dashboard.logs import LOGGERS, quiet_closed_connections
 
 
 class Connection:  # the shape of bokeh.server.connection.ServerConnection's check

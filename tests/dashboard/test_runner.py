@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from dashboard.runner import Runner
-from engine.stepping import Record
+from boltzlab.dashboard.runner import Runner
+from boltzlab.engine.stepping import Record
 from fakes import BatchTrainer, DivergingTrainer, FakeTrainer
 from tests.waiting import wait_for
 
@@ -232,7 +232,7 @@ def test_speed_limit_disables_batching(make_runner):
 
 
 def test_the_server_wide_cap_refuses_a_further_play_and_frees_slots_on_pause_finish_and_close():
-    from dashboard.runner import SLOTS, ServerBusy, play_or_tell
+    from boltzlab.dashboard.runner import SLOTS, ServerBusy, play_or_tell
 
     SLOTS.set_limit(2)
     runners = [Runner(lambda: {"t": FakeTrainer(delay=0.001)}) for _ in range(3)]
@@ -262,7 +262,7 @@ def test_the_server_wide_cap_refuses_a_further_play_and_frees_slots_on_pause_fin
 
 
 def test_a_finished_run_frees_its_slot():
-    from dashboard.runner import SLOTS
+    from boltzlab.dashboard.runner import SLOTS
 
     SLOTS.set_limit(1)
     runner = Runner(lambda: {"t": FakeTrainer(max_sweeps=3)})

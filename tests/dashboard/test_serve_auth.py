@@ -12,7 +12,7 @@ import urllib.request
 
 import pytest
 
-from dashboard.cli import check_basic_auth_file
+from boltzlab.dashboard.cli import check_basic_auth_file
 from tests.serving import start_server, stop_server
 
 
@@ -71,7 +71,7 @@ def test_bad_basic_auth_files_are_refused(tmp_path, content, message):
 
 
 def test_serve_refuses_a_missing_auth_file_with_exit_code_2(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "dashboard.cli", "serve", "--basic-auth", str(tmp_path / "nope.json")],
+    out = subprocess.run([sys.executable, "-m", "boltzlab", "serve", "--basic-auth", str(tmp_path / "nope.json")],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and "is not a file" in out.stderr
 

@@ -1,6 +1,6 @@
 """`boltzlab serve`'s options for a lab's IT (issue 22, item 4): --prefix, --use-xheaders,
 Panel's OAuth options and --admin reach ``serve``, and what cannot work is refused (exit 2,
-one sentence) without ever printing a secret.  ``dashboard.app.serve`` is replaced by a
+one sentence) without ever printing a secret.  ``boltzlab.dashboard.app.serve`` is replaced by a
 recorder; tests/browser/test_behind_proxy.py serves the real thing behind nginx."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from panel.config import config
 from panel.io.state import state
 from panel.util import edit_readonly
 
-from dashboard import app, cli
+from boltzlab.dashboard import app, cli
 
 CLIENT_SECRET = "client-SECRET-4f1d9a"
 COOKIE_SECRET = "cookie-SECRET-77c0b3"
@@ -24,7 +24,7 @@ OAUTH = ["--oauth-provider", "github", "--oauth-key", "client-id", "--oauth-secr
 
 @pytest.fixture
 def served(monkeypatch, tmp_path):
-    """The keyword arguments ``cmd_serve`` passed to ``dashboard.app.serve`` (empty: not
+    """The keyword arguments ``cmd_serve`` passed to ``boltzlab.dashboard.app.serve`` (empty: not
     called); Panel's global state that ``cmd_serve`` sets is restored afterwards."""
     calls: list[dict] = []
     monkeypatch.setattr(app, "serve", lambda **kwargs: calls.append(kwargs))

@@ -1,4 +1,4 @@
-"""dashboard.startup: a server's kernels compile in the background; each lab opens when its
+"""boltzlab.dashboard.startup: a server's kernels compile in the background; each lab opens when its
 groups are loaded (the compiling is stubbed here: tests/engine/test_warmup.py runs it)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
-from dashboard import startup
-from dashboard.labs import LABS
-from engine.warmup import GROUPS
+from boltzlab.dashboard import startup
+from boltzlab.dashboard.labs import LABS
+from boltzlab.engine.warmup import GROUPS
 
 
 @pytest.fixture
@@ -71,7 +71,7 @@ def test_a_failed_start_is_said_and_kept(monkeypatch, capsys):
 
 
 def test_boltzlab_warmup_compiles_every_group_and_says_so(capsys):
-    from dashboard.cli import main
+    from boltzlab.dashboard.cli import main
 
     assert main(["warmup", "--processes", "2"]) == 0
     err = capsys.readouterr().err

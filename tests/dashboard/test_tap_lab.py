@@ -10,13 +10,13 @@ from concurrent.futures import Future
 import numpy as np
 import pytest
 
-from dashboard import jobs
-from dashboard.labs import tap as tap_lab
-from dashboard.labs import tap_setup
-from dashboard.labs.tap import COMPUTING, DEFAULTS, TAPLab
-from dashboard.labs.tap_setup import GroundTruthTrainer, History, trainer_factory
-from engine import rbm, tap_analysis
-from engine.stepping import Record
+from boltzlab.dashboard import jobs
+from boltzlab.dashboard.labs import tap as tap_lab
+from boltzlab.dashboard.labs import tap_setup
+from boltzlab.dashboard.labs.tap import COMPUTING, DEFAULTS, TAPLab
+from boltzlab.dashboard.labs.tap_setup import GroundTruthTrainer, History, trainer_factory
+from boltzlab.engine import rbm, tap_analysis
+from boltzlab.engine.stepping import Record
 from tests.dashboard.test_fvbm_lab import pump
 
 
@@ -215,7 +215,7 @@ def test_a_failed_analysis_is_said_in_its_view_and_training_goes_on(lab, monkeyp
     def broken(solutions, seed=0):
         raise ValueError("no map today")
 
-    monkeypatch.setattr("dashboard.labs.tap.solution_embedding", broken)
+    monkeypatch.setattr("boltzlab.dashboard.labs.tap.solution_embedding", broken)
     lab.apply_settings(SMALL)
     steps(lab, 1)
     assert lab.jobs.wait(120)  # the error goes to the view, not out of the tick

@@ -11,10 +11,10 @@ import panel as pn
 import pytest
 from bokeh.models import HoverTool
 
-import engine
-from dashboard.labs.tap import TAPLab
-from dashboard.labtools import Checkpoint, write_checkpoint
-from dashboard.labs.tap_setup import GroundTruthTrainer
+from boltzlab import engine
+from boltzlab.dashboard.labs.tap import TAPLab
+from boltzlab.dashboard.labtools import Checkpoint, write_checkpoint
+from boltzlab.dashboard.labs.tap_setup import GroundTruthTrainer
 
 SMALL = {"data": "digits", "n_hidden": 6, "batch": 50, "K": 20, "gamma": 0.05, "seed": 3}
 

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from dashboard.views.histogram import HistogramSlices, density_curve
-from dashboard.views.image_grid import ImageGrid
-from dashboard.views.scatter import EmbeddingScatter
-from engine.images import tile_images
+from boltzlab.dashboard.views.histogram import HistogramSlices, density_curve
+from boltzlab.dashboard.views.image_grid import ImageGrid
+from boltzlab.dashboard.views.scatter import EmbeddingScatter
+from boltzlab.engine.images import tile_images
 
 
 def test_image_grid_draws_the_tiles_top_left_first_and_outlines_the_highlight():

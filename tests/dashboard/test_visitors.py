@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dashboard.app import Visitors
+from boltzlab.dashboard.app import Visitors
 
 
 def test_idle_only_after_the_last_visitor_left_and_nobody_came_back():

@@ -24,17 +24,17 @@ import pytest
 distributed = pytest.importorskip("distributed")
 psutil = pytest.importorskip("psutil")
 
-from dashboard import jobs  # noqa: E402
-from dashboard import runner as runner_module  # noqa: E402
-from dashboard.distributed import (  # noqa: E402
+from boltzlab.dashboard import jobs  # noqa: E402
+from boltzlab.dashboard import runner as runner_module  # noqa: E402
+from boltzlab.dashboard.distributed import (  # noqa: E402
     THREADS_PER_WORKER,
     DaskBackend,
     WorkerLost,
     install,
     start_local_cluster,
 )
-from dashboard.runner import Runner  # noqa: E402
-from engine.stepping import Record  # noqa: E402
+from boltzlab.dashboard.runner import Runner  # noqa: E402
+from boltzlab.engine.stepping import Record  # noqa: E402
 from fakes import FakeTrainer  # noqa: E402
 from tests.serving import server_output, start_server, stop_server  # noqa: E402
 from tests.waiting import wait_for  # noqa: E402
@@ -113,7 +113,7 @@ def _niceness_of_every_thread() -> list[int]:
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="per-thread priorities are Linux's")
 def test_local_workers_run_below_the_servers_priority(local):
-    from dashboard.distributed import WORKER_NICENESS
+    from boltzlab.dashboard.distributed import WORKER_NICENESS
 
     nice = local[1].client.run(_niceness_of_every_thread)
     assert nice and all(min(values) >= WORKER_NICENESS for values in nice.values()), nice
@@ -122,7 +122,7 @@ def test_local_workers_run_below_the_servers_priority(local):
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="per-thread priorities are Linux's")
 def test_a_step_click_runs_above_playing_runs(make_runner):
-    from dashboard.distributed import PLAY_NICENESS, WORKER_NICENESS
+    from boltzlab.dashboard.distributed import PLAY_NICENESS, WORKER_NICENESS
 
     run = make_runner(lambda: {"nice": NiceTrainer()})
     run.step_once()
@@ -169,7 +169,7 @@ def test_the_local_cluster_is_warm_worker_processes_without_a_web_dashboard(loca
     assert len(pids) == 2 and os.getpid() not in pids.values() and len(set(pids.values())) == 2
 
     def inspect(dask_worker):
-        from engine.kernels import fvbm
+        from boltzlab.engine.kernels import fvbm
 
         return dask_worker.state.nthreads, "boltzlab-warm-up" in dask_worker.plugins, len(fvbm.run_sweeps.signatures)
 
@@ -261,7 +261,7 @@ def test_a_killed_worker_stops_only_its_sessions_which_can_reset(local, make_run
     pid = a.drain()[-1][1]["pid"]
     assert pid == backend.client.run(os.getpid)[dead_address] != b.drain()[-1][1]["pid"]
 
-    caplog.set_level(logging.INFO, logger="dashboard.distributed")
+    caplog.set_level(logging.INFO, logger="boltzlab.dashboard.distributed")
     os.kill(pid, signal.SIGKILL)  # mid-step: A plays without a pause between steps
     assert wait_for(lambda: a.states["a"].status == "error", timeout=120), a.states
     # the server's log says so at ERROR, naming the session whose run was lost (and only it)
@@ -318,14 +318,14 @@ def test_recycled_workers_are_new_processes_warm_and_below_the_server(local, mak
     processes, which the plugins warm and renice before a new session steps on them.  The
     log says so in one INFO line, with none of the nannies' warnings (which read as crashes)
     and no worker death."""
-    from dashboard.distributed import WORKER_NICENESS
+    from boltzlab.dashboard.distributed import WORKER_NICENESS
 
     backend = local[1]
     before = set(backend.client.run(os.getpid).values())
     caplog.set_level(logging.INFO)
     status = backend.recycle_workers()
     assert status and set(status.values()) == {"OK"}, status
-    ours = [r for r in caplog.records if r.name == "dashboard.distributed"]
+    ours = [r for r in caplog.records if r.name == "boltzlab.dashboard.distributed"]
     assert [r.levelno for r in ours] == [logging.INFO]
     assert f"Recycled {len(status)} of {len(status)} worker processes" in ours[0].getMessage()
     assert not [r for r in caplog.records if r.name.startswith("distributed") and r.levelno >= logging.WARNING]
@@ -342,7 +342,7 @@ def test_recycled_workers_are_new_processes_warm_and_below_the_server(local, mak
 
 
 def test_serve_checks_workers_before_starting_anything():
-    from dashboard.app import serve
+    from boltzlab.dashboard.app import serve
 
     with pytest.raises(ValueError, match="'workers' parameter of serve must be an int >= 0"):
         serve(workers=-1)
@@ -355,7 +355,7 @@ def test_serve_checks_workers_before_starting_anything():
 
 
 def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dashboard.cli", "serve", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "boltzlab", "serve", *args], capture_output=True,
                           text=True, timeout=timeout)
 
 

@@ -5,11 +5,11 @@ Only relations between measured numbers are checked, never their size (no timed 
 import numpy as np
 import pytest
 
-from engine import tap as T
+from boltzlab.engine import tap as T
 
 
 def test_bench_rbm_reports_both_dtypes_beside_scikit_learn_and_the_gemm_floors():
-    from engine.experiments import bench_rbm
+    from boltzlab.engine.experiments import bench_rbm
 
     (row,) = bench_rbm.run(hidden=(20,), repeats=1, ais_runs=2, ais_schedule="live")["rows"]
     for key in ("engine_float32_seconds", "engine_float64_seconds", "sklearn_float32_seconds",
@@ -29,7 +29,7 @@ def test_bench_rbm_reports_both_dtypes_beside_scikit_learn_and_the_gemm_floors()
 
 
 def test_bench_tap_reports_float32_rates_against_sgemm():
-    from engine.experiments import bench_tap
+    from boltzlab.engine.experiments import bench_tap
 
     (row,) = bench_tap.run(hidden=(6,), K=5, n_sweeps=3, repeats=1, threads=1)["rows"]
     for key in ("engine_float32_sweeps_per_s", "numpy_float32_sweeps_per_s", "sgemm_gflops", "dgemm_gflops",
@@ -41,7 +41,7 @@ def test_bench_tap_reports_float32_rates_against_sgemm():
 
 
 def test_numpy_reference_sweeps_run_in_both_dtypes_and_match_the_engine():
-    from engine.experiments.bench_tap import numpy_tap_sweeps
+    from boltzlab.engine.experiments.bench_tap import numpy_tap_sweeps
 
     rng = np.random.default_rng(4)
     W, b_vis, b_hid = rng.normal(0, 0.5, (30, 12)), rng.normal(0, 0.5, 30), rng.normal(0, 0.5, 12)
@@ -55,7 +55,7 @@ def test_numpy_reference_sweeps_run_in_both_dtypes_and_match_the_engine():
 
 
 def test_the_tap_lab_trains_in_float32_by_default():
-    from dashboard.labs import tap_setup
+    from boltzlab.dashboard.labs import tap_setup
 
     trainer = tap_setup.trainer_factory("mnist", n_hidden=5, batch_size=20, n_chains=20)()["TAP"]
     trainer = getattr(trainer, "trainer", trainer)

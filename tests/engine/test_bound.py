@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from engine import bound as B
-from engine.experiments import bench_bound
-from engine.kernels import bound as kernels
+from boltzlab.engine import bound as B
+from boltzlab.engine.experiments import bench_bound
+from boltzlab.engine.kernels import bound as kernels
 
 # ------------------------------------------------------------------ references
 

@@ -2,8 +2,8 @@
 
 import math
 
-from engine.experiments import bound_tables
-from engine.latent import TABLE2_METHODS
+from boltzlab.engine.experiments import bound_tables
+from boltzlab.engine.latent import TABLE2_METHODS
 
 
 def test_quick_run_has_finite_table2_rows_and_claims():

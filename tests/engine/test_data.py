@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from hypothesis import assume, given, settings, strategies as st
 
-import engine.fvbm as fvbm_module
+import boltzlab.engine.fvbm as fvbm_module
 
-from engine.data import MAX_CSV_BYTES, check_mple_exists, load_fvbm_csv, senate, simulate_fvbm
-from engine.fvbm import FVBM, FVBMTrainer
+from boltzlab.engine.data import MAX_CSV_BYTES, check_mple_exists, load_fvbm_csv, senate, simulate_fvbm
+from boltzlab.engine.fvbm import FVBM, FVBMTrainer
 
 
 def test_senate_is_the_boltzmm_table():
@@ -44,7 +44,7 @@ def test_missing_rows_are_dropped_and_counted(tmp_path):
 
 
 def test_raw_senate_typo_is_named():
-    from engine.data import ASSETS
+    from boltzlab.engine.data import ASSETS
 
     with pytest.raises(ValueError, match=r"Line 35, column 3 \('AG'\).*'Ye'"):
         load_fvbm_csv(ASSETS / "senate_raw.csv")

@@ -4,8 +4,8 @@ import json
 
 import numpy as np
 
-from engine.experiments import bench_fvbm, fvbm_simulation
-from engine.fvbm import FVBM, FVBMTrainer
+from boltzlab.engine.experiments import bench_fvbm, fvbm_simulation
+from boltzlab.engine.fvbm import FVBM, FVBMTrainer
 
 
 def test_bench_numpy_reference_is_the_same_algorithm():
@@ -37,7 +37,7 @@ def test_simulation_reports_every_dimension():
 
 
 def test_tap_mnist_tiny_run_reports_every_part(tmp_path):
-    from engine.experiments import tap_mnist
+    from boltzlab.engine.experiments import tap_mnist
 
     lines = []
     result = tap_mnist.run(quick=True, output_dir=tmp_path, seed=0, progress=lines.append,
@@ -72,7 +72,7 @@ def test_tap_mnist_tiny_run_reports_every_part(tmp_path):
 
 
 def test_tap_bands_rule_separates_two_modes_from_one():
-    from engine.experiments import tap_mnist
+    from boltzlab.engine.experiments import tap_mnist
 
     rng = np.random.default_rng(0)
     two = np.concatenate([rng.normal(-200, 1, 40), rng.normal(-190, 1, 30)])
@@ -85,7 +85,7 @@ def test_tap_bands_rule_separates_two_modes_from_one():
 def test_tap_settings_overrides_are_validated():
     import pytest
 
-    from engine.experiments import tap_mnist
+    from boltzlab.engine.experiments import tap_mnist
 
     s = tap_mnist.make_settings(quick=True, hidden=[7], epochs=3)
     assert s.hidden == (7,) and s.epochs == 3 and s.ais_schedule == "live"
@@ -97,8 +97,8 @@ def test_tap_settings_overrides_are_validated():
 
 
 def test_tap_mnist_redoes_a_stalled_batch_with_more_damping(monkeypatch):
-    from engine import tap
-    from engine.experiments import tap_mnist
+    from boltzlab.engine import tap
+    from boltzlab.engine.experiments import tap_mnist
 
     original = tap.TAPTrainer._train_batch
     stalled = []

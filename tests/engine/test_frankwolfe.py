@@ -16,10 +16,10 @@ import scipy.special
 import scipy.stats
 from hypothesis import given, settings, strategies as st
 
-from engine import frankwolfe as FW
-from engine import rbm as R
-from engine.kernels import frankwolfe as kernels
-from engine.stepping import Trainer, load_state, save_state
+from boltzlab.engine import frankwolfe as FW
+from boltzlab.engine import rbm as R
+from boltzlab.engine.kernels import frankwolfe as kernels
+from boltzlab.engine.stepping import Trainer, load_state, save_state
 
 from tests.engine.test_rbm_kernels import Stream, random_binary, ref_sigmoid, ref_softplus, ref_states
 
@@ -677,7 +677,7 @@ def test_bad_function_arguments():
 
 
 def test_bench_runs_and_reports_ratios():
-    from engine.experiments import bench_frankwolfe
+    from boltzlab.engine.experiments import bench_frankwolfe
 
     result = bench_frankwolfe.run(hidden=(5, 10), insertions=1, repeats=1, cd_k=1, samples=50, bias_steps=2, burn_in=1)
     assert [r["n_hidden"] for r in result["rows"]] == [5, 10]

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import scipy.special
 
-from engine import frankwolfe as FW
-from engine.images import digits
-from engine.kernels import frankwolfe as kernels
-from engine.rbm import RBM, exact_log_likelihood
+from boltzlab.engine import frankwolfe as FW
+from boltzlab.engine.images import digits
+from boltzlab.engine.kernels import frankwolfe as kernels
+from boltzlab.engine.rbm import RBM, exact_log_likelihood
 
 from tests.engine.test_frankwolfe import proto_data
 from tests.engine.test_rbm_kernels import ref_softplus, ref_states

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from engine.experiments import frankwolfe_mnist
+from boltzlab.engine.experiments import frankwolfe_mnist
 
 TINY = dict(fw_max_hidden=6, fw_eval_every=3, reg_grid=(0.3, 0.5), reg_select_hidden=3, fw_samples=50,
             bias_steps=3, bias_lr_grid=(0.05,), cd_hidden=(3, 6), cd_epochs=1, cd_seeds=2, cd_batch_size=50, ais_runs=3,
@@ -76,7 +76,7 @@ def test_tiny_run_reports_every_part(tiny):
 
 
 def test_figures_are_written(tiny, tmp_path):
-    from dashboard.reports import write_frankwolfe_figures
+    from boltzlab.dashboard.reports import write_frankwolfe_figures
 
     result, _, _ = tiny
     written = write_frankwolfe_figures(json.loads(json.dumps(result)), tmp_path)

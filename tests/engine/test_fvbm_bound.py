@@ -11,17 +11,17 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from engine import bound as B
-from engine.fvbm import (
+from boltzlab.engine import bound as B
+from boltzlab.engine.fvbm import (
     FVBM, FVBMTrainer, _hessian, log_pl_gradient, log_pseudo_likelihood, mple, pack_theta,
     unpack_theta,
 )
-from engine.fvbm_bound import (
+from boltzlab.engine.fvbm_bound import (
     BoundMPLETrainer, LBFGSMPLETrainer, bound_curvature, curvature_matrix, warm_up_fvbm_bound,
 )
-from engine import fvbm_bound
-from engine.kernels import fvbm_bound as kernels
-from engine.stepping import Trainer, load_state, save_state
+from boltzlab.engine import fvbm_bound
+from boltzlab.engine.kernels import fvbm_bound as kernels
+from boltzlab.engine.stepping import Trainer, load_state, save_state
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from engine.fvbm import FVBM, FVBMTrainer, exact_log_likelihood, log_pl_gradient, log_pseudo_likelihood
-from engine.kernels import fvbm as kernels
+from boltzlab.engine.fvbm import FVBM, FVBMTrainer, exact_log_likelihood, log_pl_gradient, log_pseudo_likelihood
+from boltzlab.engine.kernels import fvbm as kernels
 
 
 def reference_log_pl(X, b, M):

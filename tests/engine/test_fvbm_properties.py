@@ -6,11 +6,11 @@ import scipy.optimize
 import scipy.stats
 from hypothesis import assume, given, settings, strategies as st
 
-from engine.fvbm import (
+from boltzlab.engine.fvbm import (
     FVBM, FVBMTrainer, log_pl_gradient, log_pseudo_likelihood, mple, pack_theta, unpack_theta,
 )
-from engine.data import check_mple_exists
-from engine.stepping import Trainer
+from boltzlab.engine.data import check_mple_exists
+from boltzlab.engine.stepping import Trainer
 
 
 @st.composite
@@ -133,7 +133,7 @@ def test_exact_sampler_frequencies_match_probabilities(d, seed):
 def test_gibbs_sampler_matches_exact_marginals():
     """d = 6 forced through the Gibbs path: pairwise moments match the exact ones."""
     model = FVBM.random(6, 11, 0.3)
-    from engine.kernels.fvbm import gibbs_sample
+    from boltzlab.engine.kernels.fvbm import gibbs_sample
 
     X = gibbs_sample(model.b, model.M, 20000, 500, 5, 3)
     states = ((np.arange(2**6)[:, None] >> np.arange(6)) & 1) * 2.0 - 1
@@ -146,7 +146,7 @@ def test_gibbs_sampler_matches_exact_marginals():
 
 
 def test_trainer_follows_the_protocol_and_resumes_bit_exactly(tmp_path):
-    from engine.stepping import load_state, save_state
+    from boltzlab.engine.stepping import load_state, save_state
 
     truth = FVBM.random(6, 0)
     X = truth.sample(2000, 1)

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.images import (
+from boltzlab.engine.images import (
     DIGITS_ASSET,
     MAX_UPLOAD_BYTES,
     MNIST_ASSET,
@@ -30,7 +30,7 @@ MNIST_CSV = Path(__file__).resolve().parents[3] / "shared" / "data" / "mnist_5k.
 
 
 def test_mnist_asset_shape_values_splits_and_balance():
-    from engine.images import mnist
+    from boltzlab.engine.images import mnist
 
     data = mnist()
     assert MNIST_ASSET.stat().st_size < 1_000_000
@@ -51,7 +51,7 @@ def test_mnist_asset_shape_values_splits_and_balance():
 
 
 def test_loading_is_cached_read_only_and_float_on_request():
-    from engine.images import mnist
+    from boltzlab.engine.images import mnist
 
     a, b = mnist(), mnist()
     assert a.X_train is b.X_train
@@ -75,7 +75,7 @@ def test_asset_is_read_without_pickle():
 
 @pytest.mark.skipif(not MNIST_CSV.is_file(), reason="the source CSV lives outside the repository")
 def test_rebuilding_mnist_from_the_csv_gives_identical_arrays(tmp_path):
-    from engine.images import mnist, read_mnist_csv
+    from boltzlab.engine.images import mnist, read_mnist_csv
 
     out = build_mnist_asset(MNIST_CSV, tmp_path / "again.npz")
     again, shipped = load_asset(out), mnist()
@@ -320,7 +320,7 @@ def test_tiling_errors():
 
 
 def test_tiling_mnist_samples():
-    from engine.images import mnist
+    from boltzlab.engine.images import mnist
 
     X = mnist().X_test[:10]
     grid = tile_images(X.T, normalize=None)

@@ -1,4 +1,4 @@
-"""engine.latent: the latent conditional likelihood of Jebara & Choromanska (2012) §4, its
+"""boltzlab.engine.latent: the latent conditional likelihood of Jebara & Choromanska (2012) §4, its
 bound majorization (Jensen on the numerator, Algorithm 1 on the denominator), and the EM
 baseline.  References are written from the definitions in NumPy, independently of the engine."""
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from engine import bound as B
-from engine import latent as L
-from engine.majorize import MultinomialLogistic
+from boltzlab.engine import bound as B
+from boltzlab.engine import latent as L
+from boltzlab.engine.majorize import MultinomialLogistic
 
 
 def ref_J(X, y, K, M, reg, theta):

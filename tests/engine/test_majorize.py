@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from engine import bound as B
-from engine import majorize as M
-from engine import optimizers as O
-from engine.fvbm import FVBM, exact_log_likelihood
-from engine.kernels import majorize as K
-from engine.stepping import load_state, save_state
+from boltzlab.engine import bound as B
+from boltzlab.engine import majorize as M
+from boltzlab.engine import optimizers as O
+from boltzlab.engine.fvbm import FVBM, exact_log_likelihood
+from boltzlab.engine.kernels import majorize as K
+from boltzlab.engine.stepping import load_state, save_state
 
 # ------------------------------------------------------------------ references
 
@@ -366,7 +366,7 @@ def test_make_race_builds_five_trainers_from_the_same_start():
 
 
 def test_iterations_to_epsilon():
-    from engine.stepping import Record
+    from boltzlab.engine.stepping import Record
 
     records = [Record({"iteration": i + 1, "objective": v, "elapsed": 0.5 * (i + 1)})
                for i, v in enumerate([10.0, 5.0, 1.00011, 1.00005, 1.0])]

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from sklearn.datasets import load_digits
 
-from engine import rbm as R
-from engine.images import mnist
-from engine.kernels import rbm as kernels
+from boltzlab.engine import rbm as R
+from boltzlab.engine.images import mnist
+from boltzlab.engine.kernels import rbm as kernels
 from tests.engine.test_rbm_kernels import Stream, random_binary, ref_train_batch, small_rbm
 
 #: |mean log-likelihood (nats per row) of float32 training - that of float64 training|, same

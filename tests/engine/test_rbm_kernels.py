@@ -15,9 +15,9 @@ import scipy.special
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine import rbm as R
-from engine.checks import derived_seed
-from engine.kernels import rbm as kernels
+from boltzlab.engine import rbm as R
+from boltzlab.engine.checks import derived_seed
+from boltzlab.engine.kernels import rbm as kernels
 
 # ------------------------------------------------------------------ references
 
@@ -284,7 +284,7 @@ def test_gradient_kernel_matches_numpy():
 
 
 def ref_ais_log_weights(W, b_vis, b_hid, base_vis, betas, n_runs, stream):
-    """engine.kernels.rbm.ais_log_weights in NumPy, consuming the same draws."""
+    """boltzlab.engine.kernels.rbm.ais_log_weights in NumPy, consuming the same draws."""
     n_vis, n_hid = W.shape
     V = (stream.take((n_runs, n_vis)) < ref_sigmoid(base_vis)).astype(float)
     logw = np.zeros(n_runs)

@@ -12,9 +12,9 @@ import pytest
 import scipy.stats
 from sklearn.datasets import load_digits
 
-from engine import rbm as R
-from engine.kernels import rbm as kernels
-from engine.stepping import Trainer, load_state, save_state
+from boltzlab.engine import rbm as R
+from boltzlab.engine.kernels import rbm as kernels
+from boltzlab.engine.stepping import Trainer, load_state, save_state
 
 from tests.engine.test_rbm_kernels import random_binary, ref_sigmoid, ref_states
 
@@ -181,7 +181,7 @@ def test_ais_defaults_are_within_0_2_nats_on_an_mnist_sized_rbm():
     """The public defaults alone (100 runs, 14,501 betas, base rates from the model's own
     Gibbs marginals, no data) on a 784 x 20 RBM trained by PCD on binarised MNIST,
     against the exact log Z summed over the 20 hiddens.  About 30 s."""
-    from engine.images import mnist
+    from boltzlab.engine.images import mnist
 
     V = np.asarray(mnist().X_train, dtype=np.float64)
     trainer = R.RBMTrainer(V, 20, method="pcd", max_epochs=15, step_unit="epoch", evaluate="none", seed=0)

@@ -14,11 +14,11 @@ import pytest
 import scipy.special
 from hypothesis import given, settings, strategies as st
 
-from engine import rbm as R
-from engine import tap as T
-from engine.images import digits
-from engine.kernels import tap as kernels
-from engine.stepping import Trainer, load_state, save_state
+from boltzlab.engine import rbm as R
+from boltzlab.engine import tap as T
+from boltzlab.engine.images import digits
+from boltzlab.engine.kernels import tap as kernels
+from boltzlab.engine.stepping import Trainer, load_state, save_state
 
 # ------------------------------------------------------------------ references
 
@@ -155,7 +155,7 @@ def test_vectorised_exp_matches_numpy():
 
 def test_bench_reference_agrees_with_the_engine():
     """The NumPy implementation the benchmark races against computes the same sweeps."""
-    from engine.experiments.bench_tap import numpy_tap_sweeps
+    from boltzlab.engine.experiments.bench_tap import numpy_tap_sweeps
 
     W, b_vis, b_hid = binary_rbm(30, 12, 4, 0.5)
     init = (np.random.default_rng(1).random((9, 30)) < 0.4).astype(float)
@@ -168,7 +168,7 @@ def test_bench_reference_agrees_with_the_engine():
 
 
 def test_bench_run_reports_rates_for_each_layer_size():
-    from engine.experiments.bench_tap import run
+    from boltzlab.engine.experiments.bench_tap import run
 
     out = run(hidden=(6,), K=5, n_sweeps=3, repeats=1, threads=1)
     (row,) = out["rows"]

@@ -18,7 +18,7 @@ from hypothesis.extra import numpy as hnp
 from sklearn.manifold import Isomap
 from sklearn.metrics import matthews_corrcoef
 
-from engine import tap_analysis as T
+from boltzlab.engine import tap_analysis as T
 
 
 def bits(n_rows, n_cols, min_rows=1):

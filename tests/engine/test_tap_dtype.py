@@ -7,10 +7,10 @@ import pytest
 import scipy.special
 from numba import njit
 
-from engine import rbm as R
-from engine import tap as T
-from engine.images import digits
-from engine.kernels import tap as tap_kernels
+from boltzlab.engine import rbm as R
+from boltzlab.engine import tap as T
+from boltzlab.engine.images import digits
+from boltzlab.engine.kernels import tap as tap_kernels
 
 #: |per-unit log-likelihood (exact or TAP, nats per unit) after float32 training - after
 #: float64 training|, same seed and settings.  TAP training is deterministic, so the two differ
@@ -118,7 +118,7 @@ def test_float32_and_float64_tap_training_reach_the_same_exact_log_likelihood(di
 
 def test_float32_training_on_mnist_sized_models_tracks_float64():
     """784 x 16 on MNIST rows: TAP and exact (per-unit) log-likelihoods of both precisions."""
-    from engine.images import mnist
+    from boltzlab.engine.images import mnist
 
     X = np.asarray(mnist().X_train[:300], dtype=np.float64)
     out = {}
@@ -171,7 +171,7 @@ def _exp_sigmoid32(y, x, e, s):
 
 
 def test_float32_exp_and_sigmoid_are_within_a_few_ulp_of_float64():
-    """engine.kernels.tap.exp_nonpositive32 / sigmoid32 (the float32 RBM and TAP kernels'
+    """boltzlab.engine.kernels.tap.exp_nonpositive32 / sigmoid32 (the float32 RBM and TAP kernels'
     elementwise path) against float64 NumPy, in float32 ulps of the true value."""
     both = _exp_sigmoid32
     rng = np.random.default_rng(0)

@@ -20,8 +20,8 @@ import scipy.integrate
 import scipy.special
 from hypothesis import given, strategies as st
 
-from engine import tap as T
-from engine.kernels import tap as kernels
+from boltzlab.engine import tap as T
+from boltzlab.engine.kernels import tap as kernels
 
 # ----------------------------------------------------------------------- strategies
 

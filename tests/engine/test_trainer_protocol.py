@@ -1,4 +1,4 @@
-"""Every trainer the project builds follows the Trainer protocol of ``engine.stepping``.
+"""Every trainer the project builds follows the Trainer protocol of ``boltzlab.engine.stepping``.
 
 The trainers are built the way the dashboard's labs build them (the ``*_setup.py``
 factories) and, for those no lab builds, the way ``engine`` builds them, all on small
@@ -14,8 +14,8 @@ import math
 import numpy as np
 import pytest
 
-import engine
-from engine.stepping import STATUSES, Record, Trainer
+from boltzlab import engine
+from boltzlab.engine.stepping import STATUSES, Record, Trainer
 
 # ------------------------------------------------------------------ the factories
 # Each returns a factory ``() -> {name: trainer}`` (fresh trainers on every call), as the
@@ -24,7 +24,7 @@ from engine.stepping import STATUSES, Record, Trainer
 
 @functools.cache
 def fvbm_race():
-    from dashboard.labs import fvbm_setup
+    from boltzlab.dashboard.labs import fvbm_setup
 
     dataset = fvbm_setup.load_data("simulated", d=5, n=400, seed=1)
     return fvbm_setup.trainer_factory(dataset, race_mus=[2.0])
@@ -32,7 +32,7 @@ def fvbm_race():
 
 @functools.cache
 def bound_race(problem: str):
-    from engine import majorize
+    from boltzlab.engine import majorize
 
     kw = {"chain": dict(n_sequences=20, length=5), "fvbm": dict(d=4, n=100)}.get(problem, {})
     objective = majorize.make_objective(problem, **kw)
@@ -41,7 +41,7 @@ def bound_race(problem: str):
 
 @functools.cache
 def latent_race():
-    from engine import latent
+    from boltzlab.engine import latent
 
     X, y, _, _, K = latent.load_latent_problem("toy")
     objective = latent.LatentConditional(X, y, K, 2, latent.LATENT_REG["toy"])
@@ -57,7 +57,7 @@ def latent_race():
 
 @functools.cache
 def tap_lab(n_hidden: int):
-    from dashboard.labs import tap_setup
+    from boltzlab.dashboard.labs import tap_setup
 
     # 8 hidden units: the smaller layer is exact, so the lab wraps it in GroundTruthTrainer
     return tap_setup.trainer_factory("digits", n_hidden=n_hidden, batch_size=50, n_chains=20,
@@ -66,7 +66,7 @@ def tap_lab(n_hidden: int):
 
 @functools.cache
 def frankwolfe_lab():
-    from dashboard.labs import frankwolfe_setup
+    from boltzlab.dashboard.labs import frankwolfe_setup
 
     return frankwolfe_setup.fw_factory("digits", reg=0.2, bias_lr=0.05, samples=50, max_hidden=10,
                                        evaluate="exact", eval_every=1)
@@ -74,7 +74,7 @@ def frankwolfe_lab():
 
 @functools.cache
 def cd_lab():
-    from dashboard.labs import frankwolfe_setup
+    from boltzlab.dashboard.labs import frankwolfe_setup
 
     fw = frankwolfe_lab()()["FW"]
     for _ in range(2):
@@ -178,7 +178,7 @@ def test_the_cases_cover_every_trainer_class_of_the_engine():
     for info in pkgutil.iter_modules(engine.__path__):
         if info.name in ("experiments", "kernels", "warmup"):
             continue
-        module = importlib.import_module(f"engine.{info.name}")
+        module = importlib.import_module(f"boltzlab.engine.{info.name}")
         # a module's own list of statuses (checked on load_state_dict) is part of the closed set
         assert set(getattr(module, "STATUSES", ())) <= STATUSES, module.__name__
         for cls_name, cls in inspect.getmembers(module, inspect.isclass):

@@ -1,10 +1,10 @@
-"""engine.warmup: the kernel groups, compiled in parallel processes into numba's cache."""
+"""boltzlab.engine.warmup: the kernel groups, compiled in parallel processes into numba's cache."""
 
 from __future__ import annotations
 
 import pytest
 
-from engine import warmup
+from boltzlab.engine import warmup
 
 
 def test_every_group_names_a_function_that_exists():
@@ -45,7 +45,7 @@ def test_a_warmed_group_is_known_cached_and_an_empty_cache_is_not(tmp_path):
 
     warmup.warm_group("bound")
     assert warmup.is_cached("bound")
-    code = "from engine import warmup; print(warmup.is_cached('bound'))"
+    code = "from boltzlab.engine import warmup; print(warmup.is_cached('bound'))"
     env = {**__import__("os").environ, "NUMBA_CACHE_DIR": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.stdout.strip() == "False", out.stderr

@@ -36,7 +36,7 @@ def one_start(cache: str, port: int, timeout: float = 900.0) -> dict:
     """Launch serve with ``NUMBA_CACHE_DIR=cache``; the seconds to each milestone."""
     env = {**os.environ, "NUMBA_CACHE_DIR": cache, "PYTHONUNBUFFERED": "1"}
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "dashboard.cli", "serve", "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "boltzlab", "serve", "--port", str(port),
                              "--address", "127.0.0.1"], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     times: dict[str, float] = {}

@@ -19,8 +19,8 @@ PROGRESS = {"FVBM": "sweep", "TAP": "epoch", "Frank-Wolfe": "n_hidden", "Bound":
 
 
 def measure(title: str, seconds: float) -> dict:
-    import engine
-    from dashboard.labs import LABS
+    from boltzlab import engine
+    from boltzlab.dashboard.labs import LABS
 
     engine.warm_up()
     lab = {cls.title: cls for cls in LABS}[title]()

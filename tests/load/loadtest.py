@@ -9,7 +9,7 @@
 
 What it does
 ------------
-1. Starts ``python -m dashboard.cli serve --port P --address 127.0.0.1 [--workers W]`` (the
+1. Starts ``python -m boltzlab serve --port P --address 127.0.0.1 [--workers W]`` (the
    real CLI; ``--workers`` only when given) and polls ``/liveness``.
 2. Warm-up: one browser session opens the lab, trains it for a few seconds and closes; the
    tool then waits until the server has discarded that session (see "Settling" below).
@@ -280,7 +280,7 @@ class Server:
     def __init__(self, port: int, log_path: Path, extra_args: list[str] | None = None) -> None:
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
-        self.command = [sys.executable, "-m", "dashboard.cli", "serve", "--port", str(port),
+        self.command = [sys.executable, "-m", "boltzlab", "serve", "--port", str(port),
                         "--address", "127.0.0.1", *(extra_args or [])]
         self.log_path = log_path
         self.proc: subprocess.Popen | None = None

@@ -27,9 +27,9 @@ import numpy as np
 import pytest
 from numpy.lib import format as npy_format
 
-from engine import archive
-from engine.archive import ArchiveSpec, Member, NotAnArchive, read_npz
-from engine.images import load_binary_images
+from boltzlab.engine import archive
+from boltzlab.engine.archive import ArchiveSpec, Member, NotAnArchive, read_npz
+from boltzlab.engine.images import load_binary_images
 
 ROOT = Path(__file__).resolve().parents[2]
 MB = 2**20
@@ -212,8 +212,8 @@ def test_reading_the_bombs_keeps_the_peak_rss_under_200_mb(tmp_path):
     script = f"""
 import json, os, resource, sys
 from pathlib import Path
-from engine.images import load_binary_images
-from dashboard.labtools import read_checkpoint
+from boltzlab.engine.images import load_binary_images
+from boltzlab.dashboard.labtools import read_checkpoint
 
 def rss_kb():  # the resident set now, in kB (ru_maxrss is the peak so far, in kB)
     return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024

@@ -13,16 +13,16 @@ import re
 import numpy as np
 import pytest
 
-import engine
-from dashboard import budget
-from dashboard.labs import LABS
-from dashboard.labs.base import Lab
-from dashboard.labs import tap_setup
-from dashboard.labs.tap import TAPLab
-from dashboard.labs.tap_setup import check_work as tap_check
-from dashboard.labs.tap_setup import isomap_rows
-from dashboard.labtools import Checkpoint, write_checkpoint
-from engine.stepping import Record
+from boltzlab import engine
+from boltzlab.dashboard import budget
+from boltzlab.dashboard.labs import LABS
+from boltzlab.dashboard.labs.base import Lab
+from boltzlab.dashboard.labs import tap_setup
+from boltzlab.dashboard.labs.tap import TAPLab
+from boltzlab.dashboard.labs.tap_setup import check_work as tap_check
+from boltzlab.dashboard.labs.tap_setup import isomap_rows
+from boltzlab.dashboard.labtools import Checkpoint, write_checkpoint
+from boltzlab.engine.stepping import Record
 
 LAB_IDS = [cls.key for cls in LABS]
 SMALL_TAP = {"data": "digits", "n_hidden": 6, "batch": 50, "K": 20, "seed": 3}
@@ -67,8 +67,8 @@ def test_defaults_and_every_preset_fit_the_budget(cls, make_lab):
 
 
 def test_the_frank_wolfe_defaults_fork_within_the_budget(make_lab):
-    from dashboard.labs.frankwolfe import FrankWolfeLab
-    from dashboard.labs.tap_setup import load_images
+    from boltzlab.dashboard.labs.frankwolfe import FrankWolfeLab
+    from boltzlab.dashboard.labs.tap_setup import load_images
 
     lab = make_lab(FrankWolfeLab)
     for preset in [None, *FrankWolfeLab.presets]:
@@ -99,7 +99,7 @@ def test_the_tap_estimate_is_linear_in_the_hidden_units_and_affine_in_the_chains
 
 
 def test_the_tap_lab_steps_fewer_larger_mini_batches():
-    from dashboard.labs.tap_setup import default_batches_per_step
+    from boltzlab.dashboard.labs.tap_setup import default_batches_per_step
 
     assert default_batches_per_step(3500, 100) == 4  # 35 per epoch, 8 steps per epoch
     assert default_batches_per_step(3500, 1) == 438
@@ -141,7 +141,7 @@ def test_the_frank_wolfe_and_cd_estimates_grow_with_their_sizes():
 
 
 def test_the_bound_problems_match_the_race_objectives():
-    from dashboard.labs import bound_setup
+    from boltzlab.dashboard.labs import bound_setup
 
     for problem, (dim, n, _) in budget.BOUND_PROBLEMS.items():
         size = bound_setup.race_size(problem, 0.1, 0)
@@ -242,7 +242,7 @@ def test_every_lab_refuses_through_its_bad_setting_path(cls, make_lab):
 
 
 def test_an_fvbm_upload_over_the_budget_is_refused_on_its_distinct_rows(make_lab):
-    from dashboard.labs.fvbm import FVBMLab
+    from boltzlab.dashboard.labs.fvbm import FVBMLab
 
     lab = make_lab(FVBMLab)
     X = np.where(np.random.default_rng(1).random((4000, 12)) < 0.5, -1, 1)
@@ -262,7 +262,7 @@ def test_an_fvbm_upload_over_the_budget_is_refused_on_its_distinct_rows(make_lab
 
 
 def test_simulated_fvbm_data_are_checked_once_made(make_lab):
-    from dashboard.labs.fvbm import FVBMLab
+    from boltzlab.dashboard.labs.fvbm import FVBMLab
 
     lab = make_lab(FVBMLab)
     budget.set_limits(step_seconds=1e-9)
@@ -277,7 +277,7 @@ def test_simulated_fvbm_data_are_checked_once_made(make_lab):
 
 
 def test_the_cd_fork_is_checked_when_it_is_made(make_lab):
-    from dashboard.labs.frankwolfe import FrankWolfeLab
+    from boltzlab.dashboard.labs.frankwolfe import FrankWolfeLab
 
     lab = make_lab(FrankWolfeLab, {"data": "digits", "max_hidden": 20})
     for _ in range(3):
@@ -324,7 +324,7 @@ def test_the_tap_isomap_jobs_get_at_most_the_cap(make_lab, monkeypatch):
 
 # ---------------------------------------------------------------------- the operator's flags
 def test_serve_flags_reach_the_budget(monkeypatch):
-    from dashboard import app, cli
+    from boltzlab.dashboard import app, cli
 
     parser = cli.build_parser()
     args = parser.parse_args(["serve", "--port", "0", "--workers", "0", "--max-step-seconds", "0.5",
@@ -342,7 +342,7 @@ def test_serve_flags_reach_the_budget(monkeypatch):
     # cmd_serve passes them to app.serve, which sets the limits before serving
     served = {}
     monkeypatch.setattr(app.pn, "serve", lambda *a, **kw: served.update(kw))
-    from dashboard import startup
+    from boltzlab.dashboard import startup
 
     monkeypatch.setattr(startup.STARTUP, "start", lambda *a, **kw: None)  # no kernel start in this process
     assert cli.cmd_serve(args) == 0 and served

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from test_archives import checkpoint_bomb, decompressed, npy, raw_npy_header, zip_of  # noqa: F401 - a fixture
 
-import engine
-from dashboard.labs import LABS
-from dashboard.labtools import Checkpoint, read_checkpoint, write_checkpoint
+from boltzlab import engine
+from boltzlab.dashboard.labs import LABS
+from boltzlab.dashboard.labtools import Checkpoint, read_checkpoint, write_checkpoint
 
 #: settings small enough for a few quick steps (as in tests/dashboard/test_lab_contract.py)
 SMALL = {

@@ -22,10 +22,10 @@ import sys
 import numpy as np
 import pytest
 
-import engine
-from dashboard import cli
-from dashboard.labs.fvbm import FVBMLab
-from engine.data import MAX_CSV_BYTES, load_fvbm_csv
+from boltzlab import engine
+from boltzlab.dashboard import cli
+from boltzlab.dashboard.labs.fvbm import FVBMLab
+from boltzlab.engine.data import MAX_CSV_BYTES, load_fvbm_csv
 
 MB = 2**20
 # every ±1 pattern of three votes (so the MPLE exists), p and q agreeing more often
@@ -112,7 +112,7 @@ def test_the_installed_command_says_the_same_and_exits_2(tmp_path):
     """The real process (no traceback, the exit code the shell sees)."""
     path = tmp_path / "ragged.csv"
     path.write_bytes(BAD["ragged short"][0])
-    out = subprocess.run([sys.executable, "-m", "dashboard.cli", "fit", "fvbm", str(path)],
+    out = subprocess.run([sys.executable, "-m", "boltzlab", "fit", "fvbm", str(path)],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr == "boltzlab: error: Line 3 of the data file has 2 values; the first row has 3.\n"

@@ -15,8 +15,8 @@ from html.parser import HTMLParser
 
 import pytest
 
-import engine
-from dashboard.labs import LABS
+from boltzlab import engine
+from boltzlab.dashboard.labs import LABS
 
 #: settings small enough for a quick step (URL text), as in tests/dashboard/test_lab_contract.py
 SMALL = {
@@ -196,7 +196,7 @@ def test_a_script_in_a_text_setting_is_shown_as_text_and_the_run_is_kept(key):
 
 def test_the_apps_own_link_arguments_take_bytes_that_are_not_utf8():
     """?page=%ff reaches the app as b'\\xff': replaced, never a crash of the page build."""
-    from dashboard.app import _arg
+    from boltzlab.dashboard.app import _arg
 
     assert _arg({"page": [b"\xff"]}, "page") == "\ufffd"
     assert _arg({"page": [b"1", b"2"]}, "page") == "2" and _arg({}, "page") is None
