@@ -179,6 +179,7 @@ class Runner:
         self._generation = 0
         self.dropped = 0  # Records evicted before any drain saw them (exact after each drain)
         self._batch: dict[str, int] = {}
+        self._shipping: tuple[int, dict[str, Trainer]] | None = None  # (generation, trainers) to ship
         self.trainers: dict[str, Trainer] = {}
         self.states: dict[str, TrainerState] = {}
         self.history = History()
@@ -311,7 +312,18 @@ class Runner:
         """Block until the worker has no step in flight and nothing to do."""
         deadline = time.monotonic() + timeout
         with self._cond:
-            while self._busy or self._pending or (self._playing and self.active):
+            while self._busy or self._shipping is not None or self._pending or (self._playing and self.active):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+        return True
+
+    def wait_started(self, timeout: float = 60.0) -> bool:
+        """Block until the runs are where they step (under :data:`BACKEND`: on a worker)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._shipping is not None and not self._closed:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return False
@@ -354,48 +366,88 @@ class Runner:
         self._drained = self._seq
 
     def _install(self, trainers: Mapping[str, Trainer]) -> None:
+        """A new generation of runs (the caller holds the lock, or the thread has not started).
+
+        Under :data:`BACKEND` the trainers still have to be shipped to a worker process: a
+        network round trip that must not block the caller (a click on the event loop), so the
+        runner's thread does it (:meth:`_ship`); meanwhile the runs say ``"starting"`` and a
+        Play or Step waits for them.
+        """
         self._generation += 1
         self._clear_buffer()
         self._stop_playing()
         self._pending = 0
-        if BACKEND is not None:
-            trainers = BACKEND(trainers, self.owner)
         self.trainers = dict(trainers)
         self.history = History(self.history.limit)
         self._batch = {}
+        if BACKEND is not None:
+            self._shipping = (self._generation, self.trainers)
+            self.states = {name: TrainerState(status="starting") for name in self.trainers}
+        else:
+            self._shipping = None
+            self._installed()
+
+    def _installed(self) -> None:
+        """The trainers are where they step: every run ready (or done already)."""
         self.states = {name: TrainerState() for name in self.trainers}
         for name, trainer in self.trainers.items():
             if getattr(trainer, "done", False):
                 self._finish(name, trainer)
 
+    def _ship(self, generation: int, trainers: dict[str, Trainer]) -> None:
+        """Hand ``trainers`` to :data:`BACKEND` (called by the runner's thread, lock not held)
+        and put its stand-ins in their place, unless a newer generation came meanwhile."""
+        try:
+            remote, error = BACKEND(trainers, self.owner), None
+        except Exception as exc:  # e.g. DaskUnavailable: the runs say why, the app lives on
+            remote, error = None, f"{type(exc).__name__}: {exc}"
+        with self._cond:
+            if generation != self._generation:
+                return  # superseded; the stand-ins go with their last reference
+            self._shipping = None
+            if error is not None:
+                for state in self.states.values():
+                    state.status, state.message = "error", error
+                self._stop_playing()
+                return
+            self.trainers = dict(remote)
+            self._installed()
+
     def _has_work(self) -> bool:
-        return (self._playing or self._pending > 0) and self.active
+        return self._shipping is None and (self._playing or self._pending > 0) and self.active
 
     def _work(self) -> None:
         next_round = 0.0
         while True:
+            ship = None
             with self._cond:
-                while not self._closed and not self._has_work():
+                while not self._closed and self._shipping is None and not self._has_work():
                     self._pending = 0
                     self._cond.notify_all()  # wake wait_idle
                     self._cond.wait()
                 if self._closed:
                     return
-                # honour the speed limit; pause/reset/close wake us early
-                delay = next_round - time.monotonic()
-                if self._playing and self._speed is not None and delay > 0:
-                    self._cond.wait(delay)
-                    continue
-                single = not self._playing
-                if single:
-                    self._pending -= 1
-                generation = self._generation
-                todo = [(n, t) for n, t in self.trainers.items() if self.states[n].active]
+                if self._shipping is not None:  # new runs first: nothing steps before they are in place
+                    ship = self._shipping
+                else:
+                    # honour the speed limit; pause/reset/close wake us early
+                    delay = next_round - time.monotonic()
+                    if self._playing and self._speed is not None and delay > 0:
+                        self._cond.wait(delay)
+                        continue
+                    single = not self._playing
+                    if single:
+                        self._pending -= 1
+                    generation = self._generation
+                    todo = [(n, t) for n, t in self.trainers.items() if self.states[n].active]
                 self._busy = True
             try:
-                self._round(todo, generation, single)
+                if ship is not None:
+                    self._ship(*ship)
+                else:
+                    self._round(todo, generation, single)
             finally:
-                todo = []  # do not pin replaced trainers (e.g. remote actors) while idle
+                ship, todo = None, []  # do not pin replaced trainers (e.g. remote actors) while idle
                 with self._cond:
                     self._busy = False
                     if not self.active:

@@ -59,6 +59,7 @@ class Record:
 #: stopping statuses; the dashboard's runner adds its own (``"ready"``, ``"error"``,
 #: ``"done"``) for runs that have not stepped yet or that stopped without saying why.
 STATUS_MEANINGS: Mapping[str, str] = {
+    "starting": "built, being sent to a worker process (the runner's, under boltzlab serve)",
     "ready": "built, not stepped yet (the runner's)",
     "running": "can step further (every trainer's status until it stops)",
     "converged": "its convergence test holds (increase < tol, or |grad| <= tol)",
@@ -78,7 +79,7 @@ STATUS_MEANINGS: Mapping[str, str] = {
 STATUSES = frozenset(STATUS_MEANINGS)
 
 #: The statuses of a run that can still step.
-ACTIVE_STATUSES = frozenset({"ready", "running"})
+ACTIVE_STATUSES = frozenset({"starting", "ready", "running"})
 
 
 @runtime_checkable

@@ -504,6 +504,9 @@ class Lab(pn.viewable.Viewer):
             others = " (others keep running)" if runner.active and not single else ""
             self.run_status.set("error", text + others + (" Press ↺ Reset to start again."
                                                         if not runner.active else ""))
+        elif any(s.status == "starting" for s in states.values()):
+            self.run_status.set("info", "Starting… (handing the runs to a worker process)"
+                                + (": they play as soon as they are there" if playing else ""))
         elif playing:
             self.run_status.set("info", "Training…")
         elif not runner.active and states:

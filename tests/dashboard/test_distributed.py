@@ -147,6 +147,7 @@ def test_attribute_reads_as_the_fvbm_lab_does_them(backend):
 def test_runner_plays_pauses_steps_and_resets_on_the_cluster(backend, dask_runners):
     build = small_factory(tol=0.0, race_mus=[0.5])
     runner = dask_runners(lambda: {n: t for n, t in build().items() if n in ("BSLM", "GA μ=0.5")})
+    assert runner.wait_started(120)  # the runner's thread ships them, not the caller
     assert all(isinstance(t, RemoteTrainer) for t in runner.trainers.values())
     runner.play()
     assert wait_for(lambda: all(s.steps >= 20 for s in runner.states.values()))
@@ -184,6 +185,7 @@ def test_runner_plays_pauses_steps_and_resets_on_the_cluster(backend, dask_runne
     old = dict(runner.trainers)
     for _ in range(3):
         runner.reset()
+    assert runner.wait_started(120)
     assert all(t not in old.values() for t in runner.trainers.values())
     assert runner.drain() == [] and all(s.steps == 0 for s in runner.states.values())
     del old
@@ -212,6 +214,7 @@ def test_the_fvbm_lab_steps_and_draws_on_the_cluster(dask_runners):
 
     lab = FVBMLab()
     try:
+        assert lab.runner.wait_started(120)
         assert all(isinstance(t, RemoteTrainer) for t in lab.runner.trainers.values())
         lab._step()
         assert lab.runner.wait_idle(20.0)
@@ -223,6 +226,7 @@ def test_the_fvbm_lab_steps_and_draws_on_the_cluster(dask_runners):
         assert lab._last_arrays["BSLM"]["M"].shape == (10, 10) and lab._sweeps["BSLM"] == 1
         lab.race_mus.value = "0.5, 8"
         lab.mode.value = "Race"
+        assert lab.runner.wait_started(120)
         trainers = lab.runner.trainers
         assert len(trainers) == 6 and all(isinstance(t, RemoteTrainer) for t in trainers.values())
         assert [monotone_guaranteed(trainers[n]) for n in trainers] == [True, True, False, True, True, False]

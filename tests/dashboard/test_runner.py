@@ -341,3 +341,51 @@ def test_rescued_records_of_batched_steps_keep_their_order(make_runner):
     records = runner.drain()
     assert [(n, r["sweep"]) for n, r in records] == [("early", 3), ("long", 1999), ("long", 2000)]
     assert all("M" in r for _, r in records)
+
+
+def test_shipping_to_the_workers_happens_on_the_runners_thread_not_the_callers(make_runner, monkeypatch):
+    """Under a BACKEND (boltzlab serve's worker processes) handing the trainers over is a
+    network round trip: the runner's thread does it; the caller (a click on the event loop)
+    returns at once, the runs say "starting", and a Play given meanwhile plays after."""
+    from boltzlab.dashboard import runner as runner_module
+
+    gate = threading.Event()
+    shipped_on: list[int] = []
+
+    def backend(trainers, owner):
+        shipped_on.append(threading.get_ident())
+        assert gate.wait(60)
+        return dict(trainers)
+
+    monkeypatch.setattr(runner_module, "BACKEND", backend)
+    runner = make_runner(lambda: {"a": FakeTrainer()})
+    assert [s.status for s in runner.states.values()] == ["starting"] and runner.active
+    runner.play()  # allowed: it plays once the runs are in place
+    assert not runner.wait_started(0.05) and runner.drain() == []
+    gate.set()
+    assert runner.wait_started(60)
+    assert wait_for(lambda: runner.states["a"].steps >= 3)
+    runner.pause()
+    assert shipped_on and threading.get_ident() not in shipped_on
+    # a reset while a shipment is in flight: the newer generation wins, the older one is dropped
+    gate.clear()
+    runner.reset(lambda: {"b": FakeTrainer()})
+    runner.reset(lambda: {"c": FakeTrainer()})
+    gate.set()
+    assert runner.wait_started(60) and list(runner.trainers) == ["c"]
+    runner.step_once()
+    assert runner.wait_idle(60)
+    assert [(n, r["sweep"]) for n, r in runner.drain()] == [("c", 1)]
+
+
+def test_a_backend_that_cannot_take_the_runs_says_why_in_their_status(make_runner, monkeypatch):
+    from boltzlab.dashboard import runner as runner_module
+
+    def backend(trainers, owner):
+        raise RuntimeError("no workers")
+
+    monkeypatch.setattr(runner_module, "BACKEND", backend)
+    runner = make_runner(lambda: {"a": FakeTrainer()})
+    assert runner.wait_started(60)
+    assert runner.states["a"].status == "error" and runner.states["a"].message == "RuntimeError: no workers"
+    assert not runner.active and not runner.playing

@@ -146,6 +146,7 @@ def make_runner(local, monkeypatch, make_runner):
 
 
 def worker_of(runner: Runner, name: str) -> str:
+    assert runner.wait_started(120)
     return runner.trainers[name]._actor._address
 
 
