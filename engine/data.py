@@ -78,10 +78,22 @@ def senate(drop_govt: bool = True) -> FVBMData:
     ``drop_govt`` the Government column is dropped, as in the BoltzMM analysis (147 x 8).
     """
     data = load_fvbm_csv(ASSETS / "senate_knn1_imputed.csv", name="Australian Senate 2016")
-    if drop_govt:
-        keep = [j for j, c in enumerate(data.columns) if c != "Govt"]
-        data = FVBMData(data.X[:, keep].copy(), [data.columns[j] for j in keep], data.name + " (Govt dropped)")
-    return data
+    return drop_columns(data, ["Govt"]) if drop_govt else data
+
+
+def drop_columns(data: FVBMData, names: list[str]) -> FVBMData:
+    """``data`` without the named columns (``boltzlab fit fvbm --drop``; the lab's Senate set).
+
+    Raises ValueError for a name that is not a column, or when fewer than two would be left.
+    """
+    unknown = [n for n in names if n not in data.columns]
+    if unknown:
+        raise ValueError(f"No column named {unknown[0]!r} to drop; the columns are {', '.join(data.columns)}.")
+    keep = [j for j, c in enumerate(data.columns) if c not in names]
+    if len(keep) < 2:
+        raise ValueError(f"Dropping {', '.join(names)} leaves {len(keep)} column(s); an FVBM needs at least 2.")
+    return FVBMData(data.X[:, keep].copy(), [data.columns[j] for j in keep],
+                    f"{data.name} ({', '.join(names)} dropped)", dropped_rows=data.dropped_rows)
 
 
 # ---------------------------------------------------------------------- user files

@@ -40,12 +40,44 @@ def test_bound_and_lbfgs_reach_the_mple(algorithm):
     result = json.loads(out.stdout)
     assert result["algorithm"] == algorithm and result["converged"] and result["mple_exists"]
     assert result["mu"] is None and result["sweeps"] == len(result["history"])
-    truth = mple(load_fvbm_csv(SENATE).X)
-    # the stopping rule |increase| < 1e-5 leaves the estimates well inside their standard errors (>= 0.1)
-    assert np.abs(np.array(result["b"]) - truth.b).max() < 2e-3
-    assert np.abs(np.array(result["M"]) - truth.M).max() < 2e-3
+    truth = mple(load_fvbm_csv(SENATE).X, grad_tol=1e-12)
+    # the default Newton polish finishes at the MPLE, whatever the algorithm's rule left
+    assert result["polish"]["method"] == "newton" and result["polish"]["gradient"] <= 1e-9
+    assert np.abs(np.array(result["b"]) - truth.b).max() < 1e-6
+    assert np.abs(np.array(result["M"]) - truth.M).max() < 1e-6
     if algorithm == "bound":  # monotone by construction (MM, SQUAREM keeps only improvements)
         assert result["monotone"] and np.all(np.diff(result["history"]) >= 0)
+
+
+@pytest.mark.parametrize("algorithm", ["bslm", "ga"])
+def test_the_default_fit_is_the_mple_to_the_printed_precision(algorithm):
+    """Issue 26: BSLM's rule |increase| < 1e-5 alone stopped 3.0e-3 from the MPLE
+    (m[Govt,AG] -1.0268 against -1.0281); the default Newton polish gets within 1e-6."""
+    truth = mple(load_fvbm_csv(SENATE).X, grad_tol=1e-12)
+    polished = json.loads(run("fit", "fvbm", SENATE, "--algorithm", algorithm, "--json").stdout)
+    raw = json.loads(run("fit", "fvbm", SENATE, "--algorithm", algorithm, "--polish", "none", "--json").stdout)
+    error = max(np.abs(np.array(polished["M"]) - truth.M).max(), np.abs(np.array(polished["b"]) - truth.b).max())
+    assert error < 1e-6 and polished["converged"] and polished["polish"]["steps"] >= 1
+    assert raw["polish"] == {"method": "none", "steps": 0, "gradient": None}
+    assert np.abs(np.array(raw["M"]) - truth.M).max() > 1e-4  # what the polish is for
+    assert polished["log_pl"] >= raw["log_pl"] and polished["sweeps"] == raw["sweeps"]
+    text = run("fit", "fvbm", SENATE, "--algorithm", algorithm).stdout
+    assert "Newton polish (--polish newton)" in text
+    cell = f"{truth.M[0, 2]:+.4f}"  # m[Govt,AG]: printed to four decimals, as the MPLE has it
+    assert cell in text.splitlines()[[i for i, t in enumerate(text.splitlines()) if t.startswith("M (upper")][0] + 2]
+
+
+def test_drop_govt_fits_the_labs_senate_data():
+    from boltzlab.engine.data import senate
+
+    out = run("fit", "fvbm", SENATE, "--drop", "Govt", "--json")
+    result = json.loads(out.stdout)
+    lab = senate()
+    assert result["columns"] == lab.columns and result["d"] == 8
+    truth = mple(lab.X, grad_tol=1e-12)
+    assert np.abs(np.array(result["M"]) - truth.M).max() < 1e-6
+    bad = run("fit", "fvbm", SENATE, "--drop", "Gov")
+    assert bad.returncode == 2 and "No column named 'Gov' to drop" in one_line(bad.stderr, "boltzlab: error:")
 
 
 # ------------------------------------------------------------------------ --se
