@@ -644,7 +644,9 @@ class Lab(pn.viewable.Viewer):
         figures = [p.object for p in self.panel().select(pn.pane.Bokeh) if p.object is not None and p.visible]
         if not figures:
             return "<p>No plots to export.</p>"
-        return file_html(column(*figures), INLINE, title=f"Boltzmann Lab: {self.title}")
+        # a document of its own (Panel's save does the same): the figures may already be in a
+        # session's or a notebook's document, and must stay there
+        return file_html(column(*figures), INLINE, title=f"Boltzmann Lab: {self.title}", _always_new=True)
 
     def save_figure(self, path: str | Path) -> Path:
         """Save the lab's figures, as they are now, to ``path`` (``.html``: a standalone
