@@ -582,21 +582,10 @@ class LabTools:
 
     # -------------------------------------------------------------- exports
     def _csv_file(self) -> io.BytesIO:
-        return io.BytesIO(history_csv(self.lab.runner.history.copy()).encode())
+        return io.BytesIO(history_csv(self.lab.runner.copy_history()).encode())
 
     def _html_file(self) -> io.BytesIO:
-        from bokeh.embed import file_html
-        from bokeh.layouts import column
-        from bokeh.resources import INLINE
-
-        figures = []
-        if self.root is not None:
-            figures = [p.object for p in self.root.select(pn.pane.Bokeh)
-                       if p.object is not None and p.visible]
-        if not figures:
-            return io.BytesIO(b"<p>No plots to export.</p>")
-        html = file_html(column(*figures), INLINE, title=f"Boltzmann Lab: {self.lab.title}")
-        return io.BytesIO(html.encode())
+        return io.BytesIO(self.lab.figures_html().encode())
 
     def show(self, level: str, text: str) -> None:
         self.message.set(level, text)

@@ -295,6 +295,11 @@ class Runner:
                     self._finish(name, trainer)
             self._cond.notify_all()
 
+    def copy_history(self) -> History:
+        """A copy of :attr:`history`, taken under the lock (safe while the runs play)."""
+        with self._cond:
+            return self.history.copy()
+
     def close(self, timeout: float = 2.0) -> None:
         """Stop the worker thread (idempotent)."""
         with self._cond:

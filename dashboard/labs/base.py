@@ -24,20 +24,24 @@ settings change, the non-blocking *Next step*, and the page skeleton.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import math
 import time
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Iterator, Mapping
 
+import numpy as np
 import panel as pn
 import param
 
 from boltzlab.dashboard.jobs import Jobs
 from boltzlab.dashboard.labtools import LabTools, Preset
-from boltzlab.dashboard.runner import Runner, play_or_tell
+from boltzlab.dashboard.runner import History, Runner, play_or_tell
 from boltzlab.dashboard.views import StatusBadge
+from boltzlab.engine.checks import check_int
 from boltzlab.engine.stepping import Record
 
 RADIO = dict(color="primary", variant="outline")
@@ -433,14 +437,37 @@ class Lab(pn.viewable.Viewer):
     # ------------------------------------------------------------------ the refresh tick
     def start(self) -> None:
         """Attach the lab to the current session: a periodic tick, and clean-up when the
-        session ends (the runner stops, its trainers are released)."""
+        session ends (the runner stops, its trainers are released).
+
+        Called once, whoever calls first: ``create_app`` in a served session, or the page
+        itself when it is rendered (:class:`Page`: a notebook cell, ``pn.serve(lab)``,
+        ``lab.show()``); later calls do nothing, so a lab never ticks twice."""
         if self._callback is not None:
             return
         self._callback = pn.state.add_periodic_callback(self.tick, period=self.period_ms)
         if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
             pn.state.on_session_destroyed(lambda context: self.close())
 
+    def _rendered(self, doc: Any, comm: Any) -> None:
+        """The page is being rendered into ``doc``: start the tick there, once.
+
+        In a served session (``doc`` has a session context) the tick is that session's
+        periodic callback and ends with it.  In a notebook (a comm, no session) it is a task
+        on the kernel's asyncio loop, and it runs until :meth:`close`.  Elsewhere (a page
+        saved to a file, a document made in a test without an event loop) nothing starts:
+        :meth:`run` draws without a tick."""
+        if self._callback is not None or self.runner.closed:
+            return
+        if doc is not None and doc.session_context is not None:
+            from panel.io.state import set_curdoc
+
+            with set_curdoc(doc):
+                self.start()
+        elif comm is not None and _loop_running():
+            self.start()
+
     def close(self) -> None:
+        """Stop the tick, the analyses and the runner (its thread, its trainers)."""
         if self._callback is not None:
             self._callback.stop()
         self.jobs.cancel()
@@ -459,8 +486,28 @@ class Lab(pn.viewable.Viewer):
         if not active and now - self._last_tick < IDLE_REFRESH_SECONDS:
             return
         self._last_tick = now
-        with pn.io.hold():
+        with self._batch():
             self.on_records(records)
+
+    @contextlib.contextmanager
+    def _batch(self) -> Iterator[None]:
+        """All the changes made inside go to the browser as one message: in a served
+        session Panel's hold; in a notebook (no session) the comm pushes are held back and
+        the page's changes pushed once, at the end (``panel.io.notebook.push_notebook``)."""
+        if pn.state.curdoc is not None:
+            with pn.io.hold():
+                yield
+            return
+        from panel.io.notebook import push_notebook
+        from panel.io.state import state
+
+        before, state._hold = state._hold, True  # what panel.io.notebook.block_comm does
+        try:
+            yield
+        finally:
+            state._hold = before
+            if self._page is not None and not before:
+                push_notebook(self._page)
 
     def on_records(self, records: list[tuple[str, Record]]) -> None:
         """One tick's work: draw the Records, hand finished jobs over, update the status."""
@@ -484,6 +531,143 @@ class Lab(pn.viewable.Viewer):
             self.on_records(records)
             self.jobs.wait()
             self.refresh_status()
+
+    # ------------------------------------------------------------------ from Python (docs/python.md)
+    @property
+    def runs(self) -> list[str]:
+        """The names of the current runs (one, or several in a race), e.g. ``["BSLM"]``."""
+        return list(self.runner.trainers)
+
+    @property
+    def statuses(self) -> dict[str, str]:
+        """Each run's status (``engine.stepping.STATUS_MEANINGS``), e.g. ``{"BSLM": "converged"}``."""
+        return {name: state.status for name, state in self.runner.states.items()}
+
+    def run(self, steps: int = 1, *, timeout: float | None = None) -> None:
+        """Step every active run ``steps`` times, now, and draw the result: for scripts
+        and notebooks, no server needed.
+
+        Blocks until the Records of the ``steps`` steps are in (a run that stops first,
+        converged or failed, steps fewer times) and the analyses they started are done;
+        then the lab's figures show them, as after ▶ Play and a tick.  Pauses a playing
+        lab first.  In a race every run steps once per step.
+
+        Parameters
+        ----------
+        steps
+            How many steps (an int >= 1): a sweep, an iteration, a mini-batch, ... as the
+            lab's counter counts them.
+        timeout
+            Seconds to wait at most (``None``: as long as it takes); ``TimeoutError`` after.
+        """
+        steps = check_int("steps", steps, f"{type(self).__name__}.run", 1)
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"The 'timeout' parameter of {type(self).__name__}.run must be a float > 0 "
+                             f"or None. Got {timeout!r}.")
+        self.runner.pause()
+        for _ in range(steps):
+            self.runner.step_once()
+        deadline = math.inf if timeout is None else time.monotonic() + timeout
+        while not self.runner.wait_idle(min(60.0, max(0.0, deadline - time.monotonic()))):
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"{type(self).__name__}.run: {steps} step(s) not done in {timeout} s.")
+        self._draw_now(deadline)
+
+    def _draw_now(self, deadline: float = math.inf) -> None:
+        """What a tick does, now: draw what is new, wait for the analyses it started and
+        hand them over (their results are drawn too)."""
+        with self._batch():
+            self.on_records(self.runner.drain())
+        if not self.jobs.wait(max(0.0, min(deadline - time.monotonic(), 3600.0))):
+            raise TimeoutError(f"{type(self).__name__}: the analyses did not finish in time.")
+        with self._batch():
+            self.on_records(self.runner.drain())
+            self.refresh_status()
+
+    def _history(self) -> History:
+        return self.runner.copy_history()
+
+    @property
+    def records(self) -> dict[str, dict[str, np.ndarray]]:
+        """Every run's scalars since the last reset, as arrays: ``{run: {name: array}}``,
+        one entry per Record, oldest first (``lab.records["BSLM"]["log_pl"]``).
+
+        A scalar some Records lack is NaN there.  Beyond 5,000 Records per run the older
+        half is thinned to every second one (``boltzlab.dashboard.runner.History``), as
+        the app's CSV export is; :meth:`latest` has the newest arrays."""
+        out: dict[str, dict[str, np.ndarray]] = {}
+        for name, rows in self._history().rows.items():
+            keys = list(dict.fromkeys(k for row in rows for k in row))
+            out[name] = {k: (np.asarray([row[k] for row in rows]) if all(k in row for row in rows)
+                             else np.asarray([row.get(k, np.nan) for row in rows], dtype=float))
+                         for k in keys}
+        return out
+
+    def records_frame(self) -> Any:
+        """:attr:`records` as one pandas ``DataFrame``: a row per Record, the column
+        ``run`` first, then every scalar (NaN where a Record lacks it); the same numbers as
+        the app's "Metrics (CSV)" export.  pandas comes with Panel; without it this raises
+        ``ImportError`` and :attr:`records` gives the same as arrays."""
+        try:
+            import pandas as pd
+        except ImportError as exc:  # pragma: no cover - pandas is a dependency of Panel
+            raise ImportError("records_frame() needs pandas; lab.records has the same numbers as "
+                              "numpy arrays.") from exc
+        history = self._history()
+        rows = [{"run": name, **row} for name, rows in history.rows.items() for row in rows]
+        return pd.DataFrame(rows, columns=["run", *dict.fromkeys(k for r in rows for k in r if k != "run")])
+
+    def latest(self, run: str | None = None) -> Record | None:
+        """Run ``run``'s newest Record: its scalars and the newest arrays it reported
+        (weights, receptive fields, ...); ``None`` before its first step.  ``run`` may be
+        left out when the lab has one run."""
+        history = self._history()
+        names = self.runs
+        if run is None:
+            if len(names) != 1:
+                raise ValueError(f"The 'run' parameter of {type(self).__name__}.latest must name one of the "
+                                 f"runs {names} (this lab races several). Got None.")
+            run = names[0]
+        elif run not in names:
+            raise ValueError(f"The 'run' parameter of {type(self).__name__}.latest must be one of {names}. "
+                             f"Got {run!r}.")
+        rows = history.rows.get(run)
+        return Record(dict(rows[-1]), dict(history.arrays.get(run, {}))) if rows else None
+
+    def figures_html(self) -> str:
+        """The lab's figures as one standalone HTML page (Bokeh's, with its JavaScript
+        inline: it opens offline); what the app's "Plots (HTML)" export downloads."""
+        from bokeh.embed import file_html
+        from bokeh.layouts import column
+        from bokeh.resources import INLINE
+
+        figures = [p.object for p in self.panel().select(pn.pane.Bokeh) if p.object is not None and p.visible]
+        if not figures:
+            return "<p>No plots to export.</p>"
+        # a document of its own (Panel's save does the same): the figures may already be in a
+        # session's or a notebook's document, and must stay there
+        return file_html(column(*figures), INLINE, title=f"Boltzmann Lab: {self.title}", _always_new=True)
+
+    def save_figure(self, path: str | Path) -> Path:
+        """Save the lab's figures, as they are now, to ``path`` (``.html``: a standalone
+        page, see :meth:`figures_html`) and return the path.  Call :meth:`run` first in a
+        script: without a tick nothing else draws.  A PNG would need a browser (Bokeh's
+        export); for a static image plot :meth:`records_frame` with matplotlib."""
+        path = Path(path)
+        if path.suffix.lower() not in (".html", ".htm"):
+            raise ValueError(f"The 'path' parameter of {type(self).__name__}.save_figure must end in .html "
+                             f"(a PNG needs a browser). Got {str(path)!r}.")
+        path.write_text(self.figures_html(), encoding="utf-8")
+        return path
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:
+        """Shown as a notebook cell's output: load Panel's notebook extension first if the
+        notebook has not (``pn.extension()``), then render; the tick starts (:class:`Page`)."""
+        from panel.config import panel_extension
+
+        if not panel_extension._loaded:
+            pn.extension()
+        return super()._repr_mimebundle_(include, exclude)
 
     # ------------------------------------------------------------------ status
     def refresh_status(self) -> None:
@@ -573,14 +757,43 @@ class Lab(pn.viewable.Viewer):
                             styles={"flex-wrap": "nowrap"}, margin=0)
             right = pn.Column(self.transport(), self.tools.changed, status, self.build_stage(),
                               sizing_mode="stretch_width")
-            self._page = pn.Column(self.header(), pn.Row(left, right, sizing_mode="stretch_width"),
-                                   sizing_mode="stretch_width", name=self.title)
+            self._page = Page(self.header(), pn.Row(left, right, sizing_mode="stretch_width"),
+                              sizing_mode="stretch_width", name=self.title)
+            self._page.on_render = self._rendered
             self.tools.root = self._page
         return self._page
 
     def panel(self) -> pn.viewable.Viewable:
         """The lab's page (built once)."""
         return self.__panel__()
+
+
+class Page(pn.Column):
+    """A lab's page: a Column that starts its lab's tick wherever it is rendered.
+
+    Panel builds a component's Bokeh model when it is rendered: in a served session,
+    in a notebook cell (``lab`` as the last expression, ``pn.Column(lab)``), by
+    ``pn.serve(lab)`` or ``lab.show()``.  Each time, the page calls ``on_render(doc,
+    comm)`` first (:meth:`Lab._rendered`), so a lab trains live wherever it is shown, not
+    only in the app ``create_app`` builds; the lab starts one tick, whoever asks first.
+    """
+
+    def __init__(self, *objects: Any, **params: Any) -> None:
+        super().__init__(*objects, **params)
+        self.on_render: Callable[[Any, Any], None] | None = None
+
+    def _get_model(self, doc: Any, root: Any = None, parent: Any = None, comm: Any = None) -> Any:
+        if self.on_render is not None:
+            self.on_render(doc, comm)
+        return super()._get_model(doc, root, parent, comm)
+
+
+def _loop_running() -> bool:
+    """True when called on a running asyncio loop (a Jupyter kernel runs cells on one)."""
+    try:
+        return asyncio.get_running_loop().is_running()
+    except RuntimeError:
+        return False
 
 
 def fill(view: Any) -> Any:
