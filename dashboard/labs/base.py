@@ -137,6 +137,7 @@ class Lab(pn.viewable.Viewer):
         given = self.check_settings({k: params.pop(k) for k in list(params) if k in names})
         super().__init__(**params)
         self._refused: BaseException | None = None  # why the newest settings make no run
+        self._given: set[str] = set()  # the names apply_settings is setting (not to be implied over)
         self._status_key: tuple = ()
         self._status_time = 0.0
         self._last_tick = 0.0
@@ -155,6 +156,7 @@ class Lab(pn.viewable.Viewer):
         self.prepare(set(self.controls()), strict=True)
         self.build_views()
         self.runner = Runner(self.trainer_factory(), watch=self.watch_scalar, owner=self.owner)
+        self._built = self._run_inputs()  # the settings the runner's run was made from
         self.runner.set_speed(self.speeds[self.speed])
         self.tools = LabTools(self)
         self.param.watch(self._on_settings, names)
@@ -347,7 +349,7 @@ class Lab(pn.viewable.Viewer):
         if not changed - self.view_settings - {"speed"}:
             return
         implied = self.implied({e.name: e.new for e in events}).items()
-        extra = {k: v for k, v in implied if k not in changed and getattr(self, k) != v}
+        extra = {k: v for k, v in implied if k not in changed | self._given and getattr(self, k) != v}
         if extra:  # their own batch comes back through here and rebuilds for all
             self.param.update(extra)
         else:
@@ -360,9 +362,15 @@ class Lab(pn.viewable.Viewer):
         values = self.check_settings(values)
         extra = {k: v for k, v in self.implied(values).items() if k not in values}
         self._refused = None
-        self.param.update({**extra, **values})
+        self._given = set(extra) | set(values)  # named values win over what the batch implies
+        try:
+            self.param.update({**extra, **values})
+        finally:
+            self._given = set()
         if self._refused is None and self.jobs.running(PREPARE):
             self.jobs.wait()  # a link or checkpoint needs its run now (states are restored into it)
+        if self._refused is None and self._built != self._run_inputs():
+            self.rebuild(set(values))  # unchanged values, but the run was made before a refused change
         if self._refused is not None:
             refused = self._refused
             raise ValueError(refused.link if isinstance(refused, NotReady) else str(refused)) from refused
@@ -398,9 +406,14 @@ class Lab(pn.viewable.Viewer):
             self.runner.reset(self.trainer_factory())
         except ValueError as exc:
             return self._refuse(exc, strict)
+        self._built = self._run_inputs()
         self.settings_msg.pane.visible = False
         self._restart_views()
         return True
+
+    def _run_inputs(self) -> dict[str, Any]:
+        """The settings a run is made from (not the speed, not the view settings)."""
+        return {k: v for k, v in self.settings_values().items() if k != "speed" and k not in self.view_settings}
 
     def _refuse(self, exc: ValueError, strict: bool) -> bool:
         self._prepare_failed(exc)
