@@ -4,11 +4,13 @@ A lab module declares only what is its own (see ``docs/architecture.md``, "Labs"
 
 * metadata: ``key``, ``title``, ``summary`` (the one sentence shown first), ``intro`` /
   ``equations`` / ``watch`` (behind "more"), ``presets``, ``speeds``, ``watch_scalar``;
-* ``build_controls()`` and ``controls() -> {name: widget}``: the widgets that define a run
-  (every change rebuilds the run, except the names in ``view_settings``, which only
-  redraw); ``controls_panel()`` lays them out;
-* ``trainer_factory()``: validates the settings at once (``ValueError``) and returns a
-  builder of ``{name: trainer}``; ``prepare(changed)`` loads what the factory needs (data);
+* settings: ``param`` parameters of the lab class (name = URL key, with label, bounds or
+  choices, and doc), ``speed`` among them (:func:`speed_setting`); ``widget_options`` gives a
+  widget's type and looks, the base makes every widget from its parameter (``self.widgets``).
+  A change rebuilds the run, except the names in ``view_settings``, which only redraw;
+  ``build_controls()`` makes the lab's other widgets, ``controls_panel()`` lays them out;
+* ``trainer_factory()``: a builder of ``{name: trainer}`` (the runner builds them, once per
+  change; a bad setting raises ``ValueError`` there); ``prepare(changed)`` loads what the factory needs (data);
   ``check_work()`` refuses settings over the server's work budget (:mod:`boltzlab.dashboard.budget`);
 * ``build_views()``, ``main_view()`` (the plot that must be on the first screen),
   ``more_views()``; ``clear()`` empties them for a new run; ``show(records)`` draws new
@@ -16,7 +18,8 @@ A lab module declares only what is its own (see ``docs/architecture.md``, "Labs"
 * optionally ``counter()``, ``refresh_badges()``, ``describe_change(...)`` and
   ``highlight(...)`` / ``clear_highlight()`` for presentation mode's *Next step*.
 
-The base owns the runner, the transport bar and its handlers, the status line, settings
+The base owns the runner, the transport bar and its handlers, the status line, keyword
+construction (``TAPLab(data="digits", n_hidden=16)``), one watcher on every setting, settings
 <-> URL, presets and checkpoints (through :class:`~dashboard.labtools.LabTools`), the refresh
 tick (drain the runner, hand finished analysis jobs over, redraw the status), rebuild on a
 settings change, the non-blocking *Next step*, and the page skeleton.
@@ -38,7 +41,7 @@ import panel as pn
 import param
 
 from boltzlab.dashboard.jobs import Jobs
-from boltzlab.dashboard.labtools import LabTools, Preset
+from boltzlab.dashboard.labtools import LabTools, Preset, check_setting, parse_setting
 from boltzlab.dashboard.runner import History, Runner, play_or_tell
 from boltzlab.dashboard.views import StatusBadge
 from boltzlab.engine.checks import check_int
@@ -84,9 +87,20 @@ def by_run(records: list[tuple[str, Record]]) -> dict[str, list[Record]]:
     return out
 
 
+def speed_setting(speeds: Mapping[str, float | None], default: str) -> param.Selector:
+    """A lab's ``speed`` setting: one of its named speeds (``Lab.speeds``)."""
+    return param.Selector(default=default, objects=list(speeds), label="Speed",
+                          doc="How fast ▶ Play steps the runs (a limit, not a promise).")
+
+
 class NotReady(ValueError):
     """Raised by ``prepare`` when the settings need something the user has still to give
-    (e.g. a file to upload): said as information, not as an error; the old run stays."""
+    (e.g. a file to upload): said as information, not as an error; the old run stays.
+    ``link`` is the error a link or checkpoint with these settings gets instead."""
+
+    def __init__(self, message: str, link: str = "") -> None:
+        super().__init__(message)
+        self.link = link or message
 
 
 @dataclass
@@ -109,21 +123,25 @@ class Lab(pn.viewable.Viewer):
     watch: ClassVar[str] = ""  # what to watch for
     presets: ClassVar[list[Preset]] = []
     speeds: ClassVar[dict[str, float | None]] = {"as fast as possible": None}
-    default_speed: ClassVar[str] = "as fast as possible"
     watch_scalar: ClassVar[str | None] = None  # non-finite -> that run "diverged"
     # the numba kernel groups (engine.warmup.GROUPS) its runs call: on a server's first start
     # the lab opens once these are compiled (dashboard.startup); None: every group
     kernels: ClassVar[tuple[str, ...] | None] = None
     view_settings: ClassVar[frozenset[str]] = frozenset()  # settings that only redraw
+    widget_options: ClassVar[dict[str, dict[str, Any]]] = {}  # per setting: widget type and looks
     period_ms: ClassVar[int] = 200  # the refresh tick
     counter_width: ClassVar[int] = 130
+    speed = speed_setting(speeds, "as fast as possible")  # each lab declares its own speeds
     owner = param.String(default="", doc="""
         Who this lab's runs belong to, for the server's log (e.g. "session 3 (TAP lab)":
         a worker process that dies is logged with the sessions whose runs it held).""")
 
     def __init__(self, **params: Any) -> None:
+        names = self.setting_names()
+        given = self.check_settings({k: params.pop(k) for k in list(params) if k in names})
         super().__init__(**params)
-        self._applying = False  # while many widgets are set at once: rebuild once after
+        self._refused: BaseException | None = None  # why the newest settings make no run
+        self._given: set[str] = set()  # the names apply_settings is setting (not to be implied over)
         self._status_key: tuple = ()
         self._status_time = 0.0
         self._last_tick = 0.0
@@ -132,16 +150,20 @@ class Lab(pn.viewable.Viewer):
         self._page: pn.viewable.Viewable | None = None
         self._header: pn.viewable.Viewable | None = None
         self.jobs = Jobs()
+        self.widgets = self.make_widgets()
         self._build_transport()
         self.settings_msg = StatusBadge("", "error", visible=False, name=f"{self.key}-settings-message")
         self.build_controls()
+        if given:  # TAPLab(data="digits", n_hidden=16): the data set's defaults, then these
+            self.param.update({**self.implied(given), **given})
+            self.check_work()
         self.prepare(set(self.controls()), strict=True)
         self.build_views()
         self.runner = Runner(self.trainer_factory(), watch=self.watch_scalar, owner=self.owner)
-        self.runner.set_speed(self.speeds[self.speed.value])
+        self._built = self._run_inputs()  # the settings the runner's run was made from
+        self.runner.set_speed(self.speeds[self.speed])
         self.tools = LabTools(self)
-        for name, widget in self.settings().items():
-            widget.param.watch(functools.partial(self._on_setting, name), "value")
+        self.param.watch(self._on_settings, names)
         self.clear()
         self.refresh_status()
 
@@ -150,8 +172,12 @@ class Lab(pn.viewable.Viewer):
         """Create the lab's widgets (attributes of ``self``)."""
 
     def controls(self) -> dict[str, Any]:
-        """The widgets whose values define a run, by the name used in URLs and checkpoints."""
-        return {}
+        """The widgets of the settings that define a run (all but the speed), by name."""
+        return {name: w for name, w in self.widgets.items() if name != "speed"}
+
+    def settings(self) -> dict[str, Any]:
+        """The widget of every setting (the controls and the speed), by name."""
+        return dict(self.widgets)
 
     def controls_panel(self) -> pn.viewable.Viewable:
         """The left column: the lab's controls laid out."""
@@ -246,64 +272,128 @@ class Lab(pn.viewable.Viewer):
         """Remove what :meth:`highlight` marked."""
 
     # ------------------------------------------------------------------ settings
-    def settings(self) -> dict[str, Any]:
-        """Every widget that URLs, presets and checkpoints carry: the lab's controls and
-        the speed."""
-        return {**self.controls(), "speed": self.speed}
+    @classmethod
+    def setting_names(cls) -> list[str]:
+        """The lab's settings: every parameter it declares (the names links, checkpoints,
+        presets and keyword construction use), ``speed`` included."""
+        return [name for name in cls.param if name not in ("name", "owner")]
 
-    def _on_setting(self, name: str, event: Any) -> None:
-        if self._applying:
-            return
-        if name == "speed":
-            self.runner.set_speed(self.speeds[event.new])
-        elif name in self.view_settings:
-            with pn.io.hold(freeze=True):
-                self.on_view_setting(name)
-        else:
-            self._apply({name: event.new}, strict=False, set_widgets=False)
+    def settings_values(self) -> dict[str, Any]:
+        """The current value of every setting, by name."""
+        return {name: getattr(self, name) for name in self.setting_names()}
 
-    def apply_settings(self, values: Mapping[str, Any]) -> None:
-        """Set many widgets, then rebuild the run once; ``ValueError`` if the values make no
-        valid run (the widgets keep the new values, the run the old one)."""
-        self._apply(values, strict=True, set_widgets=True)
+    def setting_bounds(self, name: str, values: Mapping[str, Any]) -> tuple | None:
+        """The range of numeric setting ``name`` when it comes with ``values`` (a link, a
+        checkpoint); ``None``: its parameter's bounds.  A lab whose ranges depend on other
+        settings says so here."""
+        return None
+
+    def check_settings(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """``values`` if every one is allowed, else one ``ValueError`` naming each that is not
+        (the sentences a link's bad values get)."""
+        names, out, errors = self.setting_names(), {}, []
+        for name, value in values.items():
+            if name not in names:
+                errors.append(f"The lab has no setting {name!r}.")
+                continue
+            try:
+                out[name] = check_setting(self.param[name], value, bounds=self.setting_bounds(name, values))
+            except ValueError as exc:
+                errors.append(str(exc))
+        if errors:
+            raise ValueError(" ".join(errors))
+        return out
+
+    def parse_settings(self, texts: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        """Setting texts (a link's, a checkpoint's) as values, and the sentences of the
+        ones that are not allowed."""
+        names, values, errors, bad = self.setting_names(), {}, [], []
+        for name, text in texts.items():
+            if name not in names:
+                errors.append(f"The lab has no setting {name!r}.")
+                continue
+            try:
+                values[name] = parse_setting(self.param[name], text)
+            except ValueError as exc:
+                errors.append(str(exc))
+                bad.append(name)
+        for name in list(values):  # ranges that depend on the other values given
+            bounds = self.setting_bounds(name, values)
+            if bounds is not None:
+                try:
+                    values[name] = parse_setting(self.param[name], texts[name], bounds=bounds)
+                except ValueError as exc:
+                    del values[name]
+                    errors.append(str(exc))
+        return values, errors
+
+    def make_widgets(self) -> dict[str, Any]:
+        """A widget per setting, made from its parameter (label, bounds, choices) and linked
+        to it both ways; ``widget_options[name]`` gives its type and looks."""
+        defaults = {param.Boolean: pn.widgets.Checkbox, param.Selector: pn.widgets.Select,
+                    param.Integer: pn.widgets.IntInput, param.Number: pn.widgets.FloatInput,
+                    param.String: pn.widgets.TextInput}
+        widgets = {}
+        for name in self.setting_names():
+            options = dict(self.widget_options.get(name, {}))
+            kind = options.pop("type", None) or next(w for p, w in defaults.items()
+                                                     if isinstance(self.param[name], p))
+            widgets[name] = kind.from_param(self.param[name], **options)
+        return widgets
 
     @held
-    def _apply(self, values: Mapping[str, Any], *, strict: bool, set_widgets: bool) -> None:
-        widgets = self.settings()
-        extra = {k: v for k, v in self.implied(values).items() if k not in values}
-        todo = {**extra, **values} if set_widgets else extra
-        self._applying = True
-        try:
-            for name, value in todo.items():
-                widgets[name].value = value
-        finally:
-            self._applying = False
-        if "speed" in values:
-            self.runner.set_speed(self.speeds[self.speed.value])
-        changed = set(values) | set(extra)
-        for name in changed & self.view_settings:
+    def _on_settings(self, *events: Any) -> None:
+        """Settings moved (a widget, or one batch from :meth:`apply_settings`): the speed
+        goes to the runner, view settings redraw, anything else rebuilds the run once."""
+        changed = {e.name for e in events}
+        if "speed" in changed:
+            self.runner.set_speed(self.speeds[self.speed])
+        for name in sorted(changed & self.view_settings):
             self.on_view_setting(name)
-        if changed - self.view_settings - {"speed"}:
-            self.rebuild(changed, strict=strict)
+        if not changed - self.view_settings - {"speed"}:
+            return
+        implied = self.implied({e.name: e.new for e in events}).items()
+        extra = {k: v for k, v in implied if k not in changed | self._given and getattr(self, k) != v}
+        if extra:  # their own batch comes back through here and rebuilds for all
+            self.param.update(extra)
+        else:
+            self.rebuild(changed)
+
+    def apply_settings(self, values: Mapping[str, Any]) -> None:
+        """Set many settings at once (one batch of events: one rebuild); ``ValueError`` if a
+        value is not allowed or the values make no valid run (the settings keep the new
+        values, the run the old one)."""
+        values = self.check_settings(values)
+        extra = {k: v for k, v in self.implied(values).items() if k not in values}
+        self._refused = None
+        self._given = set(extra) | set(values)  # named values win over what the batch implies
+        try:
+            self.param.update({**extra, **values})
+        finally:
+            self._given = set()
+        if self._refused is None and self.jobs.running(PREPARE):
+            self.jobs.wait()  # a link or checkpoint needs its run now (states are restored into it)
+        if self._refused is None and self._built != self._run_inputs():
+            self.rebuild(set(values))  # unchanged values, but the run was made before a refused change
+        if self._refused is not None:
+            refused = self._refused
+            raise ValueError(refused.link if isinstance(refused, NotReady) else str(refused)) from refused
 
     def rebuild(self, changed: set[str] | None = None, strict: bool = False, *,
                 prepared: bool = False) -> bool:
         """Prepare, validate and install a new run for the current settings; on a bad
         setting say so (and raise if ``strict``), keeping the old run.
 
-        When the lab says the preparation is slow (:meth:`prepare_later`), a change made in
-        the page is prepared as a job and the run rebuilt when it is ready; the old run
-        stays until then.  Links and checkpoints (``strict``) prepare at once: what follows
-        (restoring the trainers' states) needs the new run.
+        When the lab says the preparation is slow (:meth:`prepare_later`), it runs as a job
+        and the run is rebuilt when it is ready; the old run stays until then.  The trainers
+        are built once, by the runner (:meth:`trainer_factory` only checks and describes).
         """
         changed = set(self.controls()) if changed is None else set(changed)
+        self._refused = None
         try:
             self.check_work()  # the work budget, whatever the source, before anything is prepared
         except ValueError as exc:
-            self._prepare_failed(exc)
-            if strict:
-                raise
-            return False
+            return self._refuse(exc, strict)
         later = None if strict or prepared else self.prepare_later(changed)
         if later is not None:
             fn, args, note = later
@@ -319,13 +409,21 @@ class Lab(pn.viewable.Viewer):
             self.check_work()  # again on what was prepared (e.g. simulated data)
             self.runner.reset(self.trainer_factory())
         except ValueError as exc:
-            self._prepare_failed(exc)
-            if strict:
-                raise
-            return False
+            return self._refuse(exc, strict)
+        self._built = self._run_inputs()
         self.settings_msg.pane.visible = False
         self._restart_views()
         return True
+
+    def _run_inputs(self) -> dict[str, Any]:
+        """The settings a run is made from (not the speed, not the view settings)."""
+        return {k: v for k, v in self.settings_values().items() if k != "speed" and k not in self.view_settings}
+
+    def _refuse(self, exc: ValueError, strict: bool) -> bool:
+        self._prepare_failed(exc)
+        if strict:
+            raise ValueError(exc.link) if isinstance(exc, NotReady) else exc
+        return False
 
     def prepare_later(self, changed: set[str]) -> tuple[Callable, tuple, str] | None:
         """``(fn, args, note)`` when preparing for ``changed`` is too slow for a click (more
@@ -342,6 +440,8 @@ class Lab(pn.viewable.Viewer):
         self.rebuild(changed, prepared=True)
 
     def _prepare_failed(self, exc: BaseException) -> None:
+        if isinstance(exc, ValueError):
+            self._refused = exc
         if isinstance(exc, NotReady):
             self.settings_msg.set("info", str(exc))
         else:
@@ -364,8 +464,6 @@ class Lab(pn.viewable.Viewer):
         self.pause = w.Button(label="❚❚ Pause", color="warning", width=100, disabled=True)
         self.step = w.Button(label="Step", color="primary", width=80)
         self.reset = w.Button(label="↺ Reset", color="default", width=90)
-        self.speed = w.Select(label="Speed", options=list(self.speeds), value=self.default_speed,
-                              width=190)
         self.counter_pane = pn.pane.HTML("", name=f"{self.key}-counter", css_classes=["sweep-counter"],
                                          styles={"font-size": "1.4em", "font-weight": "bold"},
                                          width=self.counter_width, align="center")
@@ -705,7 +803,7 @@ class Lab(pn.viewable.Viewer):
     # ------------------------------------------------------------------ the page
     def transport(self) -> pn.viewable.Viewable:
         """Play, Pause, Step, Reset, speed, progress (and presentation mode's Next step)."""
-        return pn.Row(self.play, self.pause, self.step, self.reset, self.speed, self.counter_pane,
+        return pn.Row(self.play, self.pause, self.step, self.reset, self.widgets["speed"], self.counter_pane,
                       self.tools.next_step, align="start", margin=0, sizing_mode="stretch_width",
                       styles={"flex-wrap": "wrap"})  # never wider than the page (projectors)
 

@@ -20,10 +20,11 @@ from typing import Any
 
 import numpy as np
 import panel as pn
+import param
 from bokeh.models import ColumnDataSource, HoverTool
 from bokeh.plotting import figure
 
-from boltzlab.dashboard.labs.base import RADIO, Lab, held, label
+from boltzlab.dashboard.labs.base import RADIO, Lab, held, label, speed_setting
 from boltzlab.dashboard.labs.tap_setup import (DATASETS, EXACT_LIMIT, History, check_work, data_embedding, denoise_curve,
                                       denoise_digit, describe_images, isomap_rows, load_images,
                                       solution_embedding)
@@ -134,41 +135,46 @@ class TAPLab(Lab):
     intro, equations, watch = INTRO, EQUATIONS, WATCH
     presets = PRESETS
     speeds = SPEEDS
-    default_speed = "as fast as possible"
     watch_scalar = "tap_log_likelihood"
     counter_width = 150
 
-    # ------------------------------------------------------------------ controls
+    # ------------------------------------------------------------------ settings (URL keys)
+    data = param.Selector(default=DEFAULT_DATA, objects=DATASETS, label="Data",
+                          doc="The bundled binary digits: the paper's MNIST, or 8×8 digits small enough for exact answers.")
+    n_hidden = param.Integer(DEFAULTS[DEFAULT_DATA]["n_hidden"], bounds=(1, 1000), label="Hidden units Nh",
+                             doc="Hidden units of the RBM.")
+    prior_hid = param.Selector(default="bernoulli", objects={"Bernoulli {0,1}": "bernoulli", "Spin {−1,+1}": "spin"},
+                               label="Hidden prior", doc="The hidden units' prior (§IV): {0,1} or {−1,+1}.")
+    gamma = param.Number(DEFAULTS[DEFAULT_DATA]["gamma"], bounds=(1e-5, 1.0), step=0.001, label="Step γ",
+                         doc="The learning rate of Algorithm 2 (Table 1: 0.005).")
+    eps = param.Number(0.001, bounds=(0.0, 1.0), step=0.001, label="ℓ₂ strength ε", doc="Weight decay (Table 1).")
+    eta = param.Number(0.5, bounds=(0.0, 0.99), step=0.05, label="Momentum η", doc="Momentum (Table 1).")
+    batch = param.Integer(DEFAULTS[DEFAULT_DATA]["batch"], bounds=(1, 5000), label="Mini-batch M",
+                          doc="Training rows per gradient step.")
+    K = param.Integer(100, bounds=(1, 2000), label="Solutions K",
+                      doc="TAP chains: random starts whose fixed points are the TAP solutions (eqs. 37–38).")
+    damping = param.Number(0.0, bounds=(0.0, 0.95), step=0.05, label="Damping",
+                           doc="Damping of the TAP iterations (Algorithm 1).")
+    seed = param.Integer(0, bounds=(0, None), label="Seed", doc="Seeds the weights, mini-batches and chains.")
+    speed = speed_setting(SPEEDS, "as fast as possible")
+    widget_options = {"data": dict(type=pn.widgets.RadioButtonGroup, **RADIO),
+                      "prior_hid": dict(type=pn.widgets.RadioButtonGroup, **RADIO),
+                      "n_hidden": dict(width=140), **{k: dict(width=100) for k in
+                                                      ("gamma", "eps", "eta", "batch", "K", "damping", "seed")},
+                      "speed": dict(width=190)}
+
     def build_controls(self) -> None:
-        w = pn.widgets
-        d = DEFAULTS[DEFAULT_DATA]
-        self.data = w.RadioButtonGroup(label="Data", options=DATASETS, value=DEFAULT_DATA, **RADIO)
-        self.n_hidden = w.IntInput(label="Hidden units Nh", value=d["n_hidden"], start=1, end=1000, width=140)
-        self.prior_hid = w.RadioButtonGroup(label="Hidden prior", options={"Bernoulli {0,1}": "bernoulli",
-                                                                           "Spin {−1,+1}": "spin"},
-                                            value="bernoulli", **RADIO)
-        self.gamma = w.FloatInput(label="Step γ", value=d["gamma"], start=1e-5, end=1.0, step=0.001, width=100)
-        self.eps = w.FloatInput(label="ℓ₂ strength ε", value=0.001, start=0.0, end=1.0, step=0.001, width=100)
-        self.eta = w.FloatInput(label="Momentum η", value=0.5, start=0.0, end=0.99, step=0.05, width=100)
-        self.batch = w.IntInput(label="Mini-batch M", value=d["batch"], start=1, end=5000, width=100)
-        self.K = w.IntInput(label="Solutions K", value=100, start=1, end=2000, width=100)
-        self.damping = w.FloatInput(label="Damping", value=0.0, start=0.0, end=0.95, step=0.05, width=100)
-        self.seed = w.IntInput(label="Seed", value=0, start=0, width=100)
         self.data_info = pn.pane.Markdown("", styles={"font-size": "0.9em"})
         self._prepared: tuple[str, Any] | None = None  # the data set chosen: (key, tap_setup.load_images(key))
         self._data_key: str | None = None  # ... and the current run's (the views', set by clear())
         self.images = None
 
-    def controls(self) -> dict[str, Any]:
-        return {"data": self.data, "n_hidden": self.n_hidden, "prior_hid": self.prior_hid, "gamma": self.gamma,
-                "eps": self.eps, "eta": self.eta, "batch": self.batch, "K": self.K, "damping": self.damping,
-                "seed": self.seed}
-
     def controls_panel(self) -> pn.viewable.Viewable:
-        data_card = pn.Card(label("Data"), self.data, self.data_info, title="1. Data", collapsible=False,
+        w = self.widgets
+        data_card = pn.Card(label("Data"), w["data"], self.data_info, title="1. Data", collapsible=False,
                             sizing_mode="stretch_width")
-        model_card = pn.Card(pn.Row(self.n_hidden, self.seed), label("Hidden prior"), self.prior_hid,
-                             pn.Row(self.gamma, self.eps, self.eta), pn.Row(self.batch, self.K, self.damping),
+        model_card = pn.Card(pn.Row(w["n_hidden"], w["seed"]), label("Hidden prior"), w["prior_hid"],
+                             pn.Row(w["gamma"], w["eps"], w["eta"]), pn.Row(w["batch"], w["K"], w["damping"]),
                              title="2. Model and training (Table 1)", collapsible=False,
                              sizing_mode="stretch_width")
         return pn.Column(data_card, model_card, sizing_mode="stretch_width", margin=0)
@@ -176,7 +182,7 @@ class TAPLab(Lab):
     def prepare(self, changed: set[str], strict: bool = False) -> None:
         """Load the data set when it changed (the views follow once the new run is installed,
         in :meth:`clear`: a refused setting keeps the old run, drawn on its own data)."""
-        key = self.data.value
+        key = self.data
         if self._prepared is not None and self._prepared[0] == key:
             return
         images = load_images(key)
@@ -191,14 +197,14 @@ class TAPLab(Lab):
         return dict(DEFAULTS.get(data, {}))
 
     def check_work(self) -> None:
-        check_work(self.data.value, n_hidden=self.n_hidden.value, n_chains=self.K.value, batch_size=self.batch.value,
-                   prior_hid=self.prior_hid.value)
+        check_work(self.data, n_hidden=self.n_hidden, n_chains=self.K, batch_size=self.batch,
+                   prior_hid=self.prior_hid)
 
     def trainer_factory(self):
-        return build_trainers(self.data.value, n_hidden=self.n_hidden.value, prior_hid=self.prior_hid.value,
-                              learning_rate=self.gamma.value, weight_decay=self.eps.value, momentum=self.eta.value,
-                              batch_size=self.batch.value, n_chains=self.K.value, damping=self.damping.value,
-                              seed=self.seed.value)
+        return build_trainers(self.data, n_hidden=self.n_hidden, prior_hid=self.prior_hid,
+                              learning_rate=self.gamma, weight_decay=self.eps, momentum=self.eta,
+                              batch_size=self.batch, n_chains=self.K, damping=self.damping,
+                              seed=self.seed)
 
     # ------------------------------------------------------------------ views
     def build_views(self) -> None:
@@ -334,7 +340,7 @@ class TAPLab(Lab):
         self.fe_points.data = {"x": [], "y": []}
         self.fe_line.data = {"x": [], "y": []}
         # exact answers need {0,1} units on both sides and a small hidden layer (see tap_setup)
-        self.truth.view.visible = self.n_hidden.value <= EXACT_LIMIT and self.prior_hid.value == "bernoulli"
+        self.truth.view.visible = self.n_hidden <= EXACT_LIMIT and self.prior_hid == "bernoulli"
         self._quiet = True
         try:
             self.epoch_slider.param.update(end=1, value=0)
@@ -533,7 +539,7 @@ class TAPLab(Lab):
     # ------------------------------------------------------------------ denoising (jobs)
     def _model(self) -> tuple:
         """The newest Record's model, and the damping the denoiser uses."""
-        return self._last["W"], self._last["b_vis"], self._last["b_hid"], max(0.5, self.damping.value)
+        return self._last["W"], self._last["b_vis"], self._last["b_hid"], max(0.5, self.damping)
 
     @held
     def _show_denoising(self) -> None:
@@ -584,11 +590,11 @@ class TAPLab(Lab):
             self.solutions_status.set("idle", "No TAP solutions yet")
             return
         n = len(snaps[-1].free_energies)
-        k = self.K.value
+        k = self.K
         frac = n / max(1, k)
         damping = self._last.get("damping")
         raised = (f"; damping raised to {damping:.2f} so the TAP iterations converge"
-                  if damping is not None and damping > self.damping.value + 1e-9 else "")
+                  if damping is not None and damping > self.damping + 1e-9 else "")
         self.solutions_status.set("warn" if frac > 0.5 else "ok",
                                   f"{n} unique TAP solution{'s' if n != 1 else ''} from {k} starts ({frac:.0%})"
                                   + (": many distinct solutions, a spin-glass warning sign" if frac > 0.5 else "")
@@ -603,7 +609,7 @@ class TAPLab(Lab):
             return None
         batches = int(after.get("iteration", 0) - before.get("iteration", 0))
         parts = [f"<b>Epoch {before.get('epoch', 0.0):.2f} → {after['epoch']:.2f}</b> "
-                 f"({batches} mini-batch{'es' if batches != 1 else ''} of M = {self.batch.value})"]
+                 f"({batches} mini-batch{'es' if batches != 1 else ''} of M = {self.batch})"]
         ll = after.get("tap_log_likelihood")
         if ll is not None and math.isfinite(ll):
             text = f"TAP log-likelihood {ll:.4f} per unit"
@@ -614,7 +620,7 @@ class TAPLab(Lab):
             parts.append(text)
         if "n_solutions" in after:
             n = int(after["n_solutions"])
-            k = self.K.value
+            k = self.K
             if "n_solutions" in before:
                 m = int(before["n_solutions"])
                 verb = "appeared" if n > m else "merged away" if n < m else ""

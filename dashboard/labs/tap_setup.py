@@ -95,7 +95,7 @@ def trainer_factory(data_key: str, *, n_hidden: int, prior_hid: str = "bernoulli
                     weight_decay: float = 0.001, momentum: float = 0.5, batch_size: int = 100, n_chains: int = 100,
                     damping: float = 0.0, seed: int = 0, max_epochs: int = 100,
                     batches_per_step: int | None = None, dtype: str = "float32") -> Callable[[], dict]:
-    """A factory of ``{"TAP": trainer}`` for the runner; validates the settings at once.
+    """A factory of ``{"TAP": trainer}`` for the runner (the trainer validates the settings).
 
     Each step trains ``batches_per_step`` mini-batches (default: about STEPS_PER_EPOCH
     steps per epoch) and then evaluates; a batch where no TAP chain converges is redone
@@ -116,8 +116,7 @@ def trainer_factory(data_key: str, *, n_hidden: int, prior_hid: str = "bernoulli
                                  max_damping=max(MAX_DAMPING, damping), dtype=dtype)
         return {"TAP": GroundTruthTrainer(trainer, X) if trainer.exact else trainer}
 
-    build()
-    return build
+    return build  # built once, by the runner (a bad setting raises there)
 
 
 def default_batches_per_step(n_rows: int, batch_size: int) -> int:

@@ -143,7 +143,7 @@ def test_make_model_rejects_unknown_models_and_bad_scales():
 
 def test_the_race_streams_every_method_and_the_bound_stays_monotone(make_lab):
     lab = make_lab()
-    lab.speed.value = "as fast as possible"
+    lab.widgets["speed"].value = "as fast as possible"
     lab._play()
     for _ in range(1200):  # drain as the refresh tick would, until every method has stopped
         if lab.runner.wait_idle(0.1):
@@ -164,12 +164,12 @@ def test_the_race_streams_every_method_and_the_bound_stays_monotone(make_lab):
     assert "| Newton |" in lab.table.object and "converged" in lab.table.object
     assert lab.run_status.level == "ok" and "Finished" in lab.run_status.text
     # another problem resets the race and its lambda
-    lab.problem.value = "breast_cancer"
-    assert lab.reg.value == 0.01 and len(lab.sources["Newton"]["by-iteration"].data["y"]) == 0
+    lab.widgets["problem"].value = "breast_cancer"
+    assert lab.widgets["reg"].value == 0.01 and len(lab.sources["Newton"]["by-iteration"].data["y"]) == 0
     settle(lab)
     assert "569 training examples" in lab.race_info.object
     assert lab.J_star is not None and lab.J_star != J_star
-    lab.reg.value = -1.0
+    lab.widgets["reg"].value = -1.0
     assert lab.settings_msg.level == "error" and "reg" in lab.settings_msg.text.lower()
     assert "569 training examples" in lab.race_info.object  # the race it had is kept
 

@@ -224,8 +224,8 @@ def test_the_fvbm_lab_steps_and_draws_on_the_cluster(dask_runners):
         assert lab.logpl.n_points("BSLM/log_pl") == 1
         assert lab.counter_pane.object == "Sweep 1"
         assert lab._last_arrays["BSLM"]["M"].shape == (10, 10) and lab._sweeps["BSLM"] == 1
-        lab.race_mus.value = "0.5, 8"
-        lab.mode.value = "Race"
+        lab.widgets["race_mus"].value = "0.5, 8"
+        lab.widgets["mode"].value = "Race"
         assert lab.runner.wait_started(120)
         trainers = lab.runner.trainers
         assert len(trainers) == 6 and all(isinstance(t, RemoteTrainer) for t in trainers.values())
