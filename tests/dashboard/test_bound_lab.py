@@ -169,9 +169,13 @@ def test_the_race_streams_every_method_and_the_bound_stays_monotone(make_lab):
     settle(lab)
     assert "569 training examples" in lab.race_info.object
     assert lab.J_star is not None and lab.J_star != J_star
-    lab.widgets["reg"].value = -1.0
-    assert lab.settings_msg.level == "error" and "reg" in lab.settings_msg.text.lower()
-    assert "569 training examples" in lab.race_info.object  # the race it had is kept
+    # a negative lambda cannot be entered (the widget carries the parameter's bounds) nor
+    # asked for by name (the one refusal sentence of links and keywords); the race is kept
+    with pytest.raises(ValueError):
+        lab.widgets["reg"].value = -1.0
+    with pytest.raises(ValueError, match="The 'reg' setting must be"):
+        lab.apply_settings({"reg": -1.0})
+    assert lab.reg == 0.01 and "569 training examples" in lab.race_info.object
 
 
 def test_the_race_is_built_where_it_first_steps():
