@@ -375,6 +375,8 @@ class Lab(pn.viewable.Viewer):
             self.jobs.wait()  # a link or checkpoint needs its run now (states are restored into it)
         if self._refused is None and self._built != self._run_inputs():
             self.rebuild(set(values))  # unchanged values, but the run was made before a refused change
+        if self._refused is None:
+            self.check_work()  # values equal to the current ones rebuild nothing: the budget holds all the same
         if self._refused is not None:
             refused = self._refused
             raise ValueError(refused.link if isinstance(refused, NotReady) else str(refused)) from refused

@@ -148,8 +148,10 @@ class TightnessView:
     and the gap over a 2-D slice.  It computes nothing: it draws a result of
     :func:`~dashboard.labs.bound_setup.tightness` (the lab runs that as a job)."""
 
-    def __init__(self, widgets: dict[str, Any]) -> None:
-        """``widgets``: the lab's, by setting name (made from its parameters)."""
+    def __init__(self, settings: param.Parameterized, widgets: dict[str, Any]) -> None:
+        """``settings``: the lab, whose parameters hold the values (read from there: in a batch
+        of changes a widget may not have caught up yet); ``widgets``: its widgets, by name."""
+        self.settings = settings
         self.model, self.scale, self.seed = widgets["model"], widgets["scale"], widgets["plane_seed"]
         self.radius, self.s_tilde, self.r_tilde = widgets["radius"], widgets["s_tilde"], widgets["r_tilde"]
         self.extra, self.show_taylor = widgets["extra"], widgets["taylor"]
@@ -220,26 +222,27 @@ class TightnessView:
     # ------------------------------------------------------------------ settings
     def fit_sliders(self) -> None:
         """θ̃'s sliders span the plotted range [-R, R] (values outside are clipped)."""
-        R = float(self.radius.value)
-        for slider in (self.s_tilde, self.r_tilde):
+        R = float(self.settings.radius)
+        for name, slider in (("s_tilde", self.s_tilde), ("r_tilde", self.r_tilde)):
             if (slider.start, slider.end) != (-R, R):
                 slider.start, slider.end = -R, R
-            clipped = float(np.clip(slider.value, -R, R))
-            if clipped != slider.value:
-                slider.value = clipped
+            value = float(getattr(self.settings, name))
+            clipped = float(np.clip(value, -R, R))
+            if clipped != value:
+                setattr(self.settings, name, clipped)
 
     def job_args(self) -> tuple:
         """The arguments of :func:`~dashboard.labs.bound_setup.tightness` for the current
         settings; ``ValueError`` for settings that cannot be drawn."""
-        R = float(self.radius.value)
-        extra = tuple(setup.parse_points(self.extra.value, R))
-        return (self.model.value, float(self.scale.value), int(self.seed.value), R, float(self.s_tilde.value),
-                float(self.r_tilde.value), extra)
+        v = self.settings
+        R = float(v.radius)
+        extra = tuple(setup.parse_points(v.extra, R))
+        return (v.model, float(v.scale), int(v.plane_seed), R, float(v.s_tilde), float(v.r_tilde), extra)
 
     # ------------------------------------------------------------------ drawing
     def show_tilde(self) -> None:
         """Mark θ̃ on the map at once (the curves follow when they are computed)."""
-        s_t, r_t = float(self.s_tilde.value), float(self.r_tilde.value)
+        s_t, r_t = float(self.settings.s_tilde), float(self.settings.r_tilde)
         if self.tilde_src.data["s"] != [s_t] or self.tilde_src.data["r"] != [r_t]:
             self.tilde_src.data = {"s": [s_t], "r": [r_t]}
         self.line_marker.location = r_t
@@ -254,7 +257,7 @@ class TightnessView:
 
     def draw(self, args: tuple, result: dict) -> None:
         """Draw a result of ``tightness(*args)``, with the Taylor expansion if it is chosen."""
-        show_taylor = bool(self.show_taylor.value)
+        show_taylor = bool(self.settings.taylor)
         if self._drawn == (args, show_taylor):
             return
         self._drawn = (args, show_taylor)
@@ -389,7 +392,7 @@ class BoundLab(Lab):
     def build_controls(self) -> None:
         self._sizes: dict[tuple, dict] = {}  # the races' sizes by race_key
         self.race_info = pn.pane.Markdown("", styles={"font-size": "0.9em"}, width=300)
-        self.tightness = TightnessView(self.widgets)
+        self.tightness = TightnessView(self, self.widgets)
 
     def controls_panel(self) -> pn.viewable.Viewable:
         w = self.widgets

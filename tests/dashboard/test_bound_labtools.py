@@ -81,7 +81,7 @@ def test_loaded_checkpoint_continues_exactly_like_an_uninterrupted_run(make_lab)
     assert other.tools.load_bytes(content), other.tools.message.text
     assert other.tools.message.level == "ok"
     assert other.tools.settings_text() == {**lab.tools.settings_text()}
-    assert other.problem.value == "fvbm" and other.race_seed.value == 2 and other.race_seed.visible
+    assert other.widgets["problem"].value == "fvbm" and other.widgets["race_seed"].value == 2 and other.widgets["race_seed"].visible
     assert other.tightness.model.value == "loglinear" and other.tightness.tilde_src.data["s"] == [1.5]
     assert list(other.runner.trainers) == names
     assert points(other) == 4 and points(other, "Newton") == 4  # the curves redrawn from the history
@@ -190,7 +190,7 @@ def test_url_round_trip_and_bad_values_are_named(make_lab):
     assert third.tools.message.level == "warn" and "numbers separated by commas" in third.tools.message.text
     assert third.tightness.message.level == "error"
     assert third.jobs.wait(120)
-    assert third.problem.value == "breast_cancer" and "569 training examples" in third.race_info.object
+    assert third.widgets["problem"].value == "breast_cancer" and "569 training examples" in third.race_info.object
     assert third.runner.states["Newton"].steps == 0 and not third.settings_msg.pane.visible
 
 

@@ -79,7 +79,7 @@ def test_loaded_checkpoint_continues_exactly_like_an_uninterrupted_run(make_lab,
     assert other.tools.message.level == "ok" and "fw.npz" in other.tools.message.text
     assert "CD comparison" in other.tools.message.text
     assert other.tools.settings_text() == lab.tools.settings_text()
-    assert other.data.value == "digits" and other.fields.image_shape == (8, 8)
+    assert other.widgets["data"].value == "digits" and other.fields.image_shape == (8, 8)
     # the views are redrawn from the checkpoint's history and newest arrays
     n = int(uninterrupted[2]["n_hidden"])
     assert other.ll_curve.n_points("units") == 3 and other.inner_curve.n_points("inner") == 3

@@ -163,7 +163,7 @@ def test_checkpoint_that_does_not_fit_the_trainers_is_rolled_back(make_lab):
     race = list(other.runner.trainers)
     assert not other.tools.load_bytes(write_checkpoint(ckpt))
     assert other.tools.message.level == "error"
-    assert other.mode.value == "Race" and list(other.runner.trainers) == race
+    assert other.widgets["mode"].value == "Race" and list(other.runner.trainers) == race
     assert other.runner.states[race[0]].steps == 3
     assert other.logpl.n_points(f"{race[0]}/log_pl") == 3
 
@@ -234,8 +234,8 @@ def test_a_checkpoint_of_uploaded_data_needs_the_upload_first(make_lab):
     fresh = make_lab()
     assert not fresh.tools.load_bytes(content)
     assert "upload the file first" in fresh.tools.message.text
-    assert fresh.source.value == "simulated" and fresh.d.value == 10  # nothing changed
-    fresh.source.value = "upload"
+    assert fresh.widgets["source"].value == "simulated" and fresh.widgets["d"].value == 10  # nothing changed
+    fresh.widgets["source"].value = "upload"
     fresh.use_upload(csv_bytes, "votes.csv")
     assert fresh.jobs.wait(60)
     assert fresh.tools.load_bytes(content)
