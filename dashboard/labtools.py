@@ -530,7 +530,7 @@ class LabTools:
     def apply_preset(self, preset: Preset) -> None:
         with pn.io.hold(freeze=True):
             try:
-                self.lab.apply_settings(self.lab.check_settings(preset.settings))
+                self.lab.apply_settings(self.lab.check_settings(preset.settings), fresh=True)
             except ValueError as exc:
                 self.show("error", f"**The preset could not be applied:** {exc}")
                 return

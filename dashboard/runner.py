@@ -193,6 +193,11 @@ class Runner:
         return self._playing
 
     @property
+    def generation(self) -> int:
+        """Rises by one with every new set of runs (a reset or a restore)."""
+        return self._generation
+
+    @property
     def speed(self) -> float | None:
         return self._speed
 

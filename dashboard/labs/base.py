@@ -359,11 +359,14 @@ class Lab(pn.viewable.Viewer):
         else:
             self.rebuild(changed)
 
-    def apply_settings(self, values: Mapping[str, Any]) -> None:
+    def apply_settings(self, values: Mapping[str, Any], *, fresh: bool = False) -> None:
         """Set many settings at once (one batch of events: one rebuild); ``ValueError`` if a
         value is not allowed or the values make no valid run (the settings keep the new
-        values, the run the old one)."""
+        values, the run the old one).  ``fresh``: start a new run even when the values equal
+        the current ones (a preset starts its run from the beginning), unless they are all
+        view settings (those only redraw)."""
         values = self.check_settings(values)
+        generation = self.runner.generation
         extra = {k: v for k, v in self.implied(values).items() if k not in values}
         self._refused = None
         self._given = set(extra) | set(values)  # named values win over what the batch implies
@@ -373,7 +376,8 @@ class Lab(pn.viewable.Viewer):
             self._given = set()
         if self._refused is None and self.jobs.running(PREPARE):
             self.jobs.wait()  # a link or checkpoint needs its run now (states are restored into it)
-        if self._refused is None and self._built != self._run_inputs():
+        if self._refused is None and (self._built != self._run_inputs() or (
+                fresh and self.runner.generation == generation and set(values) - self.view_settings - {"speed"})):
             self.rebuild(set(values))  # unchanged values, but the run was made before a refused change
         if self._refused is None:
             self.check_work()  # values equal to the current ones rebuild nothing: the budget holds all the same

@@ -441,13 +441,13 @@ class BoundLab(Lab):
         if key == self._race_key:
             self._show_size()
 
-    def apply_settings(self, values) -> None:
+    def apply_settings(self, values, *, fresh: bool = False) -> None:
         """The base's, and tightness settings the views cannot draw (e.g. extra points that
         are not numbers) are an error too, raised after the race was rebuilt: a link or a
         preset names them."""
         errors = []
         try:
-            super().apply_settings(values)
+            super().apply_settings(values, fresh=fresh)
         except ValueError as exc:
             errors.append(str(exc))
         if set(values) & self.view_settings and self._tightness_error:

@@ -48,7 +48,7 @@ def tick_until(lab, until, timeout=120.0):
 def test_the_lab_opens_on_mnist_with_its_defaults(lab):
     assert lab.widgets["data"].value == "mnist"
     for name, value in DEFAULTS["mnist"].items():
-        assert getattr(lab, name).value == value
+        assert getattr(lab, name) == value and lab.widgets[name].value == value
     assert lab.fields.image_shape == (28, 28)
     assert lab.fork.disabled  # nothing to fork yet
     trainer = lab.runner._factory()["FW"]

@@ -185,7 +185,7 @@ def test_data_switch_sends_the_heatmaps_in_one_held_message(lab):
     held = [h for model, h in log if model in sources]
     assert held, "the heatmaps were not updated"
     assert all(held), "some heatmap changes were sent outside the hold"
-    clicked = {model for model, _ in lab.source._models.values()}  # the widget itself
+    clicked = {model for model, _ in lab.widgets["source"]._models.values()}  # the widget itself
     assert all(h for model, h in log if model not in clicked), \
         "some changes of the data switch were not held"
     # the views draw Records only: M̂ fills with the first sweep of the new data
