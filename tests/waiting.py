@@ -38,3 +38,19 @@ def wait_until(predicate: Callable[[], T], timeout: float = 90.0, interval: floa
     if not value:
         raise AssertionError(f"condition not met within {timeout} s")
     return value
+
+
+def settled(read: Callable[[], T], quiet: float = 1.5, timeout: float = 120.0, interval: float = 0.1) -> T:
+    """``read()`` once it has given the same answer for ``quiet`` seconds on end (e.g. a count
+    after Pause, when the last tick may still be on its way); ``AssertionError`` if it keeps
+    changing for ``timeout`` s (e.g. a pause that does not stop the run)."""
+    deadline = time.monotonic() + timeout
+    value, since = read(), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(interval)
+        now = read()
+        if now != value:
+            value, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return value
+    raise AssertionError(f"still changing after {timeout} s: last {value!r}")

@@ -64,7 +64,12 @@ def test_every_model_draws_a_bound_that_holds_and_touches(lab, key):
     s, gap = np.asarray(data["s"]), np.asarray(data["gap"])
     assert gap.min() >= -1e-9
     touch = np.argmin(np.abs(gap))
-    assert abs(s[touch] - 0.5) <= (s[1] - s[0]) and abs(gap[touch]) < 0.05
+    assert abs(s[touch] - 0.5) <= (s[1] - s[0])
+    # the bound touches log Z at s~ = 0.5 with the same slope (gap(s~) = gap'(s~) = 0), so on the
+    # grid gap(s) <= max gap'' / 2 (s - s~)^2: a bound merely near log Z there leaves more
+    h = s[1] - s[0]
+    curvature = np.max(np.abs(np.diff(gap, 2))) / h**2
+    assert gap[touch] <= 0.5 * curvature * (s[touch] - 0.5) ** 2 * 1.05 + 1e-9, (gap[touch], curvature)
     assert view.message.level == "ok" and "the bound holds" in view.message.text
     # the line's log Z is the exact one, independently recomputed
     model = setup.make_model(key, view.scale.value, view.seed.value)

@@ -26,13 +26,15 @@ def lab():
     lab.runner.close()
 
 
-def pump(lab, until=None, timeout=20.0):
-    """Drain the runner into the views like the periodic callback does."""
+def pump(lab, until=None, timeout=120.0):
+    """Drain the runner into the views like the periodic callback does, until ``until()``
+    holds (an ``AssertionError`` if it does not within the generous ``timeout``)."""
     deadline = time.monotonic() + timeout
     while True:
         lab.on_records(lab.runner.drain())
-        if until is None or until() or time.monotonic() > deadline:
+        if until is None or until():
             break
+        assert time.monotonic() < deadline, f"pump: condition not met within {timeout} s"
         time.sleep(0.05)
     lab._status_time = 0.0  # force the text panes to refresh
     lab.on_records(lab.runner.drain())
