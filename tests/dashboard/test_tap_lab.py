@@ -230,9 +230,17 @@ def test_a_failed_analysis_is_said_in_its_view_and_training_goes_on(lab, monkeyp
 
 
 def test_a_refused_data_switch_keeps_the_old_run_drawn_on_its_own_data(lab):
+    from boltzlab.dashboard import budget
+
     steps(lab, 1)
-    with pytest.raises(ValueError):
-        lab.apply_settings({"data": "digits", "K": 0})
+    # each value allowed (K = 0 no longer even reaches the lab: the parameter's bounds refuse
+    # it), but the run they make is refused: here by a server allowing no work at all
+    budget.set_limits(1e-9, budget.DEFAULT_ISOMAP_ROWS)
+    try:
+        with pytest.raises(ValueError, match="This asks for"):
+            lab.apply_settings({"data": "digits", "K": 50})
+    finally:
+        budget.set_limits(budget.DEFAULT_STEP_SECONDS, budget.DEFAULT_ISOMAP_ROWS)
     assert lab.settings_msg.pane.visible and lab.widgets["data"].value == "digits"
     assert lab.runner.trainers["TAP"].n_visible == 784 and lab.fields.image_shape == (28, 28)
     steps(lab, 1)  # the MNIST run goes on and its fields are drawn as 28x28 tiles
