@@ -408,6 +408,16 @@ class LabTools:
         self.export_html = w.FileDownload(callback=self._html_file, label="⬇ Plots (HTML)",
                                           filename=f"boltzlab-{lab.key}-plots.html", width=135,
                                           embed=False)
+        # "Copy as Python": the run as a script (Lab.python_script), shown to copy and on the
+        # clipboard where the browser allows it (a secure context: https or localhost)
+        self.copy_python = w.Button(label="Copy as Python", width=135)
+        self.export_py = w.FileDownload(callback=self._python_file, label="⬇ Script (.py)",
+                                        filename=f"boltzlab-{lab.key}-run.py", width=135, embed=False)
+        self.script = w.TextAreaInput(value="", visible=False, width=300, height=180,
+                                      css_classes=[f"{lab.key}-python-script"])
+        self.script.jscallback(value="if (navigator.clipboard && window.isSecureContext) "
+                                     "{ navigator.clipboard.writeText(cb_obj.value) }")
+        self.copy_python.on_click(lambda event: self.show_script())
         self.message = StatusBadge("", "info", visible=False, name=f"{lab.key}-tools-message")
         self.next_step = w.Button(label="Next step ▶", color="success", width=170, align="end",
                                   height=48, visible=False, stylesheets=[
@@ -436,13 +446,15 @@ class LabTools:
             "reproduces the run. Checkpoint: the trained model, settings and curves as .npz; "
             "load it later (or on another machine) and press Play to continue exactly. "
             "Export: the curves' numbers as CSV, the plots as an HTML page (each plot's "
-            "toolbar also saves a PNG)."), align="end")
+            "toolbar also saves a PNG). Copy as Python: a script that makes this run again "
+            "headless and saves its numbers."), align="end")
         # rows of fixed widths that fit the card: a wrapping row let Bokeh place the file
         # input and the last button outside the card, over the plots (seen at 1440x900)
         body = pn.Column(pn.Row(self.copy_link, self.save),
                          pn.Row(pn.pane.Markdown("**Load checkpoint:**", margin=(0, 10)), help_icon),
                          self.load,
-                         pn.Row(self.export_csv, self.export_html), margin=0)
+                         pn.Row(self.export_csv, self.export_html),
+                         pn.Row(self.copy_python, self.export_py), self.script, margin=0)
         # under the controls, in the left column: the first screen's right side is the plot
         self._card = pn.Card(body, title="Share, save and export", collapsed=False,
                              width=325, margin=(5, 5))  # the controls column's width, folded or not
@@ -594,6 +606,14 @@ class LabTools:
         return True
 
     # -------------------------------------------------------------- exports
+    def show_script(self) -> None:
+        """Show the run as a Python script (and copy it, where the browser lets a page)."""
+        self.script.value = self.lab.python_script()
+        self.script.visible = True
+
+    def _python_file(self) -> io.BytesIO:
+        return io.BytesIO(self.lab.python_script().encode())
+
     def _csv_file(self) -> io.BytesIO:
         return io.BytesIO(history_csv(self.lab.runner.copy_history()).encode())
 

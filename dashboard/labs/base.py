@@ -721,6 +721,43 @@ class Lab(pn.viewable.Viewer):
         rows = [{"run": name, **row} for name, rows in history.rows.items() for row in rows]
         return pd.DataFrame(rows, columns=["run", *dict.fromkeys(k for r in rows for k in r if k != "run")])
 
+    def python_script(self, steps: int | None = None) -> str:
+        """A short script over the public Python API that makes this run again, headless:
+        the same lab, the settings that differ from the defaults (seeds included), the same
+        number of steps, its Records saved to a CSV ("Copy as Python" in the page).
+
+        ``steps``: how many to run (default: as many as the runs have taken, at least 1).
+        A run on uploaded data reads the file again from beside the script (:meth:`script_data`).
+        """
+        cls = type(self).__name__
+        if steps is None:
+            steps = max([s.steps for s in self.runner.states.values()] + [1])
+        steps = check_int("steps", steps, f"{cls}.python_script", 1)
+        settings = {name: getattr(self, name) for name in self.controls()
+                    if getattr(self, name) != self.param[name].default}
+        data = self.script_data()
+        lines = [f'"""Boltzmann Lab, the {self.title} lab\'s run as a script ("Copy as Python"): '
+                 f'{steps} step(s), headless."""',
+                 *(["from pathlib import Path", ""] if data else []),
+                 f"from boltzlab.dashboard.labs import {cls}", ""]
+        arguments = ", ".join(f"{name}={value!r}" for name, value in settings.items())
+        if data:
+            lines += [f"lab = {cls}()", *data, f"lab.apply_settings({settings!r})"]
+        else:
+            lines += [f"lab = {cls}({arguments})"]
+        out = f"boltzlab-{self.key}-records.csv"
+        lines += [f"lab.run(steps={steps})",
+                  "frame = lab.records_frame()  # one row per Record, the column 'run' first",
+                  f"frame.to_csv({out!r}, index=False)",
+                  "print(frame.groupby('run').tail(1).to_string())",
+                  "lab.close()", ""]
+        return "\n".join(lines)
+
+    def script_data(self) -> list[str]:
+        """Lines of :meth:`python_script` that give the lab data the settings alone do not
+        (an uploaded file); none by default."""
+        return []
+
     def latest(self, run: str | None = None) -> Record | None:
         """Run ``run``'s newest Record: its scalars and the newest arrays it reported
         (weights, receptive fields, ...); ``None`` before its first step.  ``run`` may be

@@ -141,6 +141,7 @@ class FVBMLab(Lab):
         self.data_info = pn.pane.Markdown("", styles={"font-size": "0.9em"})
         self.data_msg = StatusBadge("", "info", visible=False)
         self._uploaded: DataSet | None = None
+        self._uploaded_name: str | None = None  # its file name, for python_script
         self._ready: tuple | None = None  # (data settings, DataSet) a job prepared
         self.data: DataSet | None = None
         self._data_for: tuple | None = None  # the data settings self.data was made for
@@ -224,9 +225,18 @@ class FVBMLab(Lab):
         if event.new is not None:  # an empty file too: the reader says it is empty
             self.use_upload(event.new, self.upload.filename or "upload.csv")
 
+    def script_data(self) -> list[str]:
+        """The uploaded CSV, read again from beside the script (it is not in the settings)."""
+        if self.source != "upload" or self._uploaded_name is None:
+            return []
+        return [f"lab.use_upload(Path({self._uploaded_name!r}).read_bytes(), {self._uploaded_name!r})"
+                "  # the file you uploaded, beside this script",
+                "lab.jobs.wait()  # reading it and finding its MPLE"]
+
     def use_upload(self, content: bytes, filename: str) -> None:
         """Parse an uploaded CSV and find its MPLE (a job); when ready it becomes the data,
         else the reason is said and the current data stay."""
+        self._uploaded_name = filename
         self.data_msg.set("info", f"Reading {filename} and finding its MPLE…")
         self.data_msg.pane.visible = True
         self.jobs.submit("upload", uploaded_data, content, filename, then=self._use_uploaded,
