@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import panel as pn
 import param
-from bokeh.models import ColumnDataSource, HoverTool
+from bokeh.models import ColumnDataSource, HoverTool, LassoSelectTool, TapTool
 from bokeh.plotting import figure
 
 from boltzlab.dashboard.labs.base import RADIO, Lab, held, label, speed_setting
@@ -251,6 +251,11 @@ class TAPLab(Lab):
                                     name="fe-hist")
         self.embedding = EmbeddingScatter("Isomap of the TAP solutions (Fig. 6)", color_label="F_TAP (nats)",
                                           name="isomap")
+        # select solutions in Fig. 6 (tap: one, shift-tap: more; lasso: a region) to draw them as images
+        self.embedding.figure.add_tools(TapTool(), LassoSelectTool())
+        self.embedding.source.selected.on_change("indices", self._on_select)
+        self._scatter_rows = np.zeros(0, dtype=int)  # the snapshot's solution behind each point of Fig. 6
+        self._selection: np.ndarray | None = None  # the solutions selected there (None: none)
         self.data_embedding = EmbeddingScatter("Data by digit, and TAP solutions (Fig. 7)",
                                                color_label="digit", overlay_label="TAP solutions", name="isomap-data")
         self.fields = ImageGrid("Receptive fields, the columns of W (Fig. 4)", name="fields", height=620, width=700,
@@ -344,6 +349,8 @@ class TAPLab(Lab):
         self._fields_stale = False  # newer weights than the receptive fields drawn
         self._fields_time = -math.inf
         self._solutions_stale = False  # newer TAP solutions than the images drawn
+        self._scatter_rows = np.zeros(0, dtype=int)
+        self._selection = None
         self.ll_curve.clear()
         self.truth.clear()
         self.mcc_curve.clear()
@@ -504,6 +511,9 @@ class TAPLab(Lab):
         shown, coords, fit_index = self._fit
         index = min(self.epoch_slider.value, len(shown) - 1)
         epoch, free_energies, rows, total = shown[index]
+        self._scatter_rows = np.asarray(rows, dtype=int)
+        self._selection = None
+        self.embedding.source.selected.indices = []  # new points: the old selection means nothing
         self.embedding.update(coords[index], free_energies, labels=[f"solution {i}" for i in rows])
         some = f", {len(rows):,} of {total:,} shown" if len(rows) < total else ""
         self.embedding.figure.title.text = f"TAP solutions at epoch {epoch:.2f} (Fig. 6{some})"
@@ -565,11 +575,19 @@ class TAPLab(Lab):
         epoch = self._last.get("epoch", 0.0)
         self.samples_grid.update(samples.T, labels=[f"chain {i}, epoch {epoch:.2f}" for i in range(len(samples))])
 
-    def _show_solutions(self, chosen: np.ndarray | None = None) -> None:
+    def _on_select(self, attr, old, new) -> None:
+        """Points selected in Fig. 6 (tap or lasso): draw those solutions (cheap: a tiling)."""
+        rows = self._scatter_rows
+        picked = [i for i in new if 0 <= i < len(rows)]
+        self._selection = rows[picked] if picked else None
+        self._show_solutions()
+
+    def _show_solutions(self) -> None:
         """The TAP solutions of the snapshot the slider shows, drawn as images: their visible
         magnetizations a_v (the fixed points of eqs. 37-38), lowest free energy (eq. 36) first,
-        at most SOLUTIONS_SHOWN; ``chosen``: these solutions instead (a selection in Fig. 6)."""
+        at most SOLUTIONS_SHOWN; the ones selected in Fig. 6 instead when there are some."""
         self._solutions_stale = False
+        chosen = self._selection
         snaps = self.history.snapshots
         if not snaps:
             self.solutions_grid.update(None)

@@ -144,3 +144,27 @@ def test_frank_wolfe_lab_draws_its_persistent_chains():
         assert "Samples" in lab.stage()
     finally:
         lab.close()
+
+
+def test_selecting_points_in_the_isomap_shows_those_solutions():
+    from boltzlab.dashboard.labs.tap_setup import EpochSnapshot
+
+    lab = tap_lab()
+    try:
+        lab.run(steps=2)
+        rng = np.random.default_rng(0)
+        vis = rng.random((5, 64))
+        fe = np.array([3.0, 1.0, 4.0, 0.5, 2.0])
+        lab.history.snapshots = [EpochSnapshot(1.0, fe, vis, rng.random((5, 8)), float(fe.mean()))]
+        lab._scatter_rows = np.array([0, 2, 4])  # Fig. 6 maps solutions 0, 2 and 4 of the snapshot
+        lab.embedding.source.selected.indices = [1, 2]  # a lasso around the last two points
+        assert lab.solutions_grid.n_tiles == 2
+        assert np.allclose(shown(lab.solutions_grid), tiled(vis[[2, 4]].T, (8, 8)), equal_nan=True)
+        assert "2 selected of 5" in lab.solutions_grid.figure.title.text
+        lab.embedding.source.selected.indices = []  # deselect: the lowest free energies again
+        assert lab.solutions_grid.n_tiles == 5
+        assert np.allclose(shown(lab.solutions_grid), tiled(vis[np.argsort(fe)].T, (8, 8)), equal_nan=True)
+        tools = {type(t).__name__ for t in lab.embedding.figure.tools}
+        assert {"TapTool", "LassoSelectTool"} <= tools
+    finally:
+        lab.close()
