@@ -596,13 +596,13 @@ class TAPLab(Lab):
         fe = snap.free_energies
         if chosen is None:
             order = np.argsort(fe, kind="stable")[:SOLUTIONS_SHOWN]
-            what = f"{len(order)} of {len(fe)} at epoch {snap.epoch:.2f}, lowest F_TAP first"
+            what = f"{len(order)} of {len(fe)}, lowest F first"
         else:
             order = np.asarray(chosen, dtype=int)[:SOLUTIONS_SHOWN]
-            what = f"{len(order)} selected of {len(fe)} at epoch {snap.epoch:.2f}"
-        labels = [f"solution {i}, F_TAP = {fe[i]:.2f}" for i in range(len(fe))]
+            what = f"{len(order)} selected of {len(fe)}"
+        labels = [f"solution {i} at epoch {snap.epoch:.2f}, F_TAP = {fe[i]:.2f}" for i in range(len(fe))]
         self.solutions_grid.update(np.clip(snap.solutions_vis, 0.0, 1.0).T, order=order, labels=labels)
-        self.solutions_grid.figure.title.text = f"TAP solutions a_v ({what})"
+        self.solutions_grid.figure.title.text = f"Solutions a_v: {what}"  # fits the 300 px grid
 
     # ------------------------------------------------------------------ denoising (jobs)
     def _model(self) -> tuple:

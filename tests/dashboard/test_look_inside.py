@@ -117,7 +117,7 @@ def test_tap_lab_draws_the_solutions_as_images_beside_the_isomap():
         assert np.allclose(image, tiled(np.clip(snap.solutions_vis[order].T, 0, 1), (8, 8)), equal_nan=True)
         values = image[np.isfinite(image)]
         assert values.min() >= 0.0 and values.max() <= 1.0
-        assert "lowest F_TAP first" in lab.solutions_grid.figure.title.text
+        assert "lowest F first" in lab.solutions_grid.figure.title.text
         # in the Isomap tab, between Fig. 6 and Fig. 7
         isomap = lab.stage()["Isomap"]
         row = isomap.objects[1]
