@@ -23,7 +23,8 @@ from bokeh.models import ColumnDataSource, Label, Span
 
 from boltzlab.dashboard import budget
 from boltzlab.dashboard.labs.base import RADIO, Lab, held, label, speed_setting
-from boltzlab.dashboard.labs.frankwolfe_setup import (CD_EPOCHS, CD_K, DATASETS, DEFAULTS, EVALUATIONS, cd_factory,
+from boltzlab.dashboard.labs.frankwolfe_setup import (CD_EPOCHS, CD_K, DATASETS, DEFAULTS, EVALUATIONS, SAMPLE_CHAINS,
+                                                      cd_factory,
                                              fw_curves, fw_factory, log_likelihood_of, train_log_likelihood)
 from boltzlab.dashboard.labs.tap_setup import describe_images
 from boltzlab.dashboard.labtools import Preset
@@ -273,6 +274,10 @@ class FrankWolfeLab(Lab):
         self.fields = ImageGrid("Receptive fields in insertion order; the newest unit outlined", name="fw-fields",
                                 height=600, width=680)
         self._fields_shown: tuple | None = None
+        # a look inside (issue 26): the persistent chains the trainer samples eq. 9 and eq. 10 with
+        self.samples_grid = ImageGrid(f"Model samples: {SAMPLE_CHAINS} of the S persistent Gibbs chains "
+                                      "(Algorithm 1, step 1; white 0, black 1)", kind="pixels",
+                                      name="fw-samples", height=560, width=560, tile_label="chain")
         self.cd_curve = LiveCurve(f"CD-{CD_K} after the fork (§4)", "CD epoch",
                                   "train log-likelihood per digit (nats)", name="fw-cd", height=340)
         self.cd_curve.add_line("fw", "CD from Frank-Wolfe", "#1f77b4")
@@ -291,7 +296,7 @@ class FrankWolfeLab(Lab):
         fork = pn.Column(pn.Row(self.fork, self.widgets["cd_epochs"], self.cd_status.pane, sizing_mode="stretch_width"),
                          self.cd_curve.view, sizing_mode="stretch_width")
         return {"Log-likelihood · eq. 9": self.main_view(), "Receptive fields": self.fields.view,
-                "CD fork (§4)": fork}
+                "CD fork (§4)": fork, "Samples": self.samples_grid.view}
 
     def badges(self) -> list:
         return [self.select_status.pane]
@@ -306,7 +311,9 @@ class FrankWolfeLab(Lab):
         self.selected_span.visible = self.selected_label.visible = False
         self._mark(None)
         self.fields.image_shape = load_images(self._run_settings["data"]).image_shape
+        self.samples_grid.image_shape = self.fields.image_shape
         self._draw_fields(None, None)
+        self.samples_grid.update(None)
         if not self._loading:  # a checkpoint load resets the fork only once it has succeeded
             self._reset_cd()
 
@@ -330,7 +337,7 @@ class FrankWolfeLab(Lab):
         with_arrays = [r for r in recs if "W" in r.arrays]
         if with_arrays:  # the model to draw and to fork: the newest the Records carried
             newest = with_arrays[-1]
-            self._last.update({k: newest.arrays[k] for k in ("W", "b_vis", "b_hid") if k in newest.arrays})
+            self._last.update({k: newest.arrays[k] for k in ("W", "b_vis", "b_hid", "samples") if k in newest.arrays})
             self._last["arrays_iteration"] = int(newest.scalars["iteration"])
         for c in curves:
             if "train" in c:
@@ -377,6 +384,17 @@ class FrankWolfeLab(Lab):
         W = self._last.get("W")
         newest = None if W is None or self._last.get("away") else W.shape[1] - 1
         self._draw_fields(W, newest)
+        self._show_samples()
+
+    def _show_samples(self) -> None:
+        """Draw the newest Record's model samples: the first persistent chains, as the trainer
+        left them after its iteration (in the worker; no sampling here)."""
+        samples = self._last.get("samples")
+        if samples is None:
+            return
+        t = self._last.get("arrays_iteration", 0)
+        self.samples_grid.update(np.asarray(samples, dtype=float).T,
+                                 labels=[f"chain {i} after iteration {t}" for i in range(len(samples))])
 
     def _draw_fields(self, W: np.ndarray | None, newest: int | None) -> None:
         shown = self._fields_shown

@@ -21,11 +21,12 @@ from typing import Any
 import numpy as np
 import panel as pn
 import param
-from bokeh.models import ColumnDataSource, HoverTool
+from bokeh.models import ColumnDataSource, HoverTool, LassoSelectTool, TapTool
 from bokeh.plotting import figure
 
 from boltzlab.dashboard.labs.base import RADIO, Lab, held, label, speed_setting
-from boltzlab.dashboard.labs.tap_setup import (DATASETS, EXACT_LIMIT, History, check_work, data_embedding, denoise_curve,
+from boltzlab.dashboard.labs.tap_setup import (DATASETS, EXACT_LIMIT, SAMPLE_CHAINS, SAMPLE_SWEEPS, History,
+                                               check_work, data_embedding, denoise_curve,
                                       denoise_digit, describe_images, isomap_rows, load_images,
                                       solution_embedding)
 from boltzlab.dashboard.labs.tap_setup import trainer_factory as build_trainers
@@ -121,6 +122,7 @@ RANK_ROWS = 1000  # training digits behind "rank by mean activation" (a 1000 x N
 FIELDS_SECONDS = 1.0  # images re-layout parts of the page in the browser: at most once a second
 EMBED_SECONDS = 5.0  # while training, the solutions' Isomap (~3 s on MNIST) is refitted at most this often
 COMPUTING = "Computing…"
+SOLUTIONS_SHOWN = 36  # TAP solutions drawn as images at most (the lowest free energies, or the selected)
 
 
 class TAPLab(Lab):
@@ -249,6 +251,11 @@ class TAPLab(Lab):
                                     name="fe-hist")
         self.embedding = EmbeddingScatter("Isomap of the TAP solutions (Fig. 6)", color_label="F_TAP (nats)",
                                           name="isomap")
+        # select solutions in Fig. 6 (tap: one, shift-tap: more; lasso: a region) to draw them as images
+        self.embedding.figure.add_tools(TapTool(), LassoSelectTool())
+        self.embedding.source.selected.on_change("indices", self._on_select)
+        self._scatter_rows = np.zeros(0, dtype=int)  # the snapshot's solution behind each point of Fig. 6
+        self._selection: np.ndarray | None = None  # the solutions selected there (None: none)
         self.data_embedding = EmbeddingScatter("Data by digit, and TAP solutions (Fig. 7)",
                                                color_label="digit", overlay_label="TAP solutions", name="isomap-data")
         self.fields = ImageGrid("Receptive fields, the columns of W (Fig. 4)", name="fields", height=620, width=700,
@@ -259,6 +266,12 @@ class TAPLab(Lab):
                                        ("ais", "AIS (20 runs, 1,001 βs)", "#ff7f0e", "dashed"),
                                        ("pl", "pseudo-likelihood", "#2ca02c", "dotted")):
             self.truth.add_line(key, text, color, dash=dash)
+        # a look inside (issue 26): what the model generates, and its TAP solutions as images
+        self.samples_grid = ImageGrid(f"Model samples: {SAMPLE_CHAINS} persistent Gibbs chains, "
+                                      f"{SAMPLE_SWEEPS} sweeps a step (white 0, black 1)", kind="pixels",
+                                      name="tap-samples", height=560, width=560, tile_label="chain")
+        self.solutions_grid = ImageGrid("TAP solutions as images (a_v)", kind="pixels", name="tap-solution-images",
+                                        height=360, width=300, tile_label="solution")
         self.denoise_grid = ImageGrid("clean · noisy · TAP · OPE · 1-NN", kind="pixels", name="denoise",
                                       height=170, empty_text="", tile_label="image")
         self.mcc_curve = LiveCurve("Denoising: MCC vs flip probability p (Fig. 8)", "flip probability p",
@@ -292,8 +305,9 @@ class TAPLab(Lab):
         return pn.Row(self.ll_curve.view, self.fe_pane, sizing_mode="stretch_width")
 
     def stage(self) -> dict[str, pn.viewable.Viewable]:
-        embed = pn.Column(self.epoch_slider, pn.Row(self.embedding.view, self.data_embedding.view,
-                                                    sizing_mode="stretch_width"), sizing_mode="stretch_width")
+        embed = pn.Column(self.epoch_slider, pn.Row(self.embedding.view, self.solutions_grid.view,
+                                                    self.data_embedding.view, sizing_mode="stretch_width"),
+                          sizing_mode="stretch_width")
         fields = pn.Column(self.rank_by, self.fields.view, sizing_mode="stretch_width")
         denoise = pn.Column(pn.Row(self.denoise_index, self.denoise_p, self.denoise_curve_button),
                             self.denoise_note, pn.Row(self.denoise_grid.view, self.mcc_curve.view,
@@ -301,7 +315,7 @@ class TAPLab(Lab):
                             sizing_mode="stretch_width")
         return {"Figs. 3 · 5": self.main_view(),
                 "Histograms": pn.Row(self.hist.view, self.truth.view, sizing_mode="stretch_width"),
-                "Isomap": embed, "Fields (Fig. 4)": fields, "Denoising": denoise}
+                "Isomap": embed, "Fields (Fig. 4)": fields, "Denoising": denoise, "Samples": self.samples_grid.view}
 
     def badges(self) -> list:
         return [self.solutions_status.pane]
@@ -313,8 +327,8 @@ class TAPLab(Lab):
             return
         self.images = images
         self._rank_rows = images.X_train[:RANK_ROWS]
-        self.fields.image_shape = images.image_shape
-        self.denoise_grid.image_shape = images.image_shape
+        for grid in (self.fields, self.denoise_grid, self.samples_grid, self.solutions_grid):
+            grid.image_shape = images.image_shape
         end = max(0, min(len(images.X_test), DENOISE_ROWS) - 1)
         self._quiet = True  # no denoising of the previous model on the new data
         try:
@@ -334,6 +348,9 @@ class TAPLab(Lab):
         self._embed_time = -math.inf
         self._fields_stale = False  # newer weights than the receptive fields drawn
         self._fields_time = -math.inf
+        self._solutions_stale = False  # newer TAP solutions than the images drawn
+        self._scatter_rows = np.zeros(0, dtype=int)
+        self._selection = None
         self.ll_curve.clear()
         self.truth.clear()
         self.mcc_curve.clear()
@@ -352,6 +369,8 @@ class TAPLab(Lab):
         self.embedding.update(None)
         self.data_embedding.update(None)
         self.fields.update(None)
+        self.samples_grid.update(None)
+        self.solutions_grid.update(None)
         self.denoise_grid.update(None)
         self.denoise_note.object = "Train a little, then pick a digit and a flip probability."
 
@@ -412,15 +431,20 @@ class TAPLab(Lab):
         if new_snapshot:
             self._update_epoch_widgets()
             self._embedding_dirty = True
+            self._solutions_stale = True
 
     def on_tick(self) -> None:
         """Draw the receptive fields when due; start the Isomap jobs when due."""
-        if self._fields_stale and time.monotonic() - self._fields_time >= FIELDS_SECONDS:
-            self._show_fields()
+        if (self._fields_stale or self._solutions_stale) and time.monotonic() - self._fields_time >= FIELDS_SECONDS:
+            if self._fields_stale:
+                self._show_fields()
+                self._show_samples()
+            if self._solutions_stale:
+                self._show_solutions()
         self._submit_embedding()
 
     def busy(self) -> bool:
-        return self._embedding_dirty or self._fields_stale
+        return self._embedding_dirty or self._fields_stale or self._solutions_stale
 
     def _update_epoch_widgets(self) -> None:
         self._quiet = True
@@ -487,6 +511,9 @@ class TAPLab(Lab):
         shown, coords, fit_index = self._fit
         index = min(self.epoch_slider.value, len(shown) - 1)
         epoch, free_energies, rows, total = shown[index]
+        self._scatter_rows = np.asarray(rows, dtype=int)
+        self._selection = None
+        self.embedding.source.selected.indices = []  # new points: the old selection means nothing
         self.embedding.update(coords[index], free_energies, labels=[f"solution {i}" for i in rows])
         some = f", {len(rows):,} of {total:,} shown" if len(rows) < total else ""
         self.embedding.figure.title.text = f"TAP solutions at epoch {epoch:.2f} (Fig. 6{some})"
@@ -506,6 +533,7 @@ class TAPLab(Lab):
             self._submit_embedding()
             return
         self._draw_fit()
+        self._show_solutions()
         self._submit_data_embedding()
 
     # ------------------------------------------------------------------ receptive fields
@@ -535,6 +563,46 @@ class TAPLab(Lab):
         labels = [f"hidden unit {j}, rank {rank[j] + 1} {what}" for j in range(W.shape[1])]
         highlight = self._highlight if self._highlight is not None and self._highlight < W.shape[1] else None
         self.fields.update(W, order=order, limit=FIELDS_SHOWN, highlight=highlight, labels=labels)
+
+    # ------------------------------------------------------------------ a look inside
+    def _show_samples(self) -> None:
+        """Draw the newest Record's model samples (persistent Gibbs chains run in the trainer's
+        step, in the worker: :class:`boltzlab.engine.tap.TAPTrainer`'s ``n_samples``)."""
+        samples = self._last.get("samples")
+        if samples is None:
+            return
+        samples = np.asarray(samples, dtype=float)  # the lab's visibles are {0, 1} (Bernoulli prior)
+        epoch = self._last.get("epoch", 0.0)
+        self.samples_grid.update(samples.T, labels=[f"chain {i}, epoch {epoch:.2f}" for i in range(len(samples))])
+
+    def _on_select(self, attr, old, new) -> None:
+        """Points selected in Fig. 6 (tap or lasso): draw those solutions (cheap: a tiling)."""
+        rows = self._scatter_rows
+        picked = [i for i in new if 0 <= i < len(rows)]
+        self._selection = rows[picked] if picked else None
+        self._show_solutions()
+
+    def _show_solutions(self) -> None:
+        """The TAP solutions of the snapshot the slider shows, drawn as images: their visible
+        magnetizations a_v (the fixed points of eqs. 37-38), lowest free energy (eq. 36) first,
+        at most SOLUTIONS_SHOWN; the ones selected in Fig. 6 instead when there are some."""
+        self._solutions_stale = False
+        chosen = self._selection
+        snaps = self.history.snapshots
+        if not snaps:
+            self.solutions_grid.update(None)
+            return
+        snap = snaps[self._shown_snapshot()]
+        fe = snap.free_energies
+        if chosen is None:
+            order = np.argsort(fe, kind="stable")[:SOLUTIONS_SHOWN]
+            what = f"{len(order)} of {len(fe)}, lowest F first"
+        else:
+            order = np.asarray(chosen, dtype=int)[:SOLUTIONS_SHOWN]
+            what = f"{len(order)} selected of {len(fe)}"
+        labels = [f"solution {i} at epoch {snap.epoch:.2f}, F_TAP = {fe[i]:.2f}" for i in range(len(fe))]
+        self.solutions_grid.update(np.clip(snap.solutions_vis, 0.0, 1.0).T, order=order, labels=labels)
+        self.solutions_grid.figure.title.text = f"Solutions a_v: {what}"  # fits the 300 px grid
 
     # ------------------------------------------------------------------ denoising (jobs)
     def _model(self) -> tuple:
