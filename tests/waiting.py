@@ -54,3 +54,28 @@ def settled(read: Callable[[], T], quiet: float = 1.5, timeout: float = 120.0, i
         elif time.monotonic() - since >= quiet:
             return value
     raise AssertionError(f"still changing after {timeout} s: last {value!r}")
+
+
+def in_own_thread(fn: Callable[[], T], timeout: float = 600.0) -> T:
+    """``fn()`` in a thread of its own, its result returned (its exception raised here).
+
+    For code that must run without an asyncio loop or start one (``asyncio.run``): in a full
+    run the browser tests' Playwright keeps an event loop running in the main thread."""
+    import threading
+
+    out: dict[str, object] = {}
+
+    def target() -> None:
+        try:
+            out["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            out["error"] = exc
+
+    thread = threading.Thread(target=target, name="test-own-thread", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise AssertionError(f"still running after {timeout} s")
+    if "error" in out:
+        raise out["error"]  # type: ignore[misc]
+    return out["value"]  # type: ignore[return-value]

@@ -29,6 +29,7 @@ from boltzlab import engine
 from boltzlab.dashboard.jupyter import setup_boltzlab
 from boltzlab.dashboard.labs import BoundLab, FVBMLab
 from boltzlab.dashboard.labs.base import Lab
+from tests.waiting import in_own_thread
 
 ROOT = Path(__file__).resolve().parents[2]
 FVBM_SMALL = {"d": 6, "n": 500, "init": "random", "init_seed": 3}
@@ -96,15 +97,18 @@ def test_a_lab_rendered_in_a_notebook_trains_live_with_play(make_lab, ticks):
         assert len(comm.sent) > before, "the tick pushed nothing to the notebook"
         return lab.counter_pane.object
 
-    shown = asyncio.run(notebook())
+    shown = in_own_thread(lambda: asyncio.run(notebook()))  # Playwright may hold this thread's loop
     assert re.fullmatch(r"Sweep \d+", shown) and shown != "Sweep 0"  # the page's own counter moved
     assert lab.records["BSLM"]["sweep"].size >= 3
 
 
 def test_a_page_rendered_without_an_event_loop_starts_nothing(make_lab, ticks):
     lab = make_lab(FVBMLab, FVBM_SMALL)
-    show_in_notebook(lab, FakeComm())  # no running loop: no tick to start
-    lab.panel().get_root(Document())  # e.g. a page saved to a file
+    def render() -> None:  # a thread without a loop (the main one may hold Playwright's)
+        show_in_notebook(lab, FakeComm())  # no running loop: no tick to start
+        lab.panel().get_root(Document())  # e.g. a page saved to a file
+
+    in_own_thread(render)
     assert ticks == [] and lab._callback is None
 
 
@@ -116,7 +120,7 @@ def test_a_started_lab_is_not_started_again_when_rendered(make_lab, ticks):
         lab.start()
         show_in_notebook(lab, FakeComm())
 
-    asyncio.run(served_then_rendered())
+    in_own_thread(lambda: asyncio.run(served_then_rendered()))
     assert len(ticks) == 1
 
 
