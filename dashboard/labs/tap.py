@@ -119,7 +119,7 @@ PRESETS = [
 ]
 
 RANK_ROWS = 1000  # training digits behind "rank by mean activation" (a 1000 x Nv x Nh product: ~5-8 ms on MNIST)
-FIELDS_SECONDS = 1.0  # images re-layout parts of the page in the browser: at most once a second
+FIELDS_SECONDS = 1.0  # images re-layout parts of the page in the browser: at most once a second while playing
 EMBED_SECONDS = 5.0  # while training, the solutions' Isomap (~3 s on MNIST) is refitted at most this often
 COMPUTING = "Computing…"
 SOLUTIONS_SHOWN = 36  # TAP solutions drawn as images at most (the lowest free energies, or the selected)
@@ -434,8 +434,10 @@ class TAPLab(Lab):
             self._solutions_stale = True
 
     def on_tick(self) -> None:
-        """Draw the receptive fields when due; start the Isomap jobs when due."""
-        if (self._fields_stale or self._solutions_stale) and time.monotonic() - self._fields_time >= FIELDS_SECONDS:
+        """Draw the receptive fields, samples and solutions when due (at most once a second
+        while playing; at once when paused, e.g. after ``lab.run``); start the Isomap jobs when due."""
+        due = not self.runner.playing or time.monotonic() - self._fields_time >= FIELDS_SECONDS
+        if (self._fields_stale or self._solutions_stale) and due:
             if self._fields_stale:
                 self._show_fields()
                 self._show_samples()
