@@ -16,12 +16,13 @@ settings.load_profile("deterministic")
 
 @pytest.fixture
 def make_lab():
-    """``make_lab(cls, values=None)``: a lab built headlessly (its page made, ``values``
-    applied as settings), closed after the test with its runners and jobs."""
+    """``make_lab(cls, values=None, **settings)``: a lab built headlessly from keyword
+    ``settings`` (its page made, ``values`` then applied as settings), closed after the test
+    with its runners and jobs."""
     labs = []
 
-    def make(cls, values=None):
-        lab = cls()
+    def make(cls, values=None, **settings):
+        lab = cls(**settings)
         lab.panel()
         if values:
             lab.apply_settings(values)

@@ -32,34 +32,20 @@ def _warm():
     engine.warm_up()
 
 
-@pytest.fixture
-def build():
-    labs = []
-
-    def make(cls, **settings):
-        lab = cls(**settings)
-        labs.append(lab)
-        return lab
-
-    yield make
-    for lab in labs:
-        lab.close()
-
-
 def test_every_lab_has_keywords_here():
     assert set(KEYWORDS) == set(BAD) == set(LAB_IDS)
 
 
 @pytest.mark.parametrize("cls", LABS, ids=LAB_IDS)
-def test_a_lab_is_built_from_keyword_settings(cls, build):
+def test_a_lab_is_built_from_keyword_settings(cls, make_lab):
     settings = KEYWORDS[cls.key]
-    lab = build(cls, **settings)
+    lab = make_lab(cls, **settings)
     for name, value in settings.items():
         assert getattr(lab, name) == value
         assert lab.widgets[name].value == value  # the widget is made from the parameter
         assert lab.tools.settings_text()[name] == setting_text(value)
     # the same settings as a link give the same lab
-    other = build(cls)
+    other = make_lab(cls)
     other.tools.apply_query({f"{cls.key}.{k}": [setting_text(v).encode()] for k, v in settings.items()})
     assert other.tools.message.level == "info", other.tools.message.text
     assert other.tools.settings_text() == lab.tools.settings_text()
@@ -67,8 +53,8 @@ def test_a_lab_is_built_from_keyword_settings(cls, build):
 
 
 @pytest.mark.parametrize("cls", LABS, ids=LAB_IDS)
-def test_a_bad_keyword_gets_the_sentence_of_a_bad_link_value(cls, build):
-    lab = build(cls)
+def test_a_bad_keyword_gets_the_sentence_of_a_bad_link_value(cls, make_lab):
+    lab = make_lab(cls)
     for name, value in BAD[cls.key].items():
         _, errors = lab.tools.decode({name: setting_text(value)}, strict=False)
         assert len(errors) == 1, (name, value)
@@ -105,7 +91,7 @@ def test_a_data_set_brings_its_defaults_unless_given():
         lab.close()
 
 
-def test_a_trainer_is_built_once_per_change(build, monkeypatch):
+def test_a_trainer_is_built_once_per_change(make_lab, monkeypatch):
     from boltzlab.dashboard.labs.tap import TAPLab
     from boltzlab.engine import tap
 
@@ -117,7 +103,7 @@ def test_a_trainer_is_built_once_per_change(build, monkeypatch):
             super().__init__(*args, **kwargs)
 
     monkeypatch.setattr(tap, "TAPTrainer", Counted)
-    lab = build(TAPLab, **KEYWORDS["tap"])
+    lab = make_lab(TAPLab, **KEYWORDS["tap"])
     assert len(built) == 1  # the first run
     lab.widgets["K"].value = 30  # a widget
     assert built[1:] == [30]
@@ -132,7 +118,7 @@ def test_a_trainer_is_built_once_per_change(build, monkeypatch):
     assert len(built) == 4
 
 
-def test_every_fvbm_trainer_is_built_once_per_change(build, monkeypatch):
+def test_every_fvbm_trainer_is_built_once_per_change(make_lab, monkeypatch):
     from boltzlab.dashboard.labs.fvbm import FVBMLab
     from boltzlab.engine import fvbm
 
@@ -144,7 +130,7 @@ def test_every_fvbm_trainer_is_built_once_per_change(build, monkeypatch):
             super().__init__(*args, **kwargs)
 
     monkeypatch.setattr(fvbm, "FVBMTrainer", Counted)
-    lab = build(FVBMLab, d=6, n=2000)
+    lab = make_lab(FVBMLab, d=6, n=2000)
     assert built == ["bslm"]
     lab.widgets["algorithm"].value = "ga"
     assert built == ["bslm", "ga"]
