@@ -176,7 +176,6 @@ class FrankWolfeLab(Lab):
 
     def build_controls(self) -> None:
         self._loading = False  # a checkpoint load in progress: the CD fork stays until it succeeds
-        self._run_settings: dict[str, Any] = {}  # data, seed, evaluate, eval_every of the current run
         self._fork: dict[str, Any] | None = None
         self.cd_runner: Runner | None = None
         self.data_info = pn.pane.Markdown("", styles={"font-size": "0.9em"})
@@ -236,10 +235,15 @@ class FrankWolfeLab(Lab):
                              samples=self.samples, max_hidden=self.max_hidden,
                              bias_steps=self.bias_steps, evaluate=self.evaluate, eval_every=self.eval_every,
                              away_steps=self.away, seed=self.seed)
-        # valid: these settings make the run (a refused change leaves the widgets, not the run, moved)
-        self._run_settings = {"data": self.data, "seed": self.seed, "evaluate": self.evaluate,
-                              "eval_every": self.eval_every}
         return factory
+
+    @property
+    def _run_settings(self) -> dict[str, Any]:
+        """data, seed, evaluate and eval_every of the current run (a refused change leaves the
+        widgets, not the run, moved: these come from the settings the run was made from)."""
+        built = getattr(self, "_built", None) or {"data": self.data, "seed": self.seed, "evaluate": self.evaluate,
+                                                  "eval_every": self.eval_every}
+        return {k: built[k] for k in ("data", "seed", "evaluate", "eval_every")}
 
     # ------------------------------------------------------------------ views
     def build_views(self) -> None:

@@ -9,10 +9,11 @@ reference) or a thread, never on the UI thread.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
+from boltzlab.dashboard.runner import Build
 from boltzlab.engine import frankwolfe, rbm
 from boltzlab.engine.kernels import rbm as rbm_kernels
 from boltzlab.engine.images import load_images
@@ -53,7 +54,7 @@ def splits(data_key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def fw_factory(data_key: str, *, reg: float, bias_lr: float, samples: int, max_hidden: int,
                bias_steps: int = 200, evaluate: str = "auto", eval_every: int = 1, away_steps: bool = False,
-               seed: int = 0) -> Callable[[], dict]:
+               seed: int = 0) -> Build:
     """A factory of ``{"FW": FrankWolfeTrainer}`` on the bundled data (validation data for
     the §4 stopping rule, test data for the curve); the trainer validates the settings when the runner builds it."""
     X, X_valid, X_test = splits(data_key)
@@ -65,7 +66,7 @@ def fw_factory(data_key: str, *, reg: float, bias_lr: float, samples: int, max_h
             record_samples=SAMPLE_CHAINS)
         return {"FW": trainer}
 
-    return build  # built once, by the runner (a bad setting raises there)
+    return Build(("FW",), build)  # built once, by the runner's thread
 
 
 class ForkedCD:
@@ -124,7 +125,7 @@ class ForkedCD:
 
 
 def cd_factory(data_key: str, params: tuple[np.ndarray, np.ndarray, np.ndarray], *, epochs: int = CD_EPOCHS,
-               seed: int = 0) -> Callable[[], dict]:
+               seed: int = 0) -> Build:
     """``{"CD (FW init)", "CD (random init)"}``: CD-10 from the Frank-Wolfe model and from a
     random start with as many hidden units, one epoch per step (§4, Fig. 1).
 
@@ -151,7 +152,7 @@ def cd_factory(data_key: str, params: tuple[np.ndarray, np.ndarray, np.ndarray],
         return {"CD (FW init)": ForkedCD(data_key, n_hidden, (W, b_vis, b_hid), common),
                 "CD (random init)": ForkedCD(data_key, n_hidden, None, common)}
 
-    return build
+    return Build(("CD (FW init)", "CD (random init)"), build)
 
 
 def log_likelihood_of(record: Record) -> float | None:

@@ -14,11 +14,12 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from boltzlab.dashboard import budget
+from boltzlab.dashboard.runner import Build
 from boltzlab.engine import rbm, tap, tap_analysis
 from boltzlab.engine.images import ImageSet, load_images
 from boltzlab.engine.stepping import Record
@@ -96,7 +97,7 @@ class GroundTruthTrainer:
 def trainer_factory(data_key: str, *, n_hidden: int, prior_hid: str = "bernoulli", learning_rate: float = 0.005,
                     weight_decay: float = 0.001, momentum: float = 0.5, batch_size: int = 100, n_chains: int = 100,
                     damping: float = 0.0, seed: int = 0, max_epochs: int = 100,
-                    batches_per_step: int | None = None, dtype: str = "float32") -> Callable[[], dict]:
+                    batches_per_step: int | None = None, dtype: str = "float32") -> Build:
     """A factory of ``{"TAP": trainer}`` for the runner (the trainer validates the settings).
 
     Each step trains ``batches_per_step`` mini-batches (default: about STEPS_PER_EPOCH
@@ -120,7 +121,7 @@ def trainer_factory(data_key: str, *, n_hidden: int, prior_hid: str = "bernoulli
                                  n_samples=SAMPLE_CHAINS, sample_sweeps=SAMPLE_SWEEPS)
         return {"TAP": GroundTruthTrainer(trainer, X) if trainer.exact else trainer}
 
-    return build  # built once, by the runner (a bad setting raises there)
+    return Build(("TAP",), build)  # built once, by the runner's thread
 
 
 def default_batches_per_step(n_rows: int, batch_size: int) -> int:

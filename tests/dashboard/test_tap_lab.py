@@ -20,6 +20,7 @@ from boltzlab.dashboard.labs.tap_setup import GroundTruthTrainer, History, train
 from boltzlab.engine import rbm, tap_analysis
 from boltzlab.engine.stepping import Record
 from tests.dashboard.test_fvbm_lab import pump
+from tests.waiting import tick
 
 
 @pytest.fixture
@@ -35,7 +36,7 @@ def steps(lab, k):
     for _ in range(k):
         lab.runner.step_once()
     assert lab.runner.wait_idle(120)
-    lab.on_records(lab.runner.drain())
+    tick(lab)
     lab.refresh_status()
 
 
