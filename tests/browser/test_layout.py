@@ -3,8 +3,10 @@
 
 Checked in a real Chromium: every visible plot canvas lies inside the viewport; no title,
 label, button or select overflows its box (scrollWidth > clientWidth; a badge cut with "…"
-on purpose, whose whole text is its hover title, excepted); every tab of the lab's stage can
-be brought into view, and its plots are drawn whole inside the viewport.  Screenshots of every
+on purpose, whose whole text is its hover title, excepted); no text drawn on a plot's canvas
+is cut by the canvas's edge (a title, an axis label, a legend: measured by BokehJS's own views,
+since canvas text is not in the DOM); every tab of the lab's stage can be brought into view,
+and its plots are drawn whole inside the viewport.  Screenshots of every
 state go to test-artifacts/layout-*.png.  Every wait is on a condition, never on the clock.
 """
 
@@ -61,6 +63,50 @@ JS_OVERFLOW = """() => {
     }
   };
   walk(document);
+  return out;
+}"""
+
+# text drawn on a visible plot's canvas that the canvas's edge cuts: a title (its text box, as
+# BokehJS laid it out), an axis label (its length, measured as BokehJS measures it, centred on
+# its axis) or a legend (its box).  Canvas text is not in the DOM, so JS_OVERFLOW cannot see it.
+JS_CLIPPED = """() => {
+  const out = [];
+  function walk(v) {
+    if (!v) return;
+    if (v.frame && v.model && v.model.renderers) {
+      const el = v.canvas_view ? v.canvas_view.el : v.el;
+      if (el.isConnected && el.checkVisibility({checkVisibilityCSS: true})) {
+        const W = v.canvas_view.bbox.width, H = v.canvas_view.bbox.height;
+        const plot = v.model.title ? String(v.model.title.text) : '';
+        const say = (what, text, lo, hi, limit) => out.push(`${plot}: ${what} "${text}" spans ${Math.round(lo)}..${Math.round(hi)} of 0..${Math.round(limit)}`);
+        for (const r of (v.all_renderer_views || v.computed_renderer_views || [])) {
+          const type = r.model && r.model.type;
+          if (!type || !r.model.visible) continue;
+          if (type === 'Title' && r._rect && String(r.model.text).trim()) {
+            const {sx, width} = r._rect;
+            if (sx < -1 || sx + width > W + 1) say('title', r.model.text, sx, sx + width, W);
+          } else if (r._axis_label_view && r.model.axis_label && r.bbox) {
+            const g = r._axis_label_view.graphics();
+            g.visuals = r.visuals.axis_label_text.values();
+            g.angle = 0;
+            g.base_font_size = v.base_font_size;
+            const length = g.size().width;
+            const horizontal = r.dimension == 0;
+            const centre = horizontal ? r.bbox.hcenter : r.bbox.vcenter;
+            const limit = horizontal ? W : H;
+            if (centre - length / 2 < -1 || centre + length / 2 > limit + 1)
+              say('axis label', r.model.axis_label, centre - length / 2, centre + length / 2, limit);
+          } else if (type === 'Legend' && r.bbox && r.model.items.length) {
+            const b = r.bbox;
+            if (b.width > 0 && (b.left < -1 || b.right > W + 1)) say('legend', '', b.left, b.right, W);
+            if (b.height > 0 && (b.top < -1 || b.bottom > H + 1)) say('legend (vertically)', '', b.top, b.bottom, H);
+          }
+        }
+      }
+    }
+    for (const c of (v.child_views || [])) walk(c);
+  }
+  for (const v of Bokeh.index) walk(v);
   return out;
 }"""
 
@@ -132,6 +178,8 @@ def check_first_screen(page: Page, width: int, height: int, where: str, tables: 
         assert shown, f"{where}: plots outside {width}x{height}: {outside(page, width, height)}"
     assert all(p["w"] >= 120 and p["h"] >= 120 for p in shown), (where, shown)
     assert page.evaluate(JS_OVERFLOW) == [], where
+    # (a plot just shown may still be laying its text out)
+    assert wait_for(lambda: page.evaluate(JS_CLIPPED) == [], timeout=30), (where, page.evaluate(JS_CLIPPED))
     tabs = page.evaluate(JS_TABS)
     assert all(t["right"] <= width + 1 and t["bottom"] <= height for t in tabs), (where, tabs)
     return shown
