@@ -123,6 +123,8 @@ FIELDS_SECONDS = 1.0  # images re-layout parts of the page in the browser: at mo
 EMBED_SECONDS = 5.0  # while training, the solutions' Isomap (~3 s on MNIST) is refitted at most this often
 COMPUTING = "Computing…"
 SOLUTIONS_SHOWN = 36  # TAP solutions drawn as images at most (the lowest free energies, or the selected)
+ACTIVE_UNITS = 5  # hidden units outlined in the receptive fields: the most active in the solutions selected
+FIELDS_TITLE = "Receptive fields, the columns of W (Fig. 4)"
 
 
 class TAPLab(Lab):
@@ -259,12 +261,13 @@ class TAPLab(Lab):
         self.embedding.source.selected.on_change("indices", self._on_select)
         self._scatter_rows = np.zeros(0, dtype=int)  # the snapshot's solution behind each point of Fig. 6
         self._selection: np.ndarray | None = None  # the solutions selected there (None: none)
+        self._active: np.ndarray | None = None  # the hidden units most active in them (outlined in the fields)
         self._isomap_text = ""  # what Fig. 6's fit was: said beside the slider
         self.isomap_note = pn.pane.Markdown("", styles={"font-size": "0.9em"}, sizing_mode="stretch_width",
                                             margin=(0, 10))
         self.data_embedding = EmbeddingScatter("Data and solutions (Fig. 7)",
                                                color_label="digit", overlay_label="TAP solutions", name="isomap-data")
-        self.fields = ImageGrid("Receptive fields, the columns of W (Fig. 4)", name="fields", height=620, width=700,
+        self.fields = ImageGrid(FIELDS_TITLE, name="fields", height=620, width=700,
                                 tile_label="hidden unit")
         self.truth = LiveCurve("Ground truth (Nh ≤ 20): exact vs estimates", "epoch",
                                "log-likelihood per digit (nats)", name="truth", height=330, legend_cols=2)
@@ -358,8 +361,10 @@ class TAPLab(Lab):
         self._solutions_stale = False  # newer TAP solutions than the images drawn
         self._scatter_rows = np.zeros(0, dtype=int)
         self._selection = None
+        self._active = None
         self._isomap_text = ""
         self.isomap_note.object = ""
+        self.fields.figure.title.text = FIELDS_TITLE
         self.ll_curve.clear()
         self.truth.clear()
         self.mcc_curve.clear()
@@ -575,7 +580,8 @@ class TAPLab(Lab):
         rank[order] = np.arange(len(order))
         labels = [f"hidden unit {j}, rank {rank[j] + 1} {what}" for j in range(W.shape[1])]
         highlight = self._highlight if self._highlight is not None and self._highlight < W.shape[1] else None
-        self.fields.update(W, order=order, limit=FIELDS_SHOWN, highlight=highlight, labels=labels)
+        self.fields.update(W, order=order, limit=FIELDS_SHOWN, highlight=highlight, labels=labels,
+                           outline=self._active)
 
     # ------------------------------------------------------------------ a look inside
     def _show_samples(self) -> None:
@@ -588,17 +594,35 @@ class TAPLab(Lab):
         epoch = self._last.get("epoch", 0.0)
         self.samples_grid.update(samples.T, labels=[f"chain {i}, epoch {epoch:.2f}" for i in range(len(samples))])
 
+    @held
     def _on_select(self, attr, old, new) -> None:
-        """Points selected in Fig. 6 (tap or lasso): draw those solutions (cheap: a tiling)."""
+        """Points selected in Fig. 6 (tap or lasso): draw those solutions and outline, in the
+        receptive fields, the hidden units most active in them (cheap: a tiling, a mean over
+        at most K x Nh magnetizations, and the outlines' boxes)."""
         rows = self._scatter_rows
         picked = [i for i in new if 0 <= i < len(rows)]
         self._selection = rows[picked] if picked else None
+        self._active = None
+        snaps = self.history.snapshots
+        if self._selection is not None and snaps:
+            self._active = most_active_units(snaps[self._shown_snapshot()].solutions_hid[self._selection])
+        self.fields.set_outline(self._active)
+        self.fields.figure.title.text = (FIELDS_TITLE if self._active is None else
+                                         "Receptive fields (Fig. 4); green: most active in the selection")
+        self._show_isomap_note()
         self._show_solutions()
 
     def _show_isomap_note(self) -> None:
-        """Beside the slider: what Fig. 6's map was fitted on (short: it shares a row with the
-        slider at 1280x720)."""
-        self.isomap_note.object = f"{self._isomap_text} Tap or lasso points to select." if self._isomap_text else ""
+        """Beside the slider: what Fig. 6's map was fitted on, and what a selection outlines
+        (short: it shares a row with the slider at 1280x720)."""
+        if self._active is not None:
+            n = len(self._selection)
+            units = ", ".join(str(j) for j in self._active)
+            text = (f"{n} selected; most active hidden unit{'s' if len(self._active) != 1 else ''}: {units} "
+                    "(outlined in Fields).")
+        else:
+            text = f"{self._isomap_text} Tap or lasso points to select." if self._isomap_text else ""
+        self.isomap_note.object = text
 
     def _show_solutions(self) -> None:
         """The TAP solutions of the snapshot the slider shows, drawn as images: their visible
@@ -742,6 +766,14 @@ class TAPLab(Lab):
         if self._highlight is not None:
             self._highlight = None
             self._show_fields()
+
+
+def most_active_units(solutions_hid: np.ndarray, k: int = ACTIVE_UNITS) -> np.ndarray:
+    """The ``k`` hidden units most active in some TAP solutions: the largest mean hidden
+    magnetization a_h over those solutions (rows of ``solutions_hid``, (n, Nh)), most active
+    first (ties: the lower unit first)."""
+    mean = np.asarray(solutions_hid, dtype=float).mean(axis=0)
+    return np.argsort(-mean, kind="stable")[:k]
 
 
 def _moved_unit(before_arrays, after_arrays) -> tuple[int, float, bool] | None:
