@@ -283,7 +283,7 @@ class FrankWolfeLab(Lab):
                                       "(Algorithm 1, step 1; white 0, black 1)", kind="pixels",
                                       name="fw-samples", height=560, width=560, tile_label="chain")
         self.cd_curve = LiveCurve(f"CD-{CD_K} after the fork (§4)", "CD epoch",
-                                  "train log-likelihood per digit (nats)", name="fw-cd", height=340)
+                                  "train log-lik. per digit (nats)", name="fw-cd", height=340)
         self.cd_curve.add_line("fw", "CD from Frank-Wolfe", "#1f77b4")
         self.cd_curve.add_line("random", "CD from random", "#d62728")
         self.fork_line = self.cd_curve.add_hline(None, color="#555", text="Frank-Wolfe at the fork")

@@ -271,7 +271,7 @@ class FVBMLab(Lab):
         # 3 legend columns: a race's long names ("Bound (Jebara–Choromanska)") fit the
         # half-width plots (4 pushed the last column past the right edge)
         self.logpl = LiveCurve("Log-pseudo-likelihood per sweep", "sweep",
-                               "log-pseudo-likelihood Pₙ(θ), nats (solid)",
+                               "log-PL Pₙ(θ), nats (solid)",
                                y2_label="log₁₀ increase (dashed)",
                                name="logpl", height=380, plain_ticks=True, legend_cols=3)
         self.logpl.add_target("MPLE (target)")

@@ -123,6 +123,8 @@ FIELDS_SECONDS = 1.0  # images re-layout parts of the page in the browser: at mo
 EMBED_SECONDS = 5.0  # while training, the solutions' Isomap (~3 s on MNIST) is refitted at most this often
 COMPUTING = "Computing…"
 SOLUTIONS_SHOWN = 36  # TAP solutions drawn as images at most (the lowest free energies, or the selected)
+ACTIVE_UNITS = 5  # hidden units outlined in the receptive fields: the most active in the solutions selected
+FIELDS_TITLE = "Receptive fields, the columns of W (Fig. 4)"
 
 
 class TAPLab(Lab):
@@ -216,13 +218,15 @@ class TAPLab(Lab):
         self._quiet = False  # set while the lab itself moves its sliders
         self.history = History()
         self.ll_curve = LiveCurve("TAP log-likelihood (Fig. 3)", "epoch",
-                                  "TAP log-likelihood per unit (nats)", y2_label="solutions (dashed)",
+                                  "TAP log-likelihood per unit (nats)", y2_label="unique solutions",
                                   name="tap-ll", height=330)
-        self.ll_curve.add_line("ll", "TAP log-likelihood / (Nv + Nh)", "#1f77b4")
+        self.ll_curve.add_line("ll", "TAP log-likelihood", "#1f77b4")
         # each count solves from K fresh random starts, so it jumps from point to point: the
         # raw counts faint, their running mean (the trend) solid
+        # (one legend entry for both: three entries overflowed the half-width plot at 1280x720)
         self.ll_curve.add_line("count", "unique solutions", "#98df8a", axis="right", dash="dashed", width=1.2)
-        self.ll_curve.add_line("count_trend", f"solutions, mean of {COUNT_WINDOW}", "#2ca02c", axis="right")
+        self.ll_curve.add_line("count_trend", f"solutions, mean of {COUNT_WINDOW}", "#2ca02c", axis="right",
+                               legend="unique solutions")
         # Figure 5, top: every solution's free energy per epoch, the Helmholtz estimate
         self.fe_points = ColumnDataSource({"x": [], "y": []}, name="fe-points")
         self.fe_line = ColumnDataSource({"x": [], "y": []}, name="fe-helmholtz")
@@ -232,15 +236,16 @@ class TAPLab(Lab):
         dots = fig.scatter("x", "y", source=self.fe_points, size=4, alpha=0.25, color="#1f77b4",
                            legend_label="one solution")
         mean = fig.line("x", "y", source=self.fe_line, color="#d62728", line_width=2,
-                        legend_label="Helmholtz estimate (mean)")
+                        legend_label="Helmholtz (mean)")
         fig.add_tools(HoverTool(renderers=[dots], tooltips=[("solution at epoch", "@x{0.00}"),
                                                             ("F_TAP (nats)", "@y{0,0.00}")]))
         fig.add_tools(HoverTool(renderers=[mean], mode="vline", tooltips=[("epoch", "@x{0.00}"),
                                                                           ("Helmholtz estimate (nats)", "@y{0,0.00}")]))
-        # the legend under the plot, never over the points (as in the other plots)
+        # the legend under the plot, never over the points, in Fig. 3's style (level with it)
         legend = fig.legend[0]
         fig.center.remove(legend)
         legend.update(orientation="horizontal", location="left", label_text_font_size="9pt",
+                      glyph_width=20, glyph_height=12, label_height=12, spacing=12, padding=2, margin=2,
                       border_line_alpha=0.0, background_fill_alpha=0.0)
         fig.add_layout(legend, "below")
         fig.title.text_font_size = "11pt"
@@ -249,21 +254,25 @@ class TAPLab(Lab):
         self.hist = HistogramSlices("Free energies at four epochs (Fig. 5, bottom)",
                                     x_label="TAP free energy F_TAP (nats)", y_label="density (per nat)",
                                     name="fe-hist")
-        self.embedding = EmbeddingScatter("Isomap of the TAP solutions (Fig. 6)", color_label="F_TAP (nats)",
+        self.embedding = EmbeddingScatter("TAP solutions (Fig. 6)", color_label="F_TAP (nats)",
                                           name="isomap")
         # select solutions in Fig. 6 (tap: one, shift-tap: more; lasso: a region) to draw them as images
         self.embedding.figure.add_tools(TapTool(), LassoSelectTool())
         self.embedding.source.selected.on_change("indices", self._on_select)
         self._scatter_rows = np.zeros(0, dtype=int)  # the snapshot's solution behind each point of Fig. 6
         self._selection: np.ndarray | None = None  # the solutions selected there (None: none)
-        self.data_embedding = EmbeddingScatter("Data by digit, and TAP solutions (Fig. 7)",
+        self._active: np.ndarray | None = None  # the hidden units most active in them (outlined in the fields)
+        self._isomap_text = ""  # what Fig. 6's fit was: said beside the slider
+        self.isomap_note = pn.pane.Markdown("", styles={"font-size": "0.9em"}, sizing_mode="stretch_width",
+                                            margin=(0, 10))
+        self.data_embedding = EmbeddingScatter("Data and solutions (Fig. 7)",
                                                color_label="digit", overlay_label="TAP solutions", name="isomap-data")
-        self.fields = ImageGrid("Receptive fields, the columns of W (Fig. 4)", name="fields", height=620, width=700,
+        self.fields = ImageGrid(FIELDS_TITLE, name="fields", height=620, width=700,
                                 tile_label="hidden unit")
         self.truth = LiveCurve("Ground truth (Nh ≤ 20): exact vs estimates", "epoch",
                                "log-likelihood per digit (nats)", name="truth", height=330, legend_cols=2)
         for key, text, color, dash in (("exact", "exact", "#000000", "solid"), ("tap", "TAP (eq. 39)", "#1f77b4", "solid"),
-                                       ("ais", "AIS (20 runs, 1,001 βs)", "#ff7f0e", "dashed"),
+                                       ("ais", "AIS (20 runs)", "#ff7f0e", "dashed"),
                                        ("pl", "pseudo-likelihood", "#2ca02c", "dotted")):
             self.truth.add_line(key, text, color, dash=dash)
         # a look inside (issue 26): what the model generates, and its TAP solutions as images
@@ -296,7 +305,7 @@ class TAPLab(Lab):
         self.epoch_slider.param.watch(self._on_epoch_slider, "value")
         self.denoise_index = w.IntSlider(label="Held-out digit", start=0, end=10, value=0, width=220)
         self.denoise_p = w.FloatSlider(label="Flip probability p", start=0.0, end=0.5, step=0.05, value=0.1, width=220)
-        self.denoise_curve_button = w.Button(label="Compute MCC vs p", color="primary", width=170)
+        self.denoise_curve_button = w.Button(label="Compute MCC vs p", color="primary", width=210)
         for widget in (self.denoise_index, self.denoise_p):
             widget.param.watch(lambda e: None if self._quiet else self._show_denoising(), "value")
         self.denoise_curve_button.on_click(lambda e: self._denoise_curve())
@@ -305,8 +314,9 @@ class TAPLab(Lab):
         return pn.Row(self.ll_curve.view, self.fe_pane, sizing_mode="stretch_width")
 
     def stage(self) -> dict[str, pn.viewable.Viewable]:
-        embed = pn.Column(self.epoch_slider, pn.Row(self.embedding.view, self.solutions_grid.view,
-                                                    self.data_embedding.view, sizing_mode="stretch_width"),
+        embed = pn.Column(pn.Row(self.epoch_slider, self.isomap_note, sizing_mode="stretch_width"),
+                          pn.Row(self.embedding.view, self.solutions_grid.view, self.data_embedding.view,
+                                 sizing_mode="stretch_width"),
                           sizing_mode="stretch_width")
         fields = pn.Column(self.rank_by, self.fields.view, sizing_mode="stretch_width")
         denoise = pn.Column(pn.Row(self.denoise_index, self.denoise_p, self.denoise_curve_button),
@@ -351,6 +361,10 @@ class TAPLab(Lab):
         self._solutions_stale = False  # newer TAP solutions than the images drawn
         self._scatter_rows = np.zeros(0, dtype=int)
         self._selection = None
+        self._active = None
+        self._isomap_text = ""
+        self.isomap_note.object = ""
+        self.fields.figure.title.text = FIELDS_TITLE
         self.ll_curve.clear()
         self.truth.clear()
         self.mcc_curve.clear()
@@ -517,9 +531,11 @@ class TAPLab(Lab):
         self._selection = None
         self.embedding.source.selected.indices = []  # new points: the old selection means nothing
         self.embedding.update(coords[index], free_energies, labels=[f"solution {i}" for i in rows])
-        some = f", {len(rows):,} of {total:,} shown" if len(rows) < total else ""
-        self.embedding.figure.title.text = f"TAP solutions at epoch {epoch:.2f} (Fig. 6{some})"
-        self.embedding.figure.xaxis[0].axis_label = f"Isomap 1 (fitted at epoch {shown[fit_index][0]:.2f})"
+        some = f" ({len(rows):,} of {total:,} solutions shown)" if len(rows) < total else ""
+        # the title and axis fit a third of the stage at 1280x720; the rest is said beside the slider
+        self.embedding.figure.title.text = f"Fig. 6 at epoch {epoch:.2f}"
+        self._isomap_text = f"Isomap fitted at epoch {shown[fit_index][0]:.2f}{some}."
+        self._show_isomap_note()
 
     def _draw_data_embedding(self, result: dict) -> None:
         digits = result["digits"]
@@ -564,7 +580,8 @@ class TAPLab(Lab):
         rank[order] = np.arange(len(order))
         labels = [f"hidden unit {j}, rank {rank[j] + 1} {what}" for j in range(W.shape[1])]
         highlight = self._highlight if self._highlight is not None and self._highlight < W.shape[1] else None
-        self.fields.update(W, order=order, limit=FIELDS_SHOWN, highlight=highlight, labels=labels)
+        self.fields.update(W, order=order, limit=FIELDS_SHOWN, highlight=highlight, labels=labels,
+                           outline=self._active)
 
     # ------------------------------------------------------------------ a look inside
     def _show_samples(self) -> None:
@@ -577,12 +594,35 @@ class TAPLab(Lab):
         epoch = self._last.get("epoch", 0.0)
         self.samples_grid.update(samples.T, labels=[f"chain {i}, epoch {epoch:.2f}" for i in range(len(samples))])
 
+    @held
     def _on_select(self, attr, old, new) -> None:
-        """Points selected in Fig. 6 (tap or lasso): draw those solutions (cheap: a tiling)."""
+        """Points selected in Fig. 6 (tap or lasso): draw those solutions and outline, in the
+        receptive fields, the hidden units most active in them (cheap: a tiling, a mean over
+        at most K x Nh magnetizations, and the outlines' boxes)."""
         rows = self._scatter_rows
         picked = [i for i in new if 0 <= i < len(rows)]
         self._selection = rows[picked] if picked else None
+        self._active = None
+        snaps = self.history.snapshots
+        if self._selection is not None and snaps:
+            self._active = most_active_units(snaps[self._shown_snapshot()].solutions_hid[self._selection])
+        self.fields.set_outline(self._active)
+        self.fields.figure.title.text = (FIELDS_TITLE if self._active is None else
+                                         "Receptive fields (Fig. 4); green: most active in the selection")
+        self._show_isomap_note()
         self._show_solutions()
+
+    def _show_isomap_note(self) -> None:
+        """Beside the slider: what Fig. 6's map was fitted on, and what a selection outlines
+        (short: it shares a row with the slider at 1280x720)."""
+        if self._active is not None:
+            n = len(self._selection)
+            units = ", ".join(str(j) for j in self._active)
+            text = (f"{n} selected; most active hidden unit{'s' if len(self._active) != 1 else ''}: {units} "
+                    "(outlined in Fields).")
+        else:
+            text = f"{self._isomap_text} Tap or lasso points to select." if self._isomap_text else ""
+        self.isomap_note.object = text
 
     def _show_solutions(self) -> None:
         """The TAP solutions of the snapshot the slider shows, drawn as images: their visible
@@ -726,6 +766,14 @@ class TAPLab(Lab):
         if self._highlight is not None:
             self._highlight = None
             self._show_fields()
+
+
+def most_active_units(solutions_hid: np.ndarray, k: int = ACTIVE_UNITS) -> np.ndarray:
+    """The ``k`` hidden units most active in some TAP solutions: the largest mean hidden
+    magnetization a_h over those solutions (rows of ``solutions_hid``, (n, Nh)), most active
+    first (ties: the lower unit first)."""
+    mean = np.asarray(solutions_hid, dtype=float).mean(axis=0)
+    return np.argsort(-mean, kind="stable")[:k]
 
 
 def _moved_unit(before_arrays, after_arrays) -> tuple[int, float, bool] | None:

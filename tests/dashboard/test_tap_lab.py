@@ -205,7 +205,7 @@ def test_heavy_analyses_never_run_on_the_ui_thread(lab, monkeypatch):
     assert lab.jobs.wait(120)  # ... until a later tick hands the results over
     assert len(lab.embedding.source.data["x"]) == len(lab.history.snapshots[-1].free_energies)
     assert len(lab.data_embedding.source.data["x"]) == 1000
-    assert "Isomap 1 (fitted at epoch" in lab.embedding.figure.xaxis[0].axis_label
+    assert "Isomap fitted at epoch" in lab.isomap_note.object and "Fig. 6" in lab.embedding.figure.title.text
     lab.epoch_slider.value = 0  # an earlier snapshot: drawn from the fit, its digits' map in a job
     assert lab.jobs.wait(120)
     lab._denoise_curve()
