@@ -176,6 +176,7 @@ class TAPLab(Lab):
         self.data_info = pn.pane.Markdown("", styles={"font-size": "0.9em"})
         self.uploads = ImageData(self)  # "Your images": the upload widget, its job, the run's data hash
         self._prepared: tuple[tuple, Any] | None = None  # the data chosen: ((data, hash, shape), ImageSet)
+        self._run_prepared: tuple[tuple, Any] | None = None  # ... and the current run's (trainer_factory)
         self._data_key: str | None = None  # ... and the current run's data setting (set by clear())
         self._data_ref: Any = None  # ... and what its jobs get (image_setup.DataRef)
         self.images = None
@@ -232,7 +233,9 @@ class TAPLab(Lab):
                    prior_hid=self.prior_hid)
 
     def trainer_factory(self):
+        self._run_prepared = self._prepared  # the run's data: the views' and the checkpoint's
         images = self._prepared[1]
+        self.uploads.set_run(images)
         return build_trainers(self.uploads.ref(images), n_hidden=self.n_hidden, prior_hid=self.prior_hid,
                               learning_rate=self.gamma, weight_decay=self.eps, momentum=self.eta,
                               batch_size=self.batch, n_chains=self.K, damping=self.damping,
@@ -352,9 +355,8 @@ class TAPLab(Lab):
 
     def _show_data(self) -> None:
         """Point the data-dependent views at the data set of the run just installed."""
-        key, images = self._prepared
+        key, images = self._run_prepared  # not self._prepared: a refused change prepared data it never ran on
         self._data_key = key[0]
-        self.uploads.set_run(images)
         self._data_ref = self.uploads.ref(images)
         if images is self.images:
             return

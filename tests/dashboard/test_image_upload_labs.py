@@ -238,3 +238,18 @@ def test_copy_as_python_reproduces_an_uploaded_run(cls, make_lab, tmp_path):
     numeric = [c for c in keep if c != "run" and pd.api.types.is_numeric_dtype(ours[c])]
     np.testing.assert_allclose(theirs[numeric].to_numpy(float), ours[numeric].to_numpy(float),
                                rtol=1e-9, atol=1e-12, equal_nan=True)
+
+
+@pytest.mark.parametrize("cls", LABS, ids=IDS)
+def test_a_refused_upload_leaves_the_runs_data_through_a_reset(cls, make_lab, monkeypatch):
+    lab = make_lab(cls, data="digits")
+    lab.widgets["data"].value = "upload"
+    uploaded(lab, npz_bytes(X=pictures()), "bars.npz", **SMALL[cls])
+    identity = lab.data_identity()
+    monkeypatch.setattr(budget.LIMITS, "step_seconds", 1e-7)
+    lab.use_upload(npz_bytes(X=pictures(seed=3)), "other.npz")  # read, then refused by the budget
+    assert lab.jobs.wait(120) and "per step" in lab.settings_msg.text
+    lab.reset.clicks += 1  # a new run of the same data: the views and the checkpoint keep bars.npz
+    assert lab.data_identity() == identity
+    assert lab.fields.image_shape == (HEIGHT, WIDTH)
+    assert read_checkpoint(write_checkpoint(lab.tools.checkpoint()), lab=cls.key).data == identity
