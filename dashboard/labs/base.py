@@ -49,6 +49,7 @@ from boltzlab.engine.stepping import Record
 
 RADIO = dict(color="primary", variant="outline")
 PREPARE = "prepare"  # the job key of a slow preparation (see Lab.prepare_later)
+UPLOAD_JOB = "upload"  # the job key of reading an uploaded file (kept when a new run starts)
 IDLE_REFRESH_SECONDS = 1.0  # an idle lab (nothing new, nothing in flight) redraws once a second
 STATUS_SECONDS = 0.3  # text panes re-layout the page: at most ~3 times a second while training
 # the stage fills the viewport below what stands above it (the page header, the lab's one
@@ -207,6 +208,12 @@ class Lab(pn.viewable.Viewer):
 
     def trainer_factory(self) -> Callable[[], Mapping[str, Any]]:
         raise NotImplementedError
+
+    def data_identity(self) -> tuple[str, str] | None:
+        """``(sha256, name)`` of the data the current run trains on, for labs whose data a
+        user may bring (a checkpoint records the hash and refuses to load onto other
+        data); None: the settings alone say what the data are."""
+        return None
 
     def build_views(self) -> None:
         """Create the lab's plots (attributes of ``self``)."""
@@ -441,6 +448,7 @@ class Lab(pn.viewable.Viewer):
         if refused is None:
             return
         self._built = self._kept
+        self.build_refused()
         self._restart_views()
         self.on_records(self.runner.history.records())
         self._prepare_failed(refused)
@@ -454,6 +462,10 @@ class Lab(pn.viewable.Viewer):
         if strict:
             raise ValueError(exc.link) if isinstance(exc, NotReady) else exc
         return False
+
+    def build_refused(self) -> None:
+        """A trainer refused the newest settings and the run before is back: put back what
+        :meth:`trainer_factory` recorded about the run (its data), if anything."""
 
     def prepare_later(self, changed: set[str]) -> tuple[Callable, tuple, str] | None:
         """``(fn, args, note)`` when preparing for ``changed`` is too slow for a click (more
@@ -481,7 +493,7 @@ class Lab(pn.viewable.Viewer):
 
     def _restart_views(self) -> None:
         self._explaining = None
-        self.jobs.cancel(keep=(PREPARE,))  # a data set being prepared is for the next run
+        self.jobs.cancel(keep=(PREPARE, UPLOAD_JOB))  # a data set being prepared or read is for the next run
         self.clear_highlight()
         self.tools.changed.object = ""
         self.clear()

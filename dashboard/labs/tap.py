@@ -25,9 +25,10 @@ from bokeh.models import ColumnDataSource, HoverTool, LassoSelectTool, TapTool
 from bokeh.plotting import figure
 
 from boltzlab.dashboard.labs.base import RADIO, Lab, held, label, speed_setting
+from boltzlab.dashboard.labs.image_data import UPLOAD, ImageData, image_width_setting
 from boltzlab.dashboard.labs.tap_setup import (DATASETS, EXACT_LIMIT, SAMPLE_CHAINS, SAMPLE_SWEEPS, History,
                                                check_work, data_embedding, denoise_curve,
-                                      denoise_digit, describe_images, isomap_rows, load_images,
+                                      denoise_digit, describe_images, isomap_rows,
                                       solution_embedding)
 from boltzlab.dashboard.labs.tap_setup import trainer_factory as build_trainers
 from boltzlab.dashboard.labtools import Preset
@@ -50,8 +51,11 @@ DENOISE_ROWS = 200  # held-out digits in the live MCC curve
 # training at gamma = 0.05 (10x Table 1, as `boltzlab reproduce tap`; at Table 1's 0.005 the
 # weights barely move in the first minutes).  The 8x8 digits are small enough for exact
 # answers (the ground-truth panel) but their 16-unit models reach only a few solutions.
+# A user's images (at most 20,000, often a few hundred) start as the small digits do: 16
+# hidden units keep the exact answer when the images have few pixels.
 DEFAULTS = {"mnist": dict(n_hidden=100, gamma=0.05, batch=100),
-            "digits": dict(n_hidden=16, gamma=0.05, batch=20)}
+            "digits": dict(n_hidden=16, gamma=0.05, batch=20),
+            UPLOAD: dict(n_hidden=16, gamma=0.05, batch=20)}
 DEFAULT_DATA = "mnist"
 
 INTRO = """
@@ -144,7 +148,9 @@ class TAPLab(Lab):
 
     # ------------------------------------------------------------------ settings (URL keys)
     data = param.Selector(default=DEFAULT_DATA, objects=DATASETS, label="Data",
-                          doc="The bundled binary digits: the paper's MNIST, or 8×8 digits small enough for exact answers.")
+                          doc="The bundled binary digits (the paper's MNIST, or 8×8 digits small enough for exact "
+                              "answers), or your own images (an .npz or CSV upload).")
+    image_width = image_width_setting()
     n_hidden = param.Integer(DEFAULTS[DEFAULT_DATA]["n_hidden"], bounds=(1, 1000), label="Hidden units Nh",
                              doc="Hidden units of the RBM.")
     prior_hid = param.Selector(default="bernoulli", objects={"Bernoulli {0,1}": "bernoulli", "Spin {−1,+1}": "spin"},
@@ -163,20 +169,24 @@ class TAPLab(Lab):
     speed = speed_setting(SPEEDS, "as fast as possible")
     widget_options = {"data": dict(type=pn.widgets.RadioButtonGroup, **RADIO),
                       "prior_hid": dict(type=pn.widgets.RadioButtonGroup, **RADIO),
-                      "n_hidden": dict(width=140), **{k: dict(width=100) for k in
+                      "n_hidden": dict(width=140), "image_width": dict(width=160),
+                      **{k: dict(width=100) for k in
                                                       ("gamma", "eps", "eta", "batch", "K", "damping", "seed")},
                       "speed": dict(width=190)}
 
     def build_controls(self) -> None:
         self.data_info = pn.pane.Markdown("", styles={"font-size": "0.9em"})
-        self._prepared: tuple[str, Any] | None = None  # the data set chosen: (key, tap_setup.load_images(key))
-        self._data_key: str | None = None  # ... and the current run's (the views', set by clear())
+        self.uploads = ImageData(self)  # "Your images": the upload widget, its job, the run's data hash
+        self._prepared: tuple[tuple, Any] | None = None  # the data chosen: ((data, hash, shape), ImageSet)
+        self._run_prepared: tuple[tuple, Any] | None = None  # ... and the current run's (trainer_factory)
+        self._data_key: str | None = None  # ... and the current run's data setting (set by clear())
+        self._data_ref: Any = None  # ... and what its jobs get (image_setup.DataRef)
         self.images = None
 
     def controls_panel(self) -> pn.viewable.Viewable:
         w = self.widgets
-        data_card = pn.Card(label("Data"), w["data"], self.data_info, title="1. Data", collapsible=False,
-                            sizing_mode="stretch_width")
+        data_card = pn.Card(label("Data"), w["data"], *self.uploads.widgets(), w["image_width"], self.data_info,
+                            title="1. Data", collapsible=False, sizing_mode="stretch_width")
         model_card = pn.Card(pn.Row(w["n_hidden"], w["seed"]), label("Hidden prior"), w["prior_hid"],
                              pn.Row(w["gamma"], w["eps"], w["eta"]), pn.Row(w["batch"], w["K"], w["damping"]),
                              title="2. Model and training (Table 1)", collapsible=False,
@@ -184,14 +194,31 @@ class TAPLab(Lab):
         return pn.Column(data_card, model_card, sizing_mode="stretch_width", margin=0)
 
     def prepare(self, changed: set[str], strict: bool = False) -> None:
-        """Load the data set when it changed (the views follow once the new run is installed,
-        in :meth:`clear`: a refused setting keeps the old run, drawn on its own data)."""
-        key = self.data
+        """Load the data set when it changed: a bundled set, or the uploaded images in the
+        shape ``image_width`` gives them (the views follow once the new run is installed, in
+        :meth:`clear`: a refused setting keeps the old run, drawn on its own data)."""
+        self.uploads.update_visibility()
+        images = self.uploads.chosen()  # NotReady before a file is uploaded
+        key = (self.data, images.meta.get("sha256"), images.image_shape)  # an upload: its hash
         if self._prepared is not None and self._prepared[0] == key:
             return
-        images = load_images(key)
         self._prepared = (key, images)
         self.data_info.object = describe_images(images)
+
+    def use_upload(self, content: bytes, filename: str) -> None:
+        """Train on your own images: read ``content`` (the bytes of an ``.npz`` or CSV file
+        named ``filename``) as a job; once read it is the data of "Your images"
+        (``data="upload"``; non-square images from a CSV need ``image_width``).  A bad file is
+        refused with its reason and the current data stay.  From Python: ``lab.use_upload(
+        Path("mine.npz").read_bytes(), "mine.npz"); lab.jobs.wait(); lab.apply_settings(
+        {"data": "upload"})``."""
+        self.uploads.use(content, filename)
+
+    def script_data(self) -> list[str]:
+        return self.uploads.script_lines()
+
+    def data_identity(self) -> tuple[str, str] | None:
+        return self.uploads.identity()
 
     def implied(self, values) -> dict[str, Any]:
         """A change of data set brings that set's default model settings."""
@@ -201,11 +228,23 @@ class TAPLab(Lab):
         return dict(DEFAULTS.get(data, {}))
 
     def check_work(self) -> None:
-        check_work(self.data, n_hidden=self.n_hidden, n_chains=self.K, batch_size=self.batch,
+        images = self.uploads.for_budget()
+        if images is None:
+            return  # nothing uploaded yet: prepare says so
+        check_work(images, n_hidden=self.n_hidden, n_chains=self.K, batch_size=self.batch,
                    prior_hid=self.prior_hid)
 
+    def build_refused(self) -> None:
+        self._run_prepared = self._kept_run
+        self.uploads.set_run(self._run_prepared[1])
+
     def trainer_factory(self):
-        return build_trainers(self.data, n_hidden=self.n_hidden, prior_hid=self.prior_hid,
+        if not (hasattr(self, "runner") and self.runner.building):  # a refused build brings it back
+            self._kept_run = getattr(self, "_run_prepared", self._prepared)
+        self._run_prepared = self._prepared  # the run's data: the views' and the checkpoint's
+        images = self._prepared[1]
+        self.uploads.set_run(images)
+        return build_trainers(self.uploads.ref(images), n_hidden=self.n_hidden, prior_hid=self.prior_hid,
                               learning_rate=self.gamma, weight_decay=self.eps, momentum=self.eta,
                               batch_size=self.batch, n_chains=self.K, damping=self.damping,
                               seed=self.seed)
@@ -332,7 +371,9 @@ class TAPLab(Lab):
 
     def _show_data(self) -> None:
         """Point the data-dependent views at the data set of the run just installed."""
-        self._data_key, images = self._prepared
+        key, images = self._run_prepared  # not self._prepared: a refused change prepared data it never ran on
+        self._data_key = key[0]
+        self._data_ref = self.uploads.ref(images)
         if images is self.images:
             return
         self.images = images
@@ -514,7 +555,7 @@ class TAPLab(Lab):
         self._computing(self.data_embedding, always=always)
         solutions_vis = snaps[self._shown_snapshot()].solutions_vis
         solutions_vis = solutions_vis[isomap_rows(len(solutions_vis))]
-        self.jobs.submit("isomap-data", data_embedding, self._data_key, solutions_vis,
+        self.jobs.submit("isomap-data", data_embedding, self._data_ref, solutions_vis,
                          then=self._draw_data_embedding, error=functools.partial(self._failed, self.data_embedding))
 
     def _draw_embedding(self, shown: list, result: tuple[list, int]) -> None:
@@ -539,7 +580,9 @@ class TAPLab(Lab):
 
     def _draw_data_embedding(self, result: dict) -> None:
         digits = result["digits"]
-        self.data_embedding.update(result["data_coords"], digits, labels=[f"digit {d}" for d in digits],
+        labels = ([f"digit {d}" for d in digits] if digits is not None
+                  else [f"training image {i}" for i in result.get("rows", range(len(result["data_coords"])))])
+        self.data_embedding.update(result["data_coords"], digits, labels=labels,
                                    overlay_xy=result["solution_coords"])
 
     @held
@@ -659,7 +702,7 @@ class TAPLab(Lab):
         index, p = self.denoise_index.value, float(self.denoise_p.value)
         self._computing(self.denoise_grid)
         self.denoise_note.object = f"Denoising held-out digit {index} with p = {p:g}: computing…"
-        self.jobs.submit("denoise", denoise_digit, self._data_key, index, p, *self._model(),
+        self.jobs.submit("denoise", denoise_digit, self._data_ref, index, p, *self._model(),
                          then=functools.partial(self._draw_denoising, p),
                          error=functools.partial(self._failed, self.denoise_grid))
 
@@ -667,7 +710,8 @@ class TAPLab(Lab):
         self.denoise_grid.update(result["tiles"], n_cols=5, labels=[
             "clean test digit", f"noisy: pixels flipped with p = {p:g}", "TAP posterior mean",
             "optimal pointwise estimator (eq. 46)", "nearest training digit (1-NN)"])
-        self.denoise_note.object = (f"Digit {result['digit']} with p = {p:g}: posterior means ⟨x⟩ (white 0, black 1) "
+        what = f"Digit {result['digit']}" if result["digit"] is not None else f"Test image {self.denoise_index.value}"
+        self.denoise_note.object = (f"{what} with p = {p:g}: posterior means ⟨x⟩ (white 0, black 1) "
                                     "of the TAP machine with the channel field added to the visible prior, of the "
                                     "optimal pointwise estimator, and the nearest training digit.")
 
@@ -678,7 +722,7 @@ class TAPLab(Lab):
             return
         rows = min(len(self.images.X_test), DENOISE_ROWS)
         self._computing(self.mcc_curve)
-        self.jobs.submit("denoise-curve", denoise_curve, self._data_key, rows, list(DENOISE_PS), *self._model(),
+        self.jobs.submit("denoise-curve", denoise_curve, self._data_ref, rows, list(DENOISE_PS), *self._model(),
                          then=functools.partial(self._draw_mcc, rows, self._last["epoch"]),
                          error=functools.partial(self._failed, self.mcc_curve))
 

@@ -72,7 +72,7 @@ def test_the_sentence_names_the_setting_its_range_and_the_value():
 
     with pytest.raises(ValueError, match=r"^The 'n_hidden' setting must be in \[1, 1000\]. Got '0'.$"):
         TAPLab(n_hidden=0)
-    with pytest.raises(ValueError, match=r"^The 'data' setting must be one of \['mnist', 'digits'\]. Got 'cifar'.$"):
+    with pytest.raises(ValueError, match=r"^The 'data' setting must be one of \['mnist', 'digits', 'upload'\]. Got 'cifar'.$"):
         TAPLab(data="cifar")
 
 

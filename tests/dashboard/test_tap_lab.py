@@ -196,7 +196,7 @@ def test_heavy_analyses_never_run_on_the_ui_thread(lab, monkeypatch):
 
     for name in ("fit_solution_embedding", "DataMap", "denoising_curve", "tap_denoiser"):
         monkeypatch.setattr(tap_analysis, name, off_ui(getattr(tap_analysis, name)))
-    tap_setup._data_map.cache_clear()  # the data map is fitted in the job, once per data set
+    tap_setup._DATA_MAPS.clear()  # the data map is fitted in the job, once per data set
     lab.apply_settings(SMALL)
     steps(lab, 2)
     assert lab.jobs.running("isomap") and lab.jobs.running("isomap-data")  # submitted, not drawn ...
