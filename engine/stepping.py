@@ -6,15 +6,13 @@ update, ...) -- and returns a :class:`Record`.  A Trainer knows nothing about th
 plots: the same object runs headless in tests, in ``boltzlab reproduce``, in benchmarks
 and inside the dashboard's runner thread.
 
-``state_dict()`` holds plain numpy arrays and scalars only, so a Trainer can be saved to
-``.npz`` and loaded with ``allow_pickle=False`` (nothing a user uploads is unpickled) and
-restored bit-exactly.
+``state_dict()`` holds plain numpy arrays and scalars only, so a lab's checkpoint carries it
+as ``.npz`` and reads it back through :mod:`boltzlab.engine.archive` (nothing a user uploads
+is unpickled), and ``load_state_dict`` restores it bit-exactly.
 """
 
 from __future__ import annotations
 
-import io
-import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, runtime_checkable
 
@@ -115,38 +113,6 @@ class Trainer(Protocol):
 
 
 MAX_CHECKPOINT_BYTES = 50 * 1024 * 1024
-
-
-def save_state(trainer: Trainer, path: str | os.PathLike | io.BytesIO) -> None:
-    """Save ``trainer.state_dict()`` to ``.npz`` (no pickled objects)."""
-    state = {k: np.asarray(v) for k, v in trainer.state_dict().items()}
-    for key, value in state.items():
-        if value.dtype == object:
-            raise ValueError(f"state_dict entry {key!r} is not a plain numpy array or scalar")
-    np.savez(path, **state)
-
-
-def load_state(path: str | os.PathLike | io.BytesIO) -> dict[str, np.ndarray]:
-    """Load an ``.npz`` checkpoint with ``allow_pickle=False``.
-
-    Raises
-    ------
-    ValueError
-        If the file is too large, not an npz archive, or holds object arrays.
-    """
-    if not isinstance(path, io.BytesIO):
-        size = os.path.getsize(path)
-        if size > MAX_CHECKPOINT_BYTES:
-            raise ValueError(
-                f"The checkpoint file is {size} bytes; at most {MAX_CHECKPOINT_BYTES} are allowed."
-            )
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            return {key: archive[key] for key in archive.files}
-    except ValueError as exc:  # object arrays refuse to load without pickle
-        raise ValueError(f"The checkpoint holds data that needs unpickling, refused: {exc}") from exc
-    except Exception as exc:  # zipfile.BadZipFile, OSError, ...
-        raise ValueError(f"The checkpoint is not a readable .npz archive: {exc}") from exc
 
 
 def as_scalar(value: Any) -> Scalar:

@@ -8,7 +8,6 @@ Statistical tests use fixed seeds (so they are deterministic) and state the fals
 rate they would have over random seeds.
 """
 
-import io
 import math
 
 import numpy as np
@@ -21,7 +20,8 @@ from boltzlab.engine import frankwolfe as FW
 from boltzlab.engine.checks import derived_seed
 from boltzlab.engine import rbm as R
 from boltzlab.engine.kernels import frankwolfe as kernels
-from boltzlab.engine.stepping import Trainer, load_state, save_state
+from boltzlab.engine.stepping import Trainer
+from tests.states import through_npz
 
 from tests.engine.test_rbm_kernels import Stream, random_binary, ref_sigmoid, ref_softplus, ref_states
 
@@ -621,11 +621,9 @@ def test_state_dict_round_trip_resumes_bit_exactly(kw):
     resumed = _trainer(**kw)
     for _ in range(2):
         resumed.step()
-    buffer = io.BytesIO()
-    save_state(resumed, buffer)
-    buffer.seek(0)
+    state = through_npz(resumed)
     fresh = _trainer(**kw)
-    fresh.load_state_dict(load_state(buffer))
+    fresh.load_state_dict(state)
     for want in first[2:]:
         _same(fresh.step(), want)
     # same seed, same numbers; another seed, other numbers
@@ -638,11 +636,9 @@ def test_state_dict_round_trip_resumes_bit_exactly(kw):
 def test_a_checkpoint_records_its_dtype_and_refuses_the_other():
     state = _trainer().state_dict()
     assert state["dtype"] == "float32" and state["chains"].dtype == np.float32
-    buffer = io.BytesIO()
-    save_state(_trainer(), buffer)
-    buffer.seek(0)
+    state = through_npz(_trainer())
     with pytest.raises(ValueError, match="dtype = 'float32', but this trainer has dtype = 'float64'"):
-        _trainer(dtype="float64").load_state_dict(load_state(buffer))
+        _trainer(dtype="float64").load_state_dict(state)
 
 
 def test_load_state_dict_rejects_foreign_checkpoints():

@@ -4,7 +4,6 @@ validation and checkpoints."""
 
 from __future__ import annotations
 
-import io
 import math
 
 import numpy as np
@@ -21,7 +20,8 @@ from boltzlab.engine.fvbm_bound import (
 )
 from boltzlab.engine import fvbm_bound
 from boltzlab.engine.kernels import fvbm_bound as kernels
-from boltzlab.engine.stepping import Trainer, load_state, save_state
+from boltzlab.engine.stepping import Trainer
+from tests.states import through_npz
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -287,11 +287,9 @@ def test_checkpoint_restores_bit_exactly(cls, kwargs):
     X = FVBM.random(5, 4, 0.5).sample(300, 5)
     a = cls(X, tol=0, max_sweeps=100, init="random", seed=3, **kwargs)
     a.steps(4)
-    buffer = io.BytesIO()
-    save_state(a, buffer)
-    buffer.seek(0)
+    state = through_npz(a)
     b = cls(X, tol=0, max_sweeps=100, **kwargs)
-    b.load_state_dict(load_state(buffer))
+    b.load_state_dict(state)
     ra, rb = a.steps(5), b.steps(5)
     assert [r["log_pl"] for r in ra] == [r["log_pl"] for r in rb]
     assert np.array_equal(a.M, b.M) and np.array_equal(a.b, b.b) and a.sweep == b.sweep == 9

@@ -11,6 +11,7 @@ from boltzlab.engine.fvbm import (
 )
 from boltzlab.engine.data import check_mple_exists
 from boltzlab.engine.stepping import Trainer
+from tests.states import through_npz
 
 
 @st.composite
@@ -147,7 +148,6 @@ def test_gibbs_sampler_matches_exact_marginals():
 
 
 def test_trainer_follows_the_protocol_and_resumes_bit_exactly(tmp_path):
-    from boltzlab.engine.stepping import load_state, save_state
 
     truth = FVBM.random(6, 0)
     X = truth.sample(2000, 1)
@@ -156,9 +156,9 @@ def test_trainer_follows_the_protocol_and_resumes_bit_exactly(tmp_path):
     expected = full.run()
     half = FVBMTrainer(X, init="random", seed=4, tol=0, max_sweeps=70, truth=truth, exact_every=5)
     first = [half.step() for _ in range(33)]
-    save_state(half, tmp_path / "ckpt.npz")
+    state = through_npz(half)
     resumed = FVBMTrainer(X, init="zeros", seed=99, tol=0, max_sweeps=70, truth=truth, exact_every=5)
-    resumed.load_state_dict(load_state(tmp_path / "ckpt.npz"))
+    resumed.load_state_dict(state)
     rest = resumed.run()
     got = first + rest
     assert [r["log_pl"] for r in got] == [r["log_pl"] for r in expected]

@@ -7,7 +7,6 @@ J(theta) = sum_j [log Z_j - theta^T f(x_j, y_j)] + (t lambda / 2) |theta|^2 with
 explicit sum over Omega_j (classes, spin states, or every labeling of a short chain).
 """
 
-import io
 import itertools
 import math
 import pathlib
@@ -21,7 +20,7 @@ from boltzlab.engine import majorize as M
 from boltzlab.engine import optimizers as O
 from boltzlab.engine.fvbm import FVBM, exact_log_likelihood
 from boltzlab.engine.kernels import majorize as K
-from boltzlab.engine.stepping import load_state, save_state
+from tests.states import through_npz
 
 # ------------------------------------------------------------------ references
 
@@ -334,11 +333,9 @@ def test_state_dict_round_trip_is_bit_exact(method):
     trainer = race[method]
     for _ in range(3):
         trainer.step()
-    buffer = io.BytesIO()
-    save_state(trainer, buffer)
-    buffer.seek(0)
+    state = through_npz(trainer)
     clone = M.make_race("chain", objective=obj, max_iter=50, tol=1e-12)[method]
-    clone.load_state_dict(load_state(buffer))
+    clone.load_state_dict(state)
     for _ in range(3):
         a, b = trainer.step(), clone.step()
         assert a["objective"] == b["objective"] and np.array_equal(a["theta"], b["theta"])

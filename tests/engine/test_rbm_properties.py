@@ -4,7 +4,6 @@ Statistical tests use fixed seeds (so they are deterministic); each states the f
 rate it would have over random seeds.
 """
 
-import io
 import math
 
 import numpy as np
@@ -14,7 +13,8 @@ from sklearn.datasets import load_digits
 
 from boltzlab.engine import rbm as R
 from boltzlab.engine.kernels import rbm as kernels
-from boltzlab.engine.stepping import Trainer, load_state, save_state
+from boltzlab.engine.stepping import Trainer
+from tests.states import through_npz
 
 from tests.engine.test_rbm_kernels import random_binary, ref_sigmoid, ref_states
 
@@ -294,11 +294,9 @@ def test_state_dict_round_trip_resumes_bit_exactly(method, step_unit):
     kwargs = dict(method=method, k=1, batch_size=50, step_unit=step_unit, max_epochs=4, seed=3, momentum=0.9)
     a = R.RBMTrainer(V, 6, **kwargs)
     a.steps(3 if step_unit == "batch" else 1)
-    buffer = io.BytesIO()
-    save_state(a, buffer)
-    buffer.seek(0)
+    state = through_npz(a)
     b = R.RBMTrainer(V, 6, **kwargs)
-    b.load_state_dict(load_state(buffer))
+    b.load_state_dict(state)
     ra, rb = a.steps(4), b.steps(4)
     assert [strip_times(r) for r in ra] == [strip_times(r) for r in rb]
     for key in ("W", "b_vis", "b_hid"):

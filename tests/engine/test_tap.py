@@ -5,7 +5,6 @@ The references below are written from the paper (Algorithm 1, eqs. 33-36, 39-42)
 NumPy, independently of the kernels; exact log Z comes from enumeration.
 """
 
-import io
 import itertools
 import math
 
@@ -18,7 +17,8 @@ from boltzlab.engine import rbm as R
 from boltzlab.engine import tap as T
 from boltzlab.engine.images import digits
 from boltzlab.engine.kernels import tap as kernels
-from boltzlab.engine.stepping import Trainer, load_state, save_state
+from boltzlab.engine.stepping import Trainer
+from tests.states import through_npz
 
 # ------------------------------------------------------------------ references
 
@@ -572,11 +572,9 @@ def test_trainer_state_dict_round_trip_resumes_bit_exactly(digits_train):
     straight.steps(7)
     resumed = T.TAPTrainer(V, 10, **kwargs)
     resumed.steps(3)
-    buf = io.BytesIO()
-    save_state(resumed, buf)
-    buf.seek(0)
+    state = through_npz(resumed)
     fresh = T.TAPTrainer(V, 10, **kwargs)
-    fresh.load_state_dict(load_state(buf))
+    fresh.load_state_dict(state)
     rec_fresh = fresh.steps(4)[-1]
     rec_straight_state = straight.state_dict()
     for key, value in fresh.state_dict().items():
