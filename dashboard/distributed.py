@@ -718,7 +718,8 @@ def start_local_cluster(n_workers: int, *, threads_per_worker: int = THREADS_PER
     restarted by its nanny (warmed again before it takes work), and the workers exit with
     this process, however it ends (a nanny's worker watches a pipe to its parent).  No Dask
     web dashboard (a second Bokeh server nobody reads, wanting port 8787); Dask's logs at
-    WARNING and above only.  Its processes and the backend's client wait
+    WARNING and above only.  Its processes, the backend's client and this process's Dask
+    (Dask's config is set for good here: the scheduler runs in this process) wait
     :data:`LOCAL_CONNECT_SECONDS` for a connection (``timeout`` overrides the client's).  The
     caller closes both: ``backend.close(); cluster.close()``.
     """
@@ -737,6 +738,9 @@ def start_local_cluster(n_workers: int, *, threads_per_worker: int = THREADS_PER
     # submit work to it.  dashboard_address=None: no Dask web dashboard; the small HTTP servers
     # every scheduler and worker start anyway answer only /health (HTTP_ROUTES), on free ports
     security = Security.temporary()
+    # this process runs the scheduler, which connects to the workers (e.g. for a scatter)
+    # with the connect timeout read when it connects: set here for good, not only below
+    dask.config.set({"distributed.comm.timeouts.connect": f"{LOCAL_CONNECT_SECONDS:g}s"})
     with dask.config.set(closed_cluster_config()):  # the nannies copy the config they start with
         cluster = LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker, processes=True,
                                host="127.0.0.1", protocol="tls://", security=security,

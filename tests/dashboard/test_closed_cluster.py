@@ -101,7 +101,7 @@ def test_the_local_cluster_needs_its_own_credentials():
 
 
 def test_the_local_cluster_waits_for_a_busy_peer():
-    """Every process of the local cluster, and the server's client, wait LOCAL_CONNECT_SECONDS for
+    """Every process of the local cluster (the scheduler in this one), and the server's client, wait LOCAL_CONNECT_SECONDS for
     a connection, not Dask's 30 s: on a saturated machine a worker's TLS handshake waits its turn
     (issue 22: a new session's trainers failed to ship)."""
     import dask
@@ -113,6 +113,10 @@ def test_the_local_cluster_waits_for_a_busy_peer():
         assert backend.client.rpc.timeout == LOCAL_CONNECT_SECONDS  # the client's connections to workers
         seen = backend.client.run(lambda: dask.config.get("distributed.comm.timeouts.connect"))
         assert list(seen.values()) == [f"{LOCAL_CONNECT_SECONDS:g}s"]
+        # the scheduler, in this process, reads it when it connects to a worker (a scatter's
+        # "Timed out trying to connect ... after 30 s" came from there)
+        assert cluster.scheduler.rpc.timeout is None
+        assert dask.config.get("distributed.comm.timeouts.connect") == f"{LOCAL_CONNECT_SECONDS:g}s"
     finally:
         backend.close()
         cluster.close()
