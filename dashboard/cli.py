@@ -602,9 +602,9 @@ def cmd_bench_tap(args: argparse.Namespace) -> int:
         print(json.dumps(_json_safe(result)))
         return 0
     print(f"TAP sweeps (Algorithm 1, hidden + visible half-step) on MNIST-sized binary RBMs, same run, "
-          f"BLAS threads: {'library default' if threads is None else threads}:")
+          f"threads: {'library default' if threads is None else ', '.join(str(r) for r in sorted({1, threads}))}:")
     for row in result["rows"]:
-        print(f"  K = {row['K']}, Nv = {row['n_visible']}, Nh = {row['n_hidden']:>4}: "
+        print(f"  K = {row['K']}, Nv = {row['n_visible']}, Nh = {row['n_hidden']:>4}, threads {row['threads']}: "
               f"engine {row['engine_sweeps_per_s']:7.1f} sweeps/s, NumPy/BLAS {row['numpy_sweeps_per_s']:7.1f} sweeps/s, "
               f"ratio {row['ratio']:.2f}x; engine at {100 * row['fraction_of_matmul']:.0f}% of the products' "
               f"matmul rate ({row['engine_gflops']:.1f} of {row['matmul_gflops']:.1f} GFLOPS); "
@@ -612,8 +612,12 @@ def cmd_bench_tap(args: argparse.Namespace) -> int:
         print(f"  {'':>24}float32: engine {row['engine_float32_sweeps_per_s']:7.1f} sweeps/s, NumPy/BLAS float32 "
               f"{row['numpy_float32_sweeps_per_s']:7.1f} sweeps/s; {row['float32_speedup']:.2f}x the float64 engine, "
               f"{row['float32_vs_numpy_float64']:.2f}x the float64 NumPy; at {100 * row['float32_fraction_of_sgemm']:.0f}% "
-              f"of SGEMM ({row['engine_float32_gflops']:.1f} of {row['sgemm_gflops']:.1f} GFLOPS); "
+              f"of SGEMM ({row['engine_float32_gflops']:.1f} of {row['sgemm_gflops']:.1f} GFLOPS: BLAS's threads "
+              f"{row['blas_sgemm_gflops']:.1f}, chain blocks {row['blocked_sgemm_gflops']:.1f}); "
               f"to tol 1e-8: {row['converge_float32_seconds']:.2f} s")
+        if row["threads"] not in (None, 1):
+            print(f"  {'':>24}{row['threads']} threads vs 1, same run: float32 {row['speedup_float32']:.2f}x, "
+                  f"float64 {row['speedup_float64']:.2f}x, SGEMM floor {row['sgemm_speedup']:.2f}x")
     return 0
 
 
@@ -923,7 +927,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench_tap.add_argument("--sweeps", type=_positive_int, default=40, help="sweeps per timing (default 40)")
     bench_tap.add_argument("--repeats", type=_positive_int, default=7, help="best of this many timings (default 7)")
     bench_tap.add_argument("--threads", type=int, default=1,
-                           help="BLAS threads for both sides (default 1; 0 keeps the libraries' defaults)")
+                           help="also measure on N threads, beside 1, in the same run: the engine's numba threads, "
+                                "BLAS threads for NumPy and the GEMM floor (default 1; 0 keeps the libraries' defaults)")
     bench_tap.add_argument("--json", action="store_true", help="print the results as one JSON object")
     bench_tap.set_defaults(func=cmd_bench_tap)
     bench_fw = bench_sub.add_parser(

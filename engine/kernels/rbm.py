@@ -10,6 +10,15 @@ Conventions shared by every kernel here:
 * Random numbers come from a splitmix64 generator (Steele, Lea & Flood 2014) whose one
   uint64 word of state is set from each kernel's ``seed`` argument: the same seed gives
   the same numbers, and it is ~7x faster than numba's Mersenne Twister per draw.
+  A layer's draws are counter-based: row r of an (n, m) sample uses draws r m + 1 ..
+  (r + 1) m after the stream's state, so rows can be drawn on any thread in any order and
+  give the numbers one sequential pass would.
+* Threads (:mod:`boltzlab.engine.threads`): :func:`train_batches` runs each mini-batch's
+  products and elementwise passes on fixed blocks (:func:`row_blocks` of the batch and
+  chain rows, :func:`weight_blocks` of W's rows for the gradient and the update) in
+  parallel, every block calling single-threaded BLAS on its slice.  Blocks are set by the
+  shapes, never by the thread count, and column sums add per-block partial sums in block
+  order, so a seed gives the same model on 1 or n threads.
 """
 
 from __future__ import annotations
@@ -17,7 +26,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from boltzlab.engine.kernels.tap import F32, _fdiv, exp_nonpositive, sigmoid32
 
@@ -126,6 +135,18 @@ def _draw(base, j, p):
 
 
 @njit(cache=True, nogil=True)
+def _draw_row_at(p, base, out):
+    """:func:`_draw_row` from the stream position ``base`` (the state is not advanced)."""
+    m = p.shape[0]
+    if out.ctypes.data == p.ctypes.data:
+        for j in range(m):
+            out[j] = _draw(base, j, np.float64(out[j]))
+    else:
+        for j in range(m):
+            out[j] = _draw(base, j, np.float64(p[j]))
+
+
+@njit(cache=True, nogil=True)
 def _draw_row(p, state, out):
     """out[j] = 1 if u_j < p[j] else 0 with u_j the next draws of the stream (out may be p).
 
@@ -190,6 +211,22 @@ def _bernoulli(P, state):
     out = np.empty(P.shape, P.dtype)
     _bernoulli_into(P, state, out)
     return out
+
+
+@njit(cache=True, nogil=True)
+def _sample_row_at(x, bias, base, out, S):
+    """:func:`_sample_row` from the stream position ``base`` (the state is not advanced)."""
+    if out.itemsize == 4:
+        m = x.shape[0]
+        if out.ctypes.data == x.ctypes.data:  # in place: one pointer (see _draw_row)
+            for j in range(m):
+                out[j] = _draw(base, j, np.float64(sigmoid32(F32(out[j] + bias[j]))))
+        else:
+            for j in range(m):
+                out[j] = _draw(base, j, np.float64(sigmoid32(F32(x[j] + bias[j]))))
+        return
+    _sigmoid_row(x, bias, out, S)
+    _draw_row_at(out, base, out)
 
 
 @njit(cache=True, nogil=True)
@@ -374,6 +411,149 @@ def gradient(V_pos, V_neg, W, b_vis, b_hid):
     return gW, g_vis, g_hid
 
 
+ROW_BLOCK = 64  # rows of a batch or of the chains per parallel block at most
+WEIGHT_BLOCK = 256  # rows of W per block of the gradient product and the update at most
+
+
+@njit(cache=True, nogil=True)
+def row_blocks(n):
+    """Blocks n rows are split into, ceil(n / ROW_BLOCK), as equal as possible: fixed by n alone."""
+    return max(1, (n + ROW_BLOCK - 1) // ROW_BLOCK)
+
+
+@njit(cache=True, nogil=True)
+def weight_blocks(n):
+    """Blocks W's n rows are split into for the gradient product, ceil(n / WEIGHT_BLOCK)."""
+    return max(1, (n + WEIGHT_BLOCK - 1) // WEIGHT_BLOCK)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _block(n, nb, b):
+    return b * n // nb, (b + 1) * n // nb
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _advance(base, count):
+    """The stream position ``count`` draws after ``base``."""
+    return base + np.uint64(count) * GOLDEN
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _positive_pass(B, W, hp, b_hid, base, nr, hs, scale, part, Sb):
+    """hp = P(h|B) = sigmoid(B W + b_hid) by row blocks: per block its product, the sigmoid
+    rows, their sums into part[block], samples of rows r < nr into hs (draws r Nh + 1 ..
+    after ``base``), then the rows scaled by ``scale``."""
+    n = B.shape[0]
+    m = hp.shape[1]
+    nb = row_blocks(n)
+    for b in prange(nb):
+        lo, hi = _block(n, nb, b)
+        np.dot(B[lo:hi], W, hp[lo:hi])
+        acc = part[b]
+        acc[:] = 0.0
+        for r in range(lo, hi):
+            row = hp[r]
+            _sigmoid_row(row, b_hid, row, Sb[b])
+            for j in range(m):
+                acc[j] += row[j]
+            if r < nr:
+                _draw_row_at(row, _advance(base, r * m), hs[r])
+            for j in range(m):
+                row[j] = scale * row[j]
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _probability_pass(X, Wm, out, bias, Sb):
+    """out = sigmoid(X Wm + bias) by row blocks (out may not be X)."""
+    n = X.shape[0]
+    nb = row_blocks(n)
+    for b in prange(nb):
+        lo, hi = _block(n, nb, b)
+        np.dot(X[lo:hi], Wm, out[lo:hi])
+        for r in range(lo, hi):
+            _sigmoid_row(out[r], bias, out[r], Sb[b])
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _sample_pass(X, Wm, out, bias, base, Sb):
+    """out = a 0/1 sample of Bernoulli(sigmoid(X Wm + bias)) by row blocks (row r: draws
+    r m + 1 .. after ``base``); out may not be X."""
+    n = X.shape[0]
+    m = out.shape[1]
+    nb = row_blocks(n)
+    for b in prange(nb):
+        lo, hi = _block(n, nb, b)
+        np.dot(X[lo:hi], Wm, out[lo:hi])
+        for r in range(lo, hi):
+            _sample_row_at(out[r], bias, _advance(base, r * m), out[r], Sb[b])
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _bernoulli_pass(P, base, out):
+    """out = a 0/1 sample of Bernoulli(P) by row blocks (row r: draws r m + 1 .. after ``base``)."""
+    n, m = P.shape
+    nb = row_blocks(n)
+    for b in prange(nb):
+        lo, hi = _block(n, nb, b)
+        for r in range(lo, hi):
+            _draw_row_at(P[r], _advance(base, r * m), out[r])
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _negative_pass(X, W, hn, b_hid, keep, persistent, scale, part, Sb):
+    """hn = P(h|X) by row blocks, copied into keep (PCD's chain_hid) if persistent, summed
+    into part[block], then scaled by ``scale``."""
+    n = X.shape[0]
+    m = hn.shape[1]
+    nb = row_blocks(n)
+    for b in prange(nb):
+        lo, hi = _block(n, nb, b)
+        np.dot(X[lo:hi], W, hn[lo:hi])
+        acc = part[b]
+        acc[:] = 0.0
+        for r in range(lo, hi):
+            row = hn[r]
+            _sigmoid_row(row, b_hid, row, Sb[b])
+            if persistent:
+                keep[r] = row
+            for j in range(m):
+                acc[j] += row[j]
+            for j in range(m):
+                row[j] = scale * row[j]
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _gradient_update(L, R, Lb, G, W, vW, learning_rate, momentum, weight_decay):
+    """G = L^T R by blocks of W's rows (block [i0, i1): its columns of L copied to Lb[block],
+    one product), then vW = momentum vW + lr (G - weight_decay W), W += vW on the block."""
+    m = L.shape[0]
+    n_vis = W.shape[0]
+    n_hid = W.shape[1]
+    nb = weight_blocks(n_vis)
+    for b in prange(nb):
+        i0, i1 = _block(n_vis, nb, b)
+        w = i1 - i0
+        buf = Lb[b, :m * w].reshape((m, w))
+        for r in range(m):
+            for i in range(w):
+                buf[r, i] = L[r, i0 + i]
+        Gb = G[i0:i1]
+        np.dot(buf.T, R, Gb)
+        for i in range(i0, i1):
+            for j in range(n_hid):
+                vW[i, j] = momentum * vW[i, j] + learning_rate * (G[i, j] - weight_decay * W[i, j])
+                W[i, j] += vW[i, j]
+
+
+@njit(cache=True, nogil=True)
+def _sum_parts(part, nb, out):
+    """out = the sum of part[:nb] in block order (float64)."""
+    out[:] = 0.0
+    for b in range(nb):
+        for j in range(out.shape[0]):
+            out[j] += part[b, j]
+
+
 @njit(cache=True, nogil=True)
 def train_batches(V, rows, bounds, seeds, W, b_vis, b_hid, vW, v_vis, v_hid, chains, chain_hid, persistent,
                   k, learning_rate, momentum, weight_decay, recon_out):
@@ -404,6 +584,10 @@ def train_batches(V, rows, bounds, seeds, W, b_vis, b_hid, vW, v_vis, v_hid, cha
     Precision: everything runs in the dtype of W (float32 or float64; V, the parameters,
     velocities and chains share it).  The buffers are allocated once per call and reused
     by every batch; the products write into them (``np.dot(a, b, out)``).
+
+    Threads: each pass runs on fixed blocks (module docstring) in parallel; the random
+    numbers are those of a sequential pass (counter-based draws), the products' and the
+    sums' rounding is set by the blocks, so the result is the same on any thread count.
     """
     n_vis, n_hid = W.shape
     dt = W.dtype
@@ -424,17 +608,19 @@ def train_batches(V, rows, bounds, seeds, W, b_vis, b_hid, vW, v_vis, v_hid, cha
     sum_n = np.empty(n_hid)
     sum_vp = np.empty(n_vis)
     sum_vn = np.empty(n_vis)
-    S = scratch(max(n_vis, n_hid))
+    # per-block buffers, allocated once: scratch rows, partial column sums, L's columns
+    n_rb = row_blocks(max(nb_max, n_chains))
+    Sb = np.empty((n_rb, 4, max(n_vis, n_hid)))
+    part = np.empty((n_rb, n_hid))
+    n_wb = weight_blocks(n_vis)
+    Lb = np.empty((n_wb, (nb_max + n_chains) * ((n_vis + n_wb - 1) // n_wb)), dt)
     WT = W.T
-    Wf = W.reshape(-1)  # flat views for the update pass
-    vWf = vW.reshape(-1)
-    Gf = G.reshape(-1)
     for t in range(seeds.shape[0]):
         state = new_state(seeds[t])
         idx = rows[bounds[t]:bounds[t + 1]]
         nb = idx.shape[0]
         B = L[:nb]
-        # gather the batch and its visible sums in one pass
+        # gather the batch and its visible sums in one pass (sums of 0/1: exact in any order)
         sum_vp[:] = 0.0
         for r in range(nb):
             src = V[idx[r]]
@@ -444,28 +630,19 @@ def train_batches(V, rows, bounds, seeds, W, b_vis, b_hid, vW, v_vis, v_hid, cha
                 dst[i] = x
                 sum_vp[i] += x
         hp = R[:nb]
-        np.dot(B, W, hp)
         # reconstruction error: all rows for CD (its first negative step), RECON_ROWS for PCD
         nr = min(nb, RECON_ROWS) if persistent else nb
         hs = Hs[:nr]
-        # P(h|batch) row by row: sigmoid, hidden sums, the reconstruction's draws (rows < nr,
-        # in row order as before), then the scaling by 1 / nb, while the row is in cache
+        # P(h|batch) by row blocks: sigmoid, hidden sums, the reconstruction's draws (rows < nr,
+        # counter-based: the numbers of a pass in row order), then the scaling by 1 / nb
         cp = 1.0 / nb
-        sum_p[:] = 0.0
-        for r in range(nb):
-            row = hp[r]
-            _sigmoid_row(row, b_hid, row, S)
-            for j in range(n_hid):
-                sum_p[j] += row[j]
-            if r < nr:
-                _draw_row(row, state, hs[r])
-            for j in range(n_hid):
-                row[j] = cp * row[j]
+        _positive_pass(B, W, hp, b_hid, state[0], nr, hs, cp, part, Sb)
+        state[0] = _advance(state[0], nr * n_hid)
+        _sum_parts(part, row_blocks(nb), sum_p)
         vr = Vr[:nr]
-        np.dot(hs, WT, vr)
+        _probability_pass(hs, WT, vr, b_vis, Sb)
         err = 0.0
         for r in range(nr):
-            _sigmoid_row(vr[r], b_vis, vr[r], S)
             for i in range(n_vis):
                 d = B[r, i] - vr[r, i]
                 err += d * d
@@ -476,59 +653,45 @@ def train_batches(V, rows, bounds, seeds, W, b_vis, b_hid, vW, v_vis, v_hid, cha
             neg = L[nb:nb + n_neg]
             for step in range(k):
                 if step == 0:
-                    _bernoulli_into(chain_hid, state, Hc)
+                    _bernoulli_pass(chain_hid, state[0], Hc)
+                    state[0] = _advance(state[0], n_neg * n_hid)
                 else:
-                    np.dot(chains, W, Hc)
-                    _sample_fields_into(Hc, b_hid, state, Hc, S)
-                if step == k - 1:
-                    # the last visible half-step samples into L, with the chains' copy and sums
-                    np.dot(Hc, WT, neg)
-                    for r in range(n_neg):
-                        row = neg[r]
-                        _sample_row(row, b_vis, state, row, S)
-                        dst = chains[r]
-                        for i in range(n_vis):
-                            x = row[i]
-                            dst[i] = x
-                            sum_vn[i] += x
-                else:
-                    np.dot(Hc, WT, chains)
-                    _sample_fields_into(chains, b_vis, state, chains, S)
+                    _sample_pass(chains, W, Hc, b_hid, state[0], Sb)
+                    state[0] = _advance(state[0], n_neg * n_hid)
+                # the last visible half-step samples into L, then the chains' copy and sums
+                _sample_pass(Hc, WT, neg if step == k - 1 else chains, b_vis, state[0], Sb)
+                state[0] = _advance(state[0], n_neg * n_vis)
+            for r in range(n_neg):
+                row = neg[r]
+                dst = chains[r]
+                for i in range(n_vis):
+                    x = row[i]
+                    dst[i] = x
+                    sum_vn[i] += x
         else:
             n_neg = nb
             neg = L[nb:nb + n_neg]
             hc = Hc[:nb]
             for step in range(k):
                 if step == 0:
-                    _bernoulli_into(vr, state, neg)
+                    _bernoulli_pass(vr, state[0], neg)
+                    state[0] = _advance(state[0], n_neg * n_vis)
                 else:
-                    np.dot(neg, W, hc)
-                    _sample_fields_into(hc, b_hid, state, hc, S)
-                    np.dot(hc, WT, neg)
-                    _sample_fields_into(neg, b_vis, state, neg, S)
+                    _sample_pass(neg, W, hc, b_hid, state[0], Sb)
+                    state[0] = _advance(state[0], n_neg * n_hid)
+                    _sample_pass(hc, WT, neg, b_vis, state[0], Sb)
+                    state[0] = _advance(state[0], n_neg * n_vis)
             for r in range(n_neg):
                 for i in range(n_vis):
                     sum_vn[i] += neg[r, i]
         hn = R[nb:nb + n_neg]
-        np.dot(neg, W, hn)
         cn = 1.0 / n_neg
-        sum_n[:] = 0.0
-        for r in range(n_neg):
-            row = hn[r]
-            _sigmoid_row(row, b_hid, row, S)
-            if persistent:
-                chain_hid[r] = row
-            for j in range(n_hid):
-                sum_n[j] += row[j]
-            for j in range(n_hid):
-                row[j] = -cn * row[j]
+        _negative_pass(neg, W, hn, b_hid, chain_hid, persistent, -cn, part, Sb)
+        _sum_parts(part, row_blocks(n_neg), sum_n)
         for j in range(n_hid):
             v_hid[j] = momentum * v_hid[j] + learning_rate * (sum_p[j] * cp - sum_n[j] * cn)
         m = nb + n_neg
-        np.dot(L[:m].T, R[:m], G)
-        for q in range(Wf.shape[0]):
-            vWf[q] = momentum * vWf[q] + learning_rate * (Gf[q] - weight_decay * Wf[q])
-            Wf[q] += vWf[q]
+        _gradient_update(L[:m], R[:m], Lb, G, W, vW, learning_rate, momentum, weight_decay)
         for i in range(n_vis):
             v_vis[i] = momentum * v_vis[i] + learning_rate * (sum_vp[i] * cp - sum_vn[i] * cn)
             b_vis[i] += v_vis[i]
