@@ -86,3 +86,133 @@ def single_blas() -> None:
     for lib in _blas_controllers():
         if lib.get_num_threads() != 1:
             lib.set_num_threads(1)
+
+
+# ------------------------------------------------------------------ fair share between runs
+
+#: A run counts as playing while it steps and for this long after (the round trip between
+#: two batches of a playing run must not hand its threads to the others and back).
+GRACE_SECONDS = 1.0
+
+
+def _registry() -> str:
+    """The machine-wide directory of playing runs (one per user: serve's workers and a
+    notebook of the same user share the cores, so they share the count);
+    ``BOLTZLAB_PLAYERS_DIR`` overrides it."""
+    import tempfile
+
+    if os.environ.get("BOLTZLAB_PLAYERS_DIR"):
+        path = os.environ["BOLTZLAB_PLAYERS_DIR"]
+        os.makedirs(path, exist_ok=True)
+        return path
+    root = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+    path = os.path.join(root, f"boltzlab-players-{os.getuid() if hasattr(os, 'getuid') else 0}")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+class Player:
+    """One playing run's claim on the machine's cores (see :func:`fair_share`).
+
+    A file per run in :func:`_registry`, locked (``flock``) while the run steps and touched
+    after, so a crashed process's claims die with it and a run between two batches still
+    counts for :data:`GRACE_SECONDS`.
+    """
+
+    def __init__(self, key: str | None = None) -> None:
+        import threading
+        import uuid
+
+        self.key = key or f"{os.getpid()}-{threading.get_ident()}-{uuid.uuid4().hex[:8]}"
+        self.path = os.path.join(_registry(), self.key)
+        self._fd: int | None = None
+
+    def __enter__(self) -> "Player":
+        import fcntl
+
+        self._fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import fcntl
+
+        if self._fd is not None:
+            try:
+                os.utime(self.path)
+            except OSError:
+                pass
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    def close(self) -> None:
+        """Give the claim back at once (a paused or closed run)."""
+        self.__exit__()
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+
+def players(now: float | None = None) -> list[str]:
+    """The keys of the runs playing on this machine, sorted (stale claims are removed)."""
+    import fcntl
+    import time
+
+    now = time.time() if now is None else now
+    root = _registry()
+    alive = []
+    for name in os.listdir(root):
+        path = os.path.join(root, name)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError:
+                alive.append(name)  # locked: stepping now
+                continue
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            try:
+                recent = now - os.stat(path).st_mtime <= GRACE_SECONDS
+            except OSError:
+                continue
+            if recent:
+                alive.append(name)
+            elif now - os.stat(path).st_mtime > 60 * GRACE_SECONDS:
+                os.unlink(path)  # long idle or left by a dead process
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return sorted(alive)
+
+
+def share(key: str, cores: int | None = None) -> int:
+    """Threads for the playing run ``key``: the cores split evenly between the playing runs
+    (the first ``cores % n`` of them in key order get one more), at least 1: never more
+    threads than cores in total while there are no more runs than cores."""
+    cores = available() if cores is None else int(cores)
+    keys = players()
+    if key not in keys:
+        keys = sorted(keys + [key])
+    n = len(keys)
+    base, extra = divmod(cores, n)
+    return max(1, base + (1 if keys.index(key) < extra else 0))
+
+
+@contextmanager
+def fair_share(player: Player) -> Iterator[int]:
+    """``with fair_share(player): trainer.steps(k)`` claims the run's place among the playing
+    runs and runs the block on its share of the cores (:func:`share`), restoring the calling
+    thread's count after."""
+    old = threads()
+    with player:
+        n = set_threads(share(player.key))
+        try:
+            yield n
+        finally:
+            numba.set_num_threads(old)

@@ -699,7 +699,17 @@ def train_batches(V, rows, bounds, seeds, W, b_vis, b_hid, vW, v_vis, v_hid, cha
             b_hid[j] += v_hid[j]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
+def _uniform_at(base, q):
+    """The (q + 1)-th U[0, 1) draw after the stream position ``base`` (as :func:`_uniform`)."""
+    z = base + np.uint64(q + 1) * GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * MIX1
+    z = (z ^ (z >> np.uint64(27))) * MIX2
+    z = z ^ (z >> np.uint64(31))
+    return np.float64(z >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+
+
+@njit(cache=True, nogil=True, parallel=True)
 def ais_log_weights(W, b_vis, b_hid, base_vis, betas, n_runs, seed):
     """Log importance weights of ``n_runs`` AIS runs (Salakhutdinov & Murray 2008), (n_runs,).
 
@@ -710,9 +720,17 @@ def ais_log_weights(W, b_vis, b_hid, base_vis, betas, n_runs, seed):
     hiddens contributing 2^Nh) to the RBM (beta = 1).  Each run starts with an exact
     sample of the base model; at each beta_k it adds log p*_k(v) - log p*_{k-1}(v), then
     moves v by one Gibbs step h ~ p_k(h|v), v ~ p_k(v|h) that leaves p_k invariant.
-    All runs advance together (one BLAS product per half step); seeded splitmix64.
+
+    The runs of a block advance together (one BLAS product per half step); seeded
+    splitmix64, one stream consumed as by all runs in order: the initial visibles run by
+    run, then per beta the hidden draws run by run and the visible draws run by run.
+    Threads: the runs never interact, so fixed blocks of runs (:func:`row_blocks`) each
+    walk the whole schedule in parallel, taking their draws at their counter positions
+    (the same numbers) -- one fork for the whole estimate; the weights do not depend on
+    the thread count.
     """
     state = new_state(seed)
+    base0 = state[0]
     n_vis, n_hid = W.shape
     WT = W.T
     V = np.empty((n_runs, n_vis))
@@ -722,28 +740,38 @@ def ais_log_weights(W, b_vis, b_hid, base_vis, betas, n_runs, seed):
     logw = np.zeros(n_runs)
     diff_vis = b_vis - base_vis
     H = np.empty((n_runs, n_hid))
-    for kk in range(1, betas.shape[0]):
-        b_prev = betas[kk - 1]
-        b_now = betas[kk]
-        X = np.dot(V, W)
-        for r in range(n_runs):
-            s = 0.0
-            for i in range(n_vis):
-                s += diff_vis[i] * V[r, i]
-            acc = (b_now - b_prev) * s
-            for j in range(n_hid):
-                x = X[r, j] + b_hid[j]
-                y = b_now * x
-                e = math.exp(-abs(y))  # shared by softplus(y) and sigmoid(y)
-                acc += max(y, 0.0) + math.log1p(e) - softplus(b_prev * x)
-                p = 1.0 / (1.0 + e) if y >= 0.0 else e / (1.0 + e)
-                H[r, j] = 1.0 if _uniform(state) < p else 0.0
-            logw[r] += acc
-        if kk == betas.shape[0] - 1:
-            break  # the last transition would not change the weights
-        Y = np.dot(H, WT)
-        for r in range(n_runs):
-            for i in range(n_vis):
-                y = (1.0 - b_now) * base_vis[i] + b_now * (b_vis[i] + Y[r, i])
-                V[r, i] = 1.0 if _uniform(state) < sigmoid(y) else 0.0
+    X = np.empty((n_runs, n_hid))
+    Y = np.empty((n_runs, n_vis))
+    first = _advance(base0, n_runs * n_vis)
+    per_beta = n_runs * (n_hid + n_vis)
+    n_betas = betas.shape[0]
+    nb = row_blocks(n_runs)
+    for b in prange(nb):
+        lo, hi = _block(n_runs, nb, b)
+        for kk in range(1, n_betas):
+            b_prev = betas[kk - 1]
+            b_now = betas[kk]
+            base_h = _advance(first, (kk - 1) * per_beta)
+            base_v = _advance(base_h, n_runs * n_hid)
+            np.dot(V[lo:hi], W, X[lo:hi])
+            for r in range(lo, hi):
+                s = 0.0
+                for i in range(n_vis):
+                    s += diff_vis[i] * V[r, i]
+                acc = (b_now - b_prev) * s
+                for j in range(n_hid):
+                    x = X[r, j] + b_hid[j]
+                    y = b_now * x
+                    e = math.exp(-abs(y))  # shared by softplus(y) and sigmoid(y)
+                    acc += max(y, 0.0) + math.log1p(e) - softplus(b_prev * x)
+                    p = 1.0 / (1.0 + e) if y >= 0.0 else e / (1.0 + e)
+                    H[r, j] = 1.0 if _uniform_at(base_h, r * n_hid + j) < p else 0.0
+                logw[r] += acc
+            if kk == n_betas - 1:
+                break  # the last transition would not change the weights
+            np.dot(H[lo:hi], WT, Y[lo:hi])
+            for r in range(lo, hi):
+                for i in range(n_vis):
+                    y = (1.0 - b_now) * base_vis[i] + b_now * (b_vis[i] + Y[r, i])
+                    V[r, i] = 1.0 if _uniform_at(base_v, r * n_vis + i) < sigmoid(y) else 0.0
     return logw

@@ -623,12 +623,20 @@ def tap_iterate(W, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_
     Precision: the products and the moments run in the dtype of W (av, cv, ah, ch share it:
     float32 products run about twice as fast); every buffer is allocated once per call.
     """
-    K, Nv = av.shape
-    Nh = ah.shape[1]
-    dt = W.dtype
     WT = np.ascontiguousarray(W.T)
     W2 = W * W
     W2T = np.ascontiguousarray(W2.T)
+    _tap_iterate(W, WT, W2, W2T, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h, field, has_field,
+                 av, cv, ah, ch, damping, tol, max_iter, iters, converged)
+
+
+@njit(cache=True, nogil=True)
+def _tap_iterate(W, WT, W2, W2T, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h, field, has_field,
+                 av, cv, ah, ch, damping, tol, max_iter, iters, converged):
+    """:func:`tap_iterate` given W^T, W^2 and (W^2)^T (contiguous), shared by the blocks."""
+    K, Nv = av.shape
+    Nh = ah.shape[1]
+    dt = W.dtype
     idx = np.arange(K)
     xav = av.copy()
     xcv = cv.copy()
@@ -711,11 +719,14 @@ def tap_iterate_blocks(W, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo
     """
     K = av.shape[0]
     nb = chain_blocks(K)
+    WT = np.ascontiguousarray(W.T)
+    W2 = W * W
+    W2T = np.ascontiguousarray(W2.T)
     for b in prange(nb):
         lo = b * K // nb
         hi = (b + 1) * K // nb
         f = field[lo:hi] if has_field else field
-        tap_iterate(W, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h, f, has_field,
+        _tap_iterate(W, WT, W2, W2T, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h, f, has_field,
                     av[lo:hi], cv[lo:hi], ah[lo:hi], ch[lo:hi], damping, tol, max_iter, iters[lo:hi],
                     converged[lo:hi])
 

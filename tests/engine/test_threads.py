@@ -124,3 +124,79 @@ def test_tap_chain_blocks_match_one_block_and_the_numpy_reference(n_threads):
     tap_kernels.tap_iterate(*model.args(), *one, 0.0, 0.0, 30, it, ok)
     np.testing.assert_allclose(got.a_vis, one[0], atol=1e-12)
     np.testing.assert_array_equal(got.iterations, it)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_threaded_eq10_loop_matches_the_numpy_reference_and_one_thread(dtype):
+    from boltzlab.engine.kernels import frankwolfe as fwk
+    from tests.engine.test_frankwolfe import random_binary, ref_bias_loop, tiny_fractional
+
+    W, b0, c, _ = tiny_fractional(6, 3, seed=5)
+    W = W.astype(dtype)
+    chains0 = random_binary(150, 6, 6).astype(dtype)  # 3 row blocks of chains
+    data_mean = np.random.default_rng(7).random(6)
+    args = (3.0, data_mean, 0.9, 0.1, 0.2, 1e-6, 2, True, False, 123, 3, 0.0, 1.0)
+    got = {}
+    for n_threads in THREADS:
+        chains, b = chains0.copy(), b0.copy()
+        with threads.using(n_threads):
+            out = fwk.bias_alpha_updates(chains, W, b, c, *args)
+        got[n_threads] = (chains, b, out)
+    for x, y in zip(got[1][:2], got[2][:2]):
+        np.testing.assert_array_equal(x, y)
+    assert got[1][2] == got[2][2]
+    ref = ref_bias_loop(chains0.copy(), W, b0.copy(), c, 3.0, data_mean, 0.9, 0.1, 0.2, 2, True, False, 123, 3, 0.0, 1.0)
+    rel = 1e-12 if dtype == np.float64 else 1e-6
+    np.testing.assert_array_equal(got[2][0], ref[0])
+    np.testing.assert_allclose(got[2][1], ref[1], rtol=rel, atol=rel)
+
+
+@pytest.mark.parametrize("n_threads", THREADS)
+def test_threaded_ais_matches_the_numpy_reference_draw_for_draw(n_threads):
+    from tests.engine.test_rbm_kernels import ref_ais_log_weights, small_rbm
+
+    model = small_rbm(6, 4, 3)
+    base = np.random.default_rng(0).normal(0, 1, 6)
+    betas = np.linspace(0, 1, 20)
+    n_runs = 2 * rbm_kernels.ROW_BLOCK + 7  # three blocks of runs
+    with threads.using(n_threads):
+        got = rbm_kernels.ais_log_weights(model.W, model.b_vis, model.b_hid, base, betas, n_runs, 77)
+    want = ref_ais_log_weights(model.W, model.b_vis, model.b_hid, base, betas, n_runs, Stream(77))
+    np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-11)
+    with threads.using(1):
+        one = rbm_kernels.ais_log_weights(model.W, model.b_vis, model.b_hid, base, betas, n_runs, 77)
+    np.testing.assert_array_equal(got, one)
+
+
+def test_fair_share_splits_the_cores_between_playing_runs(tmp_path, monkeypatch):
+    import os
+    import time
+
+    monkeypatch.setenv("BOLTZLAB_PLAYERS_DIR", str(tmp_path))
+    a, b, c = threads.Player("a"), threads.Player("b"), threads.Player("c")
+    assert threads.share("a", cores=2) == 2  # alone: every core
+    with a:
+        assert threads.players() == ["a"]
+        assert threads.share("b", cores=2) == 1  # a second run: one each
+        with b:
+            assert threads.share("a", cores=2) == threads.share("b", cores=2) == 1
+            assert [threads.share(k, cores=8) for k in "ab"] == [4, 4]
+            with c:
+                assert [threads.share(k, cores=8) for k in "abc"] == [3, 3, 2]  # never more than 8 in all
+                assert [threads.share(k, cores=2) for k in "abc"] == [1, 1, 1]  # at least one each
+    # between two batches a run still counts for GRACE_SECONDS, then gives its cores back
+    assert threads.players() == ["a", "b", "c"]
+    assert threads.players(now=time.time() + 2 * threads.GRACE_SECONDS) == []
+    b.close()
+    assert not os.path.exists(b.path)
+    old = time.time() - 100 * threads.GRACE_SECONDS
+    os.utime(a.path, (old, old))
+    assert threads.players() == ["c"] and not os.path.exists(a.path)  # a stale claim is removed
+
+
+def test_fair_share_sets_the_calling_threads_count_and_restores_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("BOLTZLAB_PLAYERS_DIR", str(tmp_path))
+    before = threads.threads()
+    with threads.fair_share(threads.Player("solo")) as n:
+        assert n == threads.threads() == threads.available()
+    assert threads.threads() == before
