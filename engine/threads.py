@@ -191,11 +191,58 @@ def players(now: float | None = None) -> list[str]:
     return sorted(alive)
 
 
-def share(key: str, cores: int | None = None) -> int:
-    """Threads for the playing run ``key``: the cores split evenly between the playing runs
-    (the first ``cores % n`` of them in key order get one more), at least 1: never more
-    threads than cores in total while there are no more runs than cores."""
+#: Seconds between two readings of the machine's CPU counters (:func:`idle_cores`).
+IDLE_SAMPLE_SECONDS = 0.5
+_IDLE: dict = {}
+
+
+def _cpu_counters() -> tuple[float, float, float] | None:
+    """(busy, total) jiffies of the machine and this process's own jiffies, or None off Linux."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [float(x) for x in f.readline().split()[1:]]
+        with open("/proc/self/stat") as f:
+            own = f.read().rsplit(")", 1)[1].split()
+    except (OSError, ValueError, IndexError):
+        return None
+    total = sum(fields[:8])  # user nice system idle iowait irq softirq steal
+    idle = fields[3] + fields[4]
+    return total - idle, total, float(own[11]) + float(own[12])  # utime + stime
+
+
+def idle_cores(cores: int | None = None) -> int:
+    """The cores not busy with other processes, at least 1, from the CPU counters' change
+    since the previous reading (at most every :data:`IDLE_SAMPLE_SECONDS`; this process's
+    own work counts as idle: it is what is being shared).  Off Linux: every core."""
+    import time
+
     cores = available() if cores is None else int(cores)
+    now = time.monotonic()
+    last = _IDLE.get("sample")
+    if last is not None and now - last[0] < IDLE_SAMPLE_SECONDS:
+        return min(cores, _IDLE.get("idle", cores))
+    counters = _cpu_counters()
+    if counters is None:
+        return cores
+    _IDLE["sample"] = (now, counters)
+    if last is None:
+        _IDLE["idle"] = cores
+        return cores
+    busy, total, own = (a - b for a, b in zip(counters, last[1]))
+    if total <= 0:
+        return min(cores, _IDLE.get("idle", cores))
+    machine = os.cpu_count() or cores
+    others = max(0.0, busy - own) / total * machine  # cores' worth of other processes' work
+    _IDLE["idle"] = max(1, min(cores, int(cores - others + 0.25)))
+    return _IDLE["idle"]
+
+
+def share(key: str, cores: int | None = None) -> int:
+    """Threads for the playing run ``key``: the idle cores (:func:`idle_cores`, all of them
+    when ``cores`` is given) split evenly between the playing runs (the first ``cores % n``
+    of them in key order get one more), at least 1: never more threads than cores in total
+    while there are no more runs than cores."""
+    cores = idle_cores() if cores is None else int(cores)
     keys = players()
     if key not in keys:
         keys = sorted(keys + [key])

@@ -198,5 +198,17 @@ def test_fair_share_sets_the_calling_threads_count_and_restores_it(tmp_path, mon
     monkeypatch.setenv("BOLTZLAB_PLAYERS_DIR", str(tmp_path))
     before = threads.threads()
     with threads.fair_share(threads.Player("solo")) as n:
-        assert n == threads.threads() == threads.available()
+        # alone: every idle core (the others' load decides how many are idle)
+        assert n == threads.threads() == threads.share("solo") and 1 <= n <= threads.available()
     assert threads.threads() == before
+
+
+def test_idle_cores_count_other_processes_work_not_ours(monkeypatch):
+    readings = iter([(0.0, 0.0, 0.0), (150.0, 200.0, 0.0), (300.0, 400.0, 140.0)])
+    monkeypatch.setattr(threads, "_cpu_counters", lambda: next(readings))
+    monkeypatch.setattr(threads, "_IDLE", {})
+    monkeypatch.setattr(threads, "IDLE_SAMPLE_SECONDS", 0.0)
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 4)
+    assert threads.idle_cores(4) == 4  # first reading: no history, every core
+    assert threads.idle_cores(4) == 1  # 3 of 4 cores busy with other processes
+    assert threads.idle_cores(4) == 4  # as busy, but with our own work (0.2 cores of others): all ours
