@@ -212,3 +212,21 @@ def test_idle_cores_count_other_processes_work_not_ours(monkeypatch):
     assert threads.idle_cores(4) == 4  # first reading: no history, every core
     assert threads.idle_cores(4) == 1  # 3 of 4 cores busy with other processes
     assert threads.idle_cores(4) == 4  # as busy, but with our own work (0.2 cores of others): all ours
+
+
+def test_benches_measure_one_and_n_threads_in_the_same_run():
+    from boltzlab.engine.experiments import bench_fvbm, bench_rbm, bench_tap
+
+    rows = bench_tap.run(hidden=(6,), K=5, n_sweeps=2, repeats=1, threads=2)["rows"]
+    assert [r["threads"] for r in rows] == [1, 2]
+    assert rows[0]["speedup_float32"] == 1.0 and rows[1]["speedup_float32"] > 0
+    for r in rows:
+        assert r["sgemm_gflops"] == pytest.approx(max(r["blas_sgemm_gflops"], r["blocked_sgemm_gflops"]))
+    rows = bench_rbm.run(hidden=(20,), repeats=1, ais_runs=2, ais_schedule="live", threads=2)["rows"]
+    assert [r["threads"] for r in rows] == [1, 2] and "ais_seconds" in rows[0] and "ais_seconds" not in rows[1]
+    for r in rows:
+        assert r["sgemm_floor_seconds"] == min(r["blas_sgemm_floor_seconds"], r["blocked_sgemm_floor_seconds"])
+        assert r["float32_floor_fraction"] == pytest.approx(r["sgemm_floor_seconds"] / r["engine_float32_seconds"])
+    assert "threads vs 1" in bench_rbm.format_table({"rows": rows})
+    result = bench_fvbm.run(n=400, d=4, min_seconds=0.01, threads=2)
+    assert [r["threads"] for r in result["thread_rows"]] == [1, 2] and result["thread_rows"][0]["speedup"] == 1.0
