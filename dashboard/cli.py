@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from boltzlab.dashboard.budget import DEFAULT_ISOMAP_ROWS, DEFAULT_STEP_SECONDS
+from boltzlab.dashboard.progress import TerminalProgress
 
 EXIT_BAD_INPUT = 2
 EXIT_NO_MPLE = 3
@@ -435,10 +436,12 @@ def cmd_reproduce_fvbm(args: argparse.Namespace) -> int:
 
     settings = experiment.Settings.quick() if args.quick else experiment.Settings()
     settings.variance = args.variance
-    log = (lambda msg: print(msg, file=sys.stderr)) if args.json else print
-    log(f"Reproducing §5 of Nguyen & Wood (2016): d in {list(settings.dims)}, n = {settings.n}, "
-        f"{settings.repetitions} runs each, tau = {settings.tol:g}, parameter variance {settings.variance:g}" + (" (quick)" if args.quick else ""))
-    result = experiment.run(settings, progress=log)
+    # the lines go to stderr, with a bar on a terminal (stdout keeps the table or the JSON)
+    with TerminalProgress("reproduce fvbm") as log:
+        log(f"Reproducing §5 of Nguyen & Wood (2016): d in {list(settings.dims)}, n = {settings.n}, "
+            f"{settings.repetitions} runs each, tau = {settings.tol:g}, parameter variance {settings.variance:g}"
+            + (" (quick)" if args.quick else ""))
+        result = experiment.run(settings, progress=log)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     from boltzlab.dashboard.reports import write_fvbm_figure
@@ -465,13 +468,13 @@ def _reproduce_with_figures(experiment, args: argparse.Namespace, overrides: dic
         experiment.make_settings(args.quick, args.seed, **overrides)
     except ValueError as exc:
         return _error(str(exc))
-    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731 -- progress always on stderr
     out = Path(args.output)
-    result = experiment.run(args.quick, out, args.seed, progress=log,
-                            **{k: v for k, v in overrides.items() if v is not None})
-    if write_figures is not None:
-        log("writing figures ...")
-        result["figures"] = write_figures(result, out)
+    with TerminalProgress(f"reproduce {args.family}") as log:
+        result = experiment.run(args.quick, out, args.seed, progress=log,
+                                **{k: v for k, v in overrides.items() if v is not None})
+        if write_figures is not None:
+            log("writing figures ...")
+            result["figures"] = write_figures(result, out)
     if args.json:
         print(json.dumps(_json_safe(result)))
         return 0
@@ -533,10 +536,10 @@ def cmd_reproduce_frankwolfe(args: argparse.Namespace) -> int:
 def cmd_reproduce_bound(args: argparse.Namespace) -> int:
     from boltzlab.engine.experiments import bound_tables as experiment
 
-    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731 -- progress always on stderr
     try:
-        result = experiment.run(args.quick, problems=tuple(args.problems) if args.problems else None,
-                                max_seconds=args.max_seconds, progress=log)
+        with TerminalProgress("reproduce bound") as log:
+            result = experiment.run(args.quick, problems=tuple(args.problems) if args.problems else None,
+                                    max_seconds=args.max_seconds, progress=log)
     except ValueError as exc:
         return _error(str(exc))
     if args.json:

@@ -1,6 +1,6 @@
 """What every lab offers besides training: share, preset, save, load, export, present.
 
-A lab hands :class:`LabTools` its settings widgets and presets; the tools then provide
+A lab hands :class:`LabTools` its settings (``param`` parameters) and presets; the tools then provide
 
 * **a shareable URL**: the lab's settings (seeds included) live in the query string
   (``?page=0&fvbm.d=12&fvbm.init_seed=3``), kept current as the user changes them, so a
@@ -14,7 +14,8 @@ A lab hands :class:`LabTools` its settings widgets and presets; the tools then p
 * **presentation mode**: a large "Next step" button that steps once and says what changed.
 
 The lab side is :class:`boltzlab.dashboard.labs.base.Lab` (``key``, ``title``, ``runner``,
-``settings()``, ``presets``, ``apply_settings()``, ``redraw()``, ``next_step()``,
+``setting_names()``, ``settings_values()``, ``parse_settings()``, ``check_settings()``,
+``presets``, ``apply_settings()``, ``redraw()``, ``next_step()``,
 ``refresh_status()``); the base owns one ``LabTools`` and places its widgets.
 """
 
@@ -29,6 +30,7 @@ from typing import Any, Mapping
 
 import numpy as np
 import panel as pn
+import param
 
 from boltzlab.dashboard.runner import History
 from boltzlab.dashboard.views import StatusBadge
@@ -90,13 +92,17 @@ def scale_plot_fonts(root: pn.viewable.Viewable, factor: float,
 
 
 # ---------------------------------------------------------------------- settings <-> text
-def _option_values(widget) -> list:
-    options = widget.options
-    return list(options.values()) if isinstance(options, dict) else list(options)
+# A lab's settings are its ``param`` parameters (dashboard.labs.base.Lab); a link and a
+# checkpoint carry them as text.  These three functions are the whole translation: what a
+# value looks like as text, what text means for a parameter, and the one sentence a value
+# that is not allowed gets, whether it came from a link, a checkpoint, a preset or Python.
+def setting_error(name: str, allowed: str, got: Any) -> ValueError:
+    """The sentence for a value a setting does not allow: ``got`` as the user gave it."""
+    return ValueError(f"The '{name}' setting must be {allowed}. Got {got!r}.")
 
 
-def encode_value(widget, value: Any) -> str:
-    """A widget value as URL text: numbers in short form, booleans as 0/1."""
+def setting_text(value: Any) -> str:
+    """A setting's value as URL / checkpoint text: numbers in short form, booleans as 0/1."""
     if isinstance(value, bool):
         return "1" if value else "0"
     if isinstance(value, float):
@@ -104,12 +110,59 @@ def encode_value(widget, value: Any) -> str:
     return str(value)
 
 
-def decode_value(name: str, widget, text: str) -> Any:
-    """Parse URL / checkpoint text for ``widget``; a clear ``ValueError`` if not allowed.
+def _choices(parameter: param.Parameter) -> dict[str, Any]:
+    """A selector's values by their labels (the labels are the values' text if it has none)."""
+    objects = parameter.objects
+    return dict(objects) if isinstance(objects, dict) else {setting_text(v): v for v in objects}
+
+
+def check_setting(parameter: param.Parameter, value: Any, *, bounds: tuple | None = None,
+                  text: str | None = None) -> Any:
+    """``value`` if ``parameter`` allows it (within ``bounds``, its own by default), else
+    :func:`setting_error` (showing ``text``, what the user wrote, or the value's text)."""
+    name = parameter.name
+    got = setting_text(value) if text is None else text
+    if isinstance(parameter, param.Selector):
+        choices = _choices(parameter)
+        if any(value == v and isinstance(value, bool) == isinstance(v, bool) for v in choices.values()):
+            return value
+        raise setting_error(name, f"one of {[setting_text(v) for v in choices.values()]}", got)
+    if isinstance(parameter, param.Boolean):
+        if isinstance(value, bool):
+            return value
+        raise setting_error(name, "0 or 1", got)
+    if isinstance(parameter, param.String):
+        if not isinstance(value, str):
+            raise ValueError(f"The '{name}' setting must be text. Got {value!r}.")
+        if len(value) > MAX_TEXT:
+            raise ValueError(f"The '{name}' setting must be at most {MAX_TEXT} characters. Got {len(value)}.")
+        return value
+    if isinstance(parameter, param.Integer):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise setting_error(name, "an int", got)
+        value = int(value)
+    else:  # param.Number
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise setting_error(name, "a number", got)
+        if not math.isfinite(value):
+            raise setting_error(name, "a finite number", got)
+        value = float(value)
+    start, end = (parameter.bounds or (None, None)) if bounds is None else bounds
+    if (start is not None and value < start) or (end is not None and value > end):
+        allowed = (f"in [{start}, {end}]" if start is not None and end is not None
+                   else f"at least {start}" if start is not None else f"at most {end}")
+        raise setting_error(name, allowed, got)
+    return value
+
+
+def parse_setting(parameter: param.Parameter, text: Any, *, bounds: tuple | None = None) -> Any:
+    """The value URL / checkpoint ``text`` gives ``parameter``; :func:`setting_error` if
+    it is not allowed.
 
     ``text`` may also be a URL argument as the server gives it: bytes, or the list of every
     value a repeated key had (one value, or the same value repeated, is fine; different ones
     are refused rather than silently taking the last)."""
+    name = parameter.name
     if isinstance(text, list):
         texts = list(dict.fromkeys(t.decode("utf-8", "replace") if isinstance(t, bytes) else t
                                    for t in text))
@@ -121,46 +174,25 @@ def decode_value(name: str, widget, text: str) -> Any:
         text = text.decode("utf-8", "replace")
     if not isinstance(text, str):
         raise ValueError(f"The '{name}' setting must be text. Got {text!r}.")
-    if hasattr(widget, "options"):
-        values = _option_values(widget)
-        labels = list(widget.options) if isinstance(widget.options, dict) else []
-        for value in values:
-            if encode_value(widget, value) == text:
-                return value
-        if text in labels:
-            return widget.options[text]
-        allowed = [encode_value(widget, v) for v in values]
-        raise ValueError(f"The '{name}' setting must be one of {allowed}. Got {text!r}.")
-    value = widget.value
-    if isinstance(value, bool) or isinstance(widget, (pn.widgets.Checkbox, pn.widgets.Toggle)):
-        if text.lower() in ("1", "true", "yes", "on"):
-            return True
-        if text.lower() in ("0", "false", "no", "off"):
-            return False
-        raise ValueError(f"The '{name}' setting must be 0 or 1. Got {text!r}.")
-    if isinstance(widget, (pn.widgets.IntInput, pn.widgets.IntSlider)):
+    value: Any = text
+    if isinstance(parameter, param.Selector):
+        choices = _choices(parameter)
+        by_text = {setting_text(v): v for v in choices.values()}
+        value = by_text.get(text, choices.get(text, text))
+    elif isinstance(parameter, param.Boolean):
+        value = {"1": True, "true": True, "yes": True, "on": True,
+                 "0": False, "false": False, "no": False, "off": False}.get(text.lower(), text)
+    elif isinstance(parameter, param.Integer):
         try:
-            number: Any = int(text)
+            value = int(text)
         except ValueError:
-            raise ValueError(f"The '{name}' setting must be an int. Got {text!r}.") from None
-    elif isinstance(widget, (pn.widgets.FloatInput, pn.widgets.FloatSlider)):
+            pass  # refused by check_setting as not an int
+    elif isinstance(parameter, param.Number):
         try:
-            number = float(text)
+            value = float(text)
         except ValueError:
-            raise ValueError(f"The '{name}' setting must be a number. Got {text!r}.") from None
-        if not math.isfinite(number):
-            raise ValueError(f"The '{name}' setting must be a finite number. Got {text!r}.")
-    else:
-        if len(text) > MAX_TEXT:
-            raise ValueError(f"The '{name}' setting must be at most {MAX_TEXT} characters. "
-                             f"Got {len(text)}.")
-        return text
-    start, end = getattr(widget, "start", None), getattr(widget, "end", None)
-    if (start is not None and number < start) or (end is not None and number > end):
-        bounds = (f"in [{start}, {end}]" if start is not None and end is not None
-                  else f"at least {start}" if start is not None else f"at most {end}")
-        raise ValueError(f"The '{name}' setting must be {bounds}. Got {text!r}.")
-    return number
+            pass
+    return check_setting(parameter, value, bounds=bounds, text=text)
 
 
 # ---------------------------------------------------------------------- checkpoint files
@@ -376,6 +408,16 @@ class LabTools:
         self.export_html = w.FileDownload(callback=self._html_file, label="⬇ Plots (HTML)",
                                           filename=f"boltzlab-{lab.key}-plots.html", width=135,
                                           embed=False)
+        # "Copy as Python": the run as a script (Lab.python_script), shown to copy and on the
+        # clipboard where the browser allows it (a secure context: https or localhost)
+        self.copy_python = w.Button(label="Copy as Python", width=135)
+        self.export_py = w.FileDownload(callback=self._python_file, label="⬇ Script (.py)",
+                                        filename=f"boltzlab-{lab.key}-run.py", width=135, embed=False)
+        self.script = w.TextAreaInput(value="", visible=False, width=300, height=180,
+                                      css_classes=[f"{lab.key}-python-script"])
+        self.script.jscallback(value="if (navigator.clipboard && window.isSecureContext) "
+                                     "{ navigator.clipboard.writeText(cb_obj.value) }")
+        self.copy_python.on_click(lambda event: self.show_script())
         self.message = StatusBadge("", "info", visible=False, name=f"{lab.key}-tools-message")
         self.next_step = w.Button(label="Next step ▶", color="success", width=170, align="end",
                                   height=48, visible=False, stylesheets=[
@@ -388,15 +430,14 @@ class LabTools:
                                             "overflow": "hidden"}, margin=(0, 10))
         self.root: pn.viewable.Viewable | None = None  # the lab's page, for the HTML export
         self._fonts: dict[str, dict[str, Any]] = {}  # plot fonts before presentation mode
-        self._syncing_url = False
         self._presenting = False
         self._card_was_collapsed = False
 
         self.preset.param.watch(self._on_preset, "value")
         self.load.param.watch(self._on_load, "value")
         self.next_step.on_click(lambda e: self.lab.next_step())
-        for widget in lab.settings().values():
-            widget.param.watch(lambda e: self.push_url(), "value")
+        # one watcher on every setting: a batch of changes (a link, a preset) is one push
+        lab.param.watch(lambda *events: self.push_url(), lab.setting_names())
 
     # -------------------------------------------------------------- layout
     def panel(self) -> pn.viewable.Viewable:
@@ -405,13 +446,15 @@ class LabTools:
             "reproduces the run. Checkpoint: the trained model, settings and curves as .npz; "
             "load it later (or on another machine) and press Play to continue exactly. "
             "Export: the curves' numbers as CSV, the plots as an HTML page (each plot's "
-            "toolbar also saves a PNG)."), align="end")
+            "toolbar also saves a PNG). Copy as Python: a script that makes this run again "
+            "headless and saves its numbers."), align="end")
         # rows of fixed widths that fit the card: a wrapping row let Bokeh place the file
         # input and the last button outside the card, over the plots (seen at 1440x900)
         body = pn.Column(pn.Row(self.copy_link, self.save),
                          pn.Row(pn.pane.Markdown("**Load checkpoint:**", margin=(0, 10)), help_icon),
                          self.load,
-                         pn.Row(self.export_csv, self.export_html), margin=0)
+                         pn.Row(self.export_csv, self.export_html),
+                         pn.Row(self.copy_python, self.export_py), self.script, margin=0)
         # under the controls, in the left column: the first screen's right side is the plot
         self._card = pn.Card(body, title="Share, save and export", collapsed=False,
                              width=325, margin=(5, 5))  # the controls column's width, folded or not
@@ -434,20 +477,13 @@ class LabTools:
 
     # -------------------------------------------------------------- settings, URL
     def settings_text(self) -> dict[str, str]:
-        return {name: encode_value(w, w.value) for name, w in self.lab.settings().items()}
+        """The lab's settings as text, by name (what a link and a checkpoint carry)."""
+        return {name: setting_text(value) for name, value in self.lab.settings_values().items()}
 
-    def decode(self, texts: Mapping[str, str], *, strict: bool) -> tuple[dict[str, Any], list[str]]:
-        """Decode setting texts; unknown names and bad values are errors (all reported)."""
-        widgets = self.lab.settings()
-        values, errors = {}, []
-        for name, text in texts.items():
-            if name not in widgets:
-                errors.append(f"The lab has no setting {name!r}.")
-                continue
-            try:
-                values[name] = decode_value(name, widgets[name], text)
-            except ValueError as exc:
-                errors.append(str(exc))
+    def decode(self, texts: Mapping[str, Any], *, strict: bool) -> tuple[dict[str, Any], list[str]]:
+        """Setting texts as values (:meth:`Lab.parse_settings`); unknown names and bad
+        values are errors (all reported, raised together if ``strict``)."""
+        values, errors = self.lab.parse_settings(texts)
         if strict and errors:
             raise ValueError(" ".join(errors))
         return values, errors
@@ -458,7 +494,7 @@ class LabTools:
     def push_url(self) -> None:
         """Keep the address bar's query string equal to the lab's settings."""
         location = pn.state.location
-        if location is None or self._syncing_url:
+        if location is None:
             return
         query = self.query()
         doc = pn.state.curdoc
@@ -476,18 +512,15 @@ class LabTools:
         texts = {}
         for key, raw in args.items():
             if key.startswith(prefix):
-                # bytes or a list of every value of a repeated key: decode_value checks them
+                # bytes or a list of every value of a repeated key: parse_setting checks them
                 texts[key[len(prefix):]] = raw if isinstance(raw, (list, bytes)) else str(raw)
         if not texts:
             return
         values, errors = self.decode(texts, strict=False)
         try:
-            self._syncing_url = True
             self.lab.apply_settings(values)
         except ValueError as exc:
             errors.append(str(exc))
-        finally:
-            self._syncing_url = False
         # the address bar then names every setting, not only the link's (once the page is
         # up: a change made while the session is being created is overwritten by the browser)
         if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
@@ -509,9 +542,7 @@ class LabTools:
     def apply_preset(self, preset: Preset) -> None:
         with pn.io.hold(freeze=True):
             try:
-                values, _ = self.decode({k: encode_value(None, v) for k, v in preset.settings.items()},
-                                        strict=True)
-                self.lab.apply_settings(values)
+                self.lab.apply_settings(self.lab.check_settings(preset.settings), fresh=True)
             except ValueError as exc:
                 self.show("error", f"**The preset could not be applied:** {exc}")
                 return
@@ -558,45 +589,36 @@ class LabTools:
             return False
         backup = self.checkpoint()
         try:
-            self._syncing_url = True
             self.lab.apply_settings(values)
             self.lab.runner.restore(ckpt.states, ckpt.history)
         except Exception as exc:  # a state that does not fit these trainers, ...
-            try:
-                self.lab.apply_settings(self.decode(backup.settings, strict=True)[0])
-                self.lab.runner.restore(backup.states, backup.history)
-            finally:
-                self._syncing_url = False
+            self.lab.apply_settings(self.decode(backup.settings, strict=True)[0])
+            self.lab.runner.restore(backup.states, backup.history)
             self.lab.redraw(self.lab.runner.history.records())
             # a refused setting (ValueError, e.g. over the work budget) is its own sentence
             text = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
             self.show("error", f"**Could not load {filename}:** {text}  \n"
                                "The current run is unchanged.")
             return False
-        self._syncing_url = False
-        self.push_url()
         self.lab.redraw(self.lab.runner.history.records())
         steps = sum(s.steps for s in self.lab.runner.states.values())
         self.show("ok", f"Loaded {filename}: {steps} step(s) restored. Press ▶ Play to continue.")
         return True
 
     # -------------------------------------------------------------- exports
+    def show_script(self) -> None:
+        """Show the run as a Python script (and copy it, where the browser lets a page)."""
+        self.script.value = self.lab.python_script()
+        self.script.visible = True
+
+    def _python_file(self) -> io.BytesIO:
+        return io.BytesIO(self.lab.python_script().encode())
+
     def _csv_file(self) -> io.BytesIO:
-        return io.BytesIO(history_csv(self.lab.runner.history.copy()).encode())
+        return io.BytesIO(history_csv(self.lab.runner.copy_history()).encode())
 
     def _html_file(self) -> io.BytesIO:
-        from bokeh.embed import file_html
-        from bokeh.layouts import column
-        from bokeh.resources import INLINE
-
-        figures = []
-        if self.root is not None:
-            figures = [p.object for p in self.root.select(pn.pane.Bokeh)
-                       if p.object is not None and p.visible]
-        if not figures:
-            return io.BytesIO(b"<p>No plots to export.</p>")
-        html = file_html(column(*figures), INLINE, title=f"Boltzmann Lab: {self.lab.title}")
-        return io.BytesIO(html.encode())
+        return io.BytesIO(self.lab.figures_html().encode())
 
     def show(self, level: str, text: str) -> None:
         self.message.set(level, text)

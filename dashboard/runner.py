@@ -193,6 +193,11 @@ class Runner:
         return self._playing
 
     @property
+    def generation(self) -> int:
+        """Rises by one with every new set of runs (a reset or a restore)."""
+        return self._generation
+
+    @property
     def speed(self) -> float | None:
         return self._speed
 
@@ -294,6 +299,11 @@ class Runner:
                 if getattr(trainer, "done", False):
                     self._finish(name, trainer)
             self._cond.notify_all()
+
+    def copy_history(self) -> History:
+        """A copy of :attr:`history`, taken under the lock (safe while the runs play)."""
+        with self._cond:
+            return self.history.copy()
 
     def close(self, timeout: float = 2.0) -> None:
         """Stop the worker thread (idempotent)."""

@@ -343,7 +343,11 @@ class FrankWolfeTrainer:
     ``train_log_likelihood``, ``valid_log_likelihood``, ``test_log_likelihood``,
     ``penalized_log_likelihood`` (eq. 6 on the training data), ``fw_objective`` (L'), ``log_z``, ``log_z_exact``,
     ``log_z_spread`` (AIS).  arrays: ``new_unit`` (w*, (Nv,); absent on an away step,
-    which has ``removed_weights``), ``W``, ``b_vis``, ``b_hid``.
+    which has ``removed_weights``), ``W``, ``b_vis``, ``b_hid`` and, with ``record_samples``
+    = m > 0, ``samples``: the first min(m, S) persistent chains (the model samples {v_s} of
+    step 1 of Algorithm 1, after this iteration's eq. 10 updates), (m, Nv) of 0/1 -- what the
+    model generates, at no extra cost.  None with exact expectations over the visible states
+    (no chains are used there).
     """
 
     def __init__(
@@ -381,6 +385,7 @@ class FrankWolfeTrainer:
         early_stopping: bool = False,
         max_iterations: int | None = None,
         dtype: Literal["float32", "float64"] = "float32",
+        record_samples: int = 0,
     ) -> None:
         owner = "FrankWolfeTrainer"
         self.V = check_binary(V, "V", owner)
@@ -397,6 +402,7 @@ class FrankWolfeTrainer:
         self.ais_schedule = check_choice("ais_schedule", ais_schedule, owner, ("live", "default"))
         self.eval_every = check_int("eval_every", eval_every, owner, 1)
         self.seed = check_seed(owner, seed)
+        self.record_samples = check_int("record_samples", record_samples, owner, 0)
         for name, flag in (("away_steps", away_steps), ("fit_alpha", fit_alpha),
                            ("exact_expectations", exact_expectations), ("hidden_bias", hidden_bias),
                            ("early_stopping", early_stopping)):
@@ -913,6 +919,8 @@ class FrankWolfeTrainer:
         self.elapsed += train_time + eval_time
         scalars.update({"wall_time": train_time + eval_time, "eval_time": eval_time, "elapsed": self.elapsed})
         arrays.update({"W": self._W.copy(), "b_vis": self._b.copy(), "b_hid": self._c.copy()})
+        if self.record_samples and self._exact_mode != "visible":
+            arrays["samples"] = np.asarray(self._chains[: self.record_samples], dtype=np.float64)
         return Record(scalars, arrays)
 
     def run(self) -> list[Record]:

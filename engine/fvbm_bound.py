@@ -481,9 +481,10 @@ def warm_up_fvbm_bound() -> None:
 
 
 def race_to_mple(X: np.ndarray, *, grad_tol: float = 1e-6, mus: tuple[float, ...] = (0.5, 2.5, 8.0),
-                 max_seconds: float = 60.0) -> list[dict]:
+                 max_seconds: float = 60.0, max_sweeps: int = 10**9) -> list[dict]:
     """Time BSLM, GA (each mu), the bound MM (plain and SQUAREM) and L-BFGS from theta = 0
-    until |grad P_n| <= grad_tol * n (or ``max_seconds`` of stepping).
+    until |grad P_n| <= grad_tol * n (or ``max_seconds`` of stepping, or ``max_sweeps``
+    iterations: with ``max_seconds=math.inf`` the outcome no longer depends on the machine's load).
 
     Only the calls to ``steps`` are timed; the gradient check after each iteration is
     not.  Rows: method, iterations, seconds, log_pl, grad_norm, reached, monotone.
@@ -491,6 +492,7 @@ def race_to_mple(X: np.ndarray, *, grad_tol: float = 1e-6, mus: tuple[float, ...
     from boltzlab.engine.fvbm import FVBMTrainer, log_pl_gradient, pack_theta
 
     X = check_data(X, "race_to_mple")
+    max_sweeps = check_int("max_sweeps", max_sweeps, "race_to_mple", minimum=1)
     n = X.shape[0]
     stop = grad_tol * n
     rows = []
@@ -517,11 +519,11 @@ def race_to_mple(X: np.ndarray, *, grad_tol: float = 1e-6, mus: tuple[float, ...
         return float(np.linalg.norm(pack_theta(gb, gM)))
 
     for algorithm, mu in [("bslm", 1.0)] + [("ga", m) for m in mus]:
-        trainer = FVBMTrainer(X, algorithm=algorithm, mu=mu, tol=0, max_sweeps=10**9)
+        trainer = FVBMTrainer(X, algorithm=algorithm, mu=mu, tol=0, max_sweeps=max_sweeps)
         measure(trainer, fvbm_gradient)
-    for trainer in (BoundMPLETrainer(X, tol=0, max_sweeps=10**9),
-                    BoundMPLETrainer(X, tol=0, max_sweeps=10**9, accelerate=True),
-                    LBFGSMPLETrainer(X, tol=0, max_sweeps=10**9)):
+    for trainer in (BoundMPLETrainer(X, tol=0, max_sweeps=max_sweeps),
+                    BoundMPLETrainer(X, tol=0, max_sweeps=max_sweeps, accelerate=True),
+                    LBFGSMPLETrainer(X, tol=0, max_sweeps=max_sweeps)):
         measure(trainer, lambda tr: tr.grad_norm)
     return rows
 

@@ -87,6 +87,7 @@ from boltzlab.engine.optimizers import (
     check_float,
     shifted_cholesky_solve,
 )
+from boltzlab.engine.progress import advancer
 from boltzlab.engine.stepping import Record, as_scalar
 
 FEATURES = ("linear", "quadratic")
@@ -610,10 +611,12 @@ def latent_table(problems: Sequence[str] = LATENT_PROBLEMS, ms: Sequence[int] = 
 
     warm_up_majorize()  # load numba's cache (class_bounds) before any step is timed
     rows: list[dict[str, Any]] = []
-    for problem in problems:
+    advance = advancer(print_fn)
+    for p_index, problem in enumerate(problems):
         Xtr, ytr, Xte, yte, K = load_latent_problem(problem, seed)
         lam = reg[problem]
-        for m in ms:
+        for m_index, m in enumerate(ms):
+            advance(p_index * len(ms) + m_index, len(problems) * len(ms))
             objective = LatentConditional(Xtr, ytr, K, m, lam)
             print_fn(f"\n{problem}, m = {m}: dim = {objective.dim}, t = {len(ytr)} train / {len(yte)} test, "
                      f"lambda = {lam:g}, {n_inits} start(s)")

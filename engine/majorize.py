@@ -82,6 +82,7 @@ from boltzlab.engine.optimizers import (
     scipy_reference,
     shifted_cholesky_solve,
 )
+from boltzlab.engine.progress import advancer
 from boltzlab.engine.stepping import Record
 
 #: Largest d of FVBMLikelihood (2^16 states: one Algorithm-1 pass ~0.2 s).
@@ -820,7 +821,8 @@ def race_table(problems: Sequence[str] = PROBLEMS, *, eps: float = TABLE1_EPSILO
     """
     warm_up_majorize()  # so no step's wall time includes loading numba's cache
     rows = []
-    for problem in problems:
+    advance = advancer(print_fn)
+    for p_index, problem in enumerate(problems):
         rank = low_rank if problem in ("digits", "wine", "breast_cancer") else None
         race = make_race(problem, reg=reg, seed=seed, max_iter=max_iter, low_rank=rank)
         objective = race["L-BFGS"].objective
@@ -830,7 +832,8 @@ def race_table(problems: Sequence[str] = PROBLEMS, *, eps: float = TABLE1_EPSILO
                  f"J(0) = {J0:.6g}, J* = {ref.value:.10g} (|grad| {ref.grad_norm:.1e}), eps = {eps:g}"
                  f"{' relative' if relative else ' absolute'}")
         print_fn(f"  {'method':<34}{'s/step':>9}{'iter to eps':>13}{'s to eps':>10}{'steps':>7}  status")
-        for name, trainer in race.items():
+        for m_index, (name, trainer) in enumerate(race.items()):
+            advance(p_index * len(race) + m_index, len(problems) * len(race))
             records: list[Record] = []
             while not trainer.done and trainer.elapsed < max_seconds:
                 records.append(trainer.step())
@@ -845,6 +848,7 @@ def race_table(problems: Sequence[str] = PROBLEMS, *, eps: float = TABLE1_EPSILO
             sec = "-" if hit is None else f"{hit.seconds:.3f}"
             print_fn(f"  {label:<34}{per_step:>9.4f}{it:>13}{sec:>10}{len(records):>7}  {trainer.status}"
                      f"{'' if trainer.monotone else ' (J increased)'}")
+    advance(1, 1)
     return rows
 
 

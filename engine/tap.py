@@ -538,6 +538,60 @@ def _astype_solutions(sol: UniqueSolutions, dtype) -> UniqueSolutions:
                            n_chains=sol.n_chains, n_converged=sol.n_converged, tol=sol.tol)
 
 
+# ----------------------------------------------------------------------- model samples
+
+#: the unit priors :func:`gibbs_sweeps` samples (discrete units: their conditionals are logistic)
+SAMPLED_PRIORS = ("bernoulli", "spin")
+_BLAS: Any = None  # a threadpoolctl controller, made on first use
+
+
+def _one_blas_thread():
+    """A context with BLAS on one thread: the sweeps' products are small (16 x Nv x Nh), and
+    a multi-threaded BLAS on a busy 2-core machine took ~50 ms each instead of ~0.4 ms."""
+    global _BLAS
+    if _BLAS is None:
+        from threadpoolctl import ThreadpoolController
+        _BLAS = ThreadpoolController()
+    return _BLAS.limit(limits=1, user_api="blas")
+
+
+def _conditional_sample(field: np.ndarray, kind: str, rng: np.random.Generator) -> np.ndarray:
+    """x ~ P(x | field) with P(x) proportional to e^{field x} on the prior's support (the
+    Bernoulli and spin measures mu = e^{U x} of Appendix C, U folded into ``field``)."""
+    if kind == "bernoulli":
+        return (rng.random(field.shape) < 1.0 / (1.0 + np.exp(-field))).astype(np.float64)
+    return np.where(rng.random(field.shape) < 1.0 / (1.0 + np.exp(-2.0 * field)), 1.0, -1.0)
+
+
+def gibbs_sweeps(W: np.ndarray, b_vis: np.ndarray, b_hid: np.ndarray, V: np.ndarray, k: int, seed: int, *,
+                 prior_vis: str = "bernoulli", prior_hid: str = "bernoulli") -> tuple[np.ndarray, np.ndarray]:
+    """``k`` block Gibbs sweeps (h ~ P(h | v), then v ~ P(v | h)) of the RBM whose joint is
+    P(v, h) proportional to exp(v^T W h) times the unit priors mu(x) = e^{U x} (eq. 1 with the
+    Bernoulli or spin priors of §IV / Appendix C), from each row of ``V``.
+
+    Returns the visible states after the last sweep (n, Nv) and the hidden sample that
+    produced them (n, Nh).  Seeded: the same inputs give the same chains.  Only discrete
+    priors ("bernoulli", "spin") are sampled; ``V`` is not modified.
+    """
+    owner = "gibbs_sweeps"
+    prior_vis = check_choice("prior_vis", prior_vis, owner, SAMPLED_PRIORS)
+    prior_hid = check_choice("prior_hid", prior_hid, owner, SAMPLED_PRIORS)
+    k = check_int("k", k, owner, 1)
+    W = np.asarray(W, dtype=np.float64)
+    b_vis = np.asarray(b_vis, dtype=np.float64)
+    b_hid = np.asarray(b_hid, dtype=np.float64)
+    V = np.asarray(V, dtype=np.float64)
+    if V.ndim != 2 or V.shape[1] != W.shape[0]:
+        raise ValueError(f"The 'V' parameter of {owner} must have shape (n, {W.shape[0]}). Got shape {V.shape}.")
+    rng = np.random.default_rng(check_seed(owner, seed))
+    H = np.zeros((V.shape[0], W.shape[1]))
+    with _one_blas_thread():
+        for _ in range(k):
+            H = _conditional_sample(V @ W + b_hid, prior_hid, rng)
+            V = _conditional_sample(H @ W.T + b_vis, prior_vis, rng)
+    return V, H
+
+
 # ----------------------------------------------------------------------- trainer
 
 
@@ -613,7 +667,13 @@ class TAPTrainer:
       (distinct solutions in the last training batch), ``wall_time`` (seconds of this step,
       training and evaluation), ``elapsed``;
     * arrays W, b_vis, b_hid (and precision_* / rho_* for truncated priors),
-      ``solution_free_energies``, ``solutions_vis`` (a_v) and ``solutions_hid`` (a_h).
+      ``solution_free_energies``, ``solutions_vis`` (a_v) and ``solutions_hid`` (a_h);
+    * with ``n_samples`` > 0, ``samples``: the visible states (n_samples, Nv) of that many
+      persistent block Gibbs chains of the current model (:func:`gibbs_sweeps`), advanced
+      ``sample_sweeps`` sweeps per step after training.  They show what the model generates
+      and never enter the gradient (which uses the TAP solutions); discrete priors only.
+      They start from uniform random states drawn from the seed, each step's sweeps from
+      (seed, iteration), and :meth:`state_dict` carries them, so a resumed run continues them.
 
     ``dtype`` ("float32" default, or "float64") is the precision of Algorithm 1's sweeps
     during training and of the gradient products and W's update of Algorithm 2 (float32
@@ -656,6 +716,8 @@ class TAPTrainer:
         max_damping: float | None = None,
         seed: int = 0,
         dtype: str = "float32",
+        n_samples: int = 0,
+        sample_sweeps: int = 5,
     ) -> None:
         owner = "TAPTrainer"
         self.dtype = check_dtype(dtype, owner)
@@ -690,6 +752,13 @@ class TAPTrainer:
         self.max_damping = max_damping
         self.damping_changes: list[tuple[int, float]] = []  # (iteration, new damping) raised on a stall
         self.seed = check_seed(owner, seed)
+        self.n_samples = check_int("n_samples", n_samples, owner, 0)
+        self.sample_sweeps = check_int("sample_sweeps", sample_sweeps, owner, 1)
+        if self.n_samples and (self.prior_vis not in SAMPLED_PRIORS or self.prior_hid not in SAMPLED_PRIORS):
+            raise ValueError(f"The 'n_samples' parameter of {owner} needs discrete priors ({', '.join(SAMPLED_PRIORS)}) "
+                             f"on both layers to sample the model. Got prior_vis = {self.prior_vis!r}, "
+                             f"prior_hid = {self.prior_hid!r}; use n_samples = 0.")
+        self._samples = self._initial_samples()
         self.batches_per_epoch = -(-self.n // self.batch_size)
         self.exact = (self.prior_vis == self.prior_hid == "bernoulli"
                       and min(self.n_visible, self.n_hidden) <= MAX_EXACT_UNITS)
@@ -726,6 +795,17 @@ class TAPTrainer:
 
     def _vis_prior_kind(self) -> Prior:
         return Prior(self.prior_vis, bounds=self.bounds)
+
+    def _initial_samples(self) -> np.ndarray:
+        """The display chains' start: uniform random states of the visible prior, from the seed."""
+        V0 = (_derived_rng(self.seed, 4).random((self.n_samples, self.n_visible)) < 0.5).astype(np.float64)
+        return 2.0 * V0 - 1.0 if self.prior_vis == "spin" else V0
+
+    def _advance_samples(self) -> None:
+        """``sample_sweeps`` Gibbs sweeps of the display chains under the current parameters."""
+        seed = int(_derived_rng(self.seed, 5, self.iteration).integers(2**31))
+        self._samples, _ = gibbs_sweeps(self._W, self._b_vis, self._b_hid, self._samples, self.sample_sweeps, seed,
+                                        prior_vis=self.prior_vis, prior_hid=self.prior_hid)
 
     @property
     def priors(self) -> tuple[Prior, Prior]:
@@ -843,6 +923,9 @@ class TAPTrainer:
             s, a = self._evaluate()
             scalars.update(s)
             arrays.update(a)
+            if self.n_samples:
+                self._advance_samples()
+                arrays["samples"] = self._samples.copy()
         wall = time.perf_counter() - t0
         self.elapsed += wall
         scalars["wall_time"] = wall
@@ -913,6 +996,7 @@ class TAPTrainer:
             "batch_size": self.batch_size, "n_chains": self.n_chains, "prior_vis": self.prior_vis,
             "prior_hid": self.prior_hid, "learning_rate": self.learning_rate, "weight_decay": self.weight_decay,
             "momentum": self.momentum, "damping": self.damping, "tol": self.tol, "dtype": self.dtype,
+            **({"samples": self._samples.copy()} if self.n_samples else {}),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -948,6 +1032,13 @@ class TAPTrainer:
                         message=as_scalar(state["message"]))
         if "damping" in state:  # raised on stalls when max_damping is set; resume with it
             self.damping = check_float("damping", float(as_scalar(state["damping"])), "the checkpoint", 0.0, 1.0)
+        # the display chains continue when the checkpoint has them (else they start afresh)
+        samples = np.asarray(state["samples"], dtype=np.float64) if "samples" in state else None
+        values = (-1.0, 1.0) if self.prior_vis == "spin" else (0.0, 1.0)
+        if samples is not None and samples.shape == self._samples.shape and np.all(np.isin(samples, values)):
+            self._samples = samples.copy()
+        else:
+            self._samples = self._initial_samples()
 
 
 def warm_up_tap() -> None:

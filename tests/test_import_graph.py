@@ -115,3 +115,18 @@ def test_nothing_imports_the_old_top_level_names():
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
             for imported in names:
                 assert imported.split(".")[0] not in PACKAGES, (str(path.relative_to(ROOT)), imported)
+
+
+def test_running_the_kernels_never_imports_the_old_top_level_names():
+    """numba's on-disk cache pickles the module a kernel was compiled in: an entry made under
+    the old name ``engine.kernels.x`` and reused (its source file unchanged) imports ``engine``
+    again, a second copy of the engine beside ``boltzlab.engine``.  From the repository root,
+    where ``engine`` would be importable, loading every kernel group must not do that."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from boltzlab.engine.warmup import warm_up; warm_up(); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('engine', 'dashboard')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "[]"

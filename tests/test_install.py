@@ -5,8 +5,14 @@ checkout run ``boltzlab --version``, ``boltzlab fit fvbm`` on the bundled Senate
 
 Offline and without downloading the dependencies again: the wheel is built with this
 environment's setuptools (``pip wheel --no-build-isolation``; the ``test`` extra has it), the
-venv sees this environment's packages (``--system-site-packages``) and gets the wheel alone
-(``--no-deps --no-index``).  So that it is the wheel that runs and not the checkout (which this
+venv sees the packages of the environment running the suite and gets the wheel alone
+(``--no-deps --no-index``).  Not by ``--system-site-packages``, which reaches the *base*
+interpreter's packages: run from a venv (``python3 -m venv venv && . venv/bin/activate``, then the
+README's command) the suite's packages are in that venv, not in the base, and the inner venv
+found no numba (issue 27).  Instead a ``.pth`` file in the inner venv adds the running
+interpreter's site-packages directories (:func:`running_site_packages`) with
+``site.addsitedir``, after the venv's own site-packages, so the wheel installed there is found
+first, whether the suite runs on the system interpreter or in a venv.  So that it is the wheel that runs and not the checkout (which this
 environment also has, as an editable install), the commands run outside the checkout without
 ``PYTHONPATH``, and the test checks that ``boltzlab.engine``, ``boltzlab.dashboard`` and the
 bundled data are imported from the venv, and that ``boltzlab`` is the wheel's only top-level name.  The venv compiles the numba kernels afresh (their cache lives next
@@ -21,8 +27,10 @@ import json
 import math
 import os
 import shutil
+import site
 import subprocess
 import sys
+import sysconfig
 import tomllib
 import urllib.request
 import zipfile
@@ -64,6 +72,24 @@ def check(out: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
     return out
 
 
+def running_site_packages() -> list[str]:
+    """The site-packages directories of the interpreter running the suite: a venv's own (and
+    its base's, if it was made with --system-site-packages), or the system interpreter's."""
+    dirs = [*site.getsitepackages(), sysconfig.get_path("purelib"), sysconfig.get_path("platlib")]
+    return [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]
+
+
+def make_venv(venv: Path, cwd: Path, env: dict) -> Path:
+    """A venv at ``venv`` that sees the running environment's packages after its own; its python."""
+    check(run([sys.executable, "-m", "venv", "--without-pip", venv], cwd=cwd, env=env))
+    python = venv / "bin" / "python"
+    own = check(run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], cwd=cwd, env=env))
+    # site.addsitedir also runs those directories' own .pth files, as --system-site-packages would
+    lines = [f"import site; site.addsitedir({d!r})" for d in running_site_packages()]
+    (Path(own.stdout.strip()) / "_boltzlab_running_environment.pth").write_text("\n".join(lines) + "\n")
+    return python
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     """(venv's python, venv's boltzlab, a work directory, the environment to run them in, the
@@ -80,9 +106,8 @@ def installed(tmp_path_factory):
                "--wheel-dir", dist, source], cwd=base, env=env))
     (wheel,) = dist.glob("boltzlab-*.whl")
     venv = base / "venv"
-    check(run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", venv], cwd=base, env=env))
-    python = venv / "bin" / "python"
-    # pip comes from the system site-packages and installs into the venv
+    python = make_venv(venv, base, env)
+    # pip comes from the running environment's site-packages and installs into the venv
     check(run([python, "-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed", wheel],
               cwd=base, env=env))
     work = base / "work"

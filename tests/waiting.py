@@ -38,3 +38,44 @@ def wait_until(predicate: Callable[[], T], timeout: float = 90.0, interval: floa
     if not value:
         raise AssertionError(f"condition not met within {timeout} s")
     return value
+
+
+def settled(read: Callable[[], T], quiet: float = 1.5, timeout: float = 120.0, interval: float = 0.1) -> T:
+    """``read()`` once it has given the same answer for ``quiet`` seconds on end (e.g. a count
+    after Pause, when the last tick may still be on its way); ``AssertionError`` if it keeps
+    changing for ``timeout`` s (e.g. a pause that does not stop the run)."""
+    deadline = time.monotonic() + timeout
+    value, since = read(), time.monotonic()
+    while time.monotonic() < deadline:
+        time.sleep(interval)
+        now = read()
+        if now != value:
+            value, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet:
+            return value
+    raise AssertionError(f"still changing after {timeout} s: last {value!r}")
+
+
+def in_own_thread(fn: Callable[[], T], timeout: float = 600.0) -> T:
+    """``fn()`` in a thread of its own, its result returned (its exception raised here).
+
+    For code that must run without an asyncio loop or start one (``asyncio.run``): in a full
+    run the browser tests' Playwright keeps an event loop running in the main thread."""
+    import threading
+
+    out: dict[str, object] = {}
+
+    def target() -> None:
+        try:
+            out["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            out["error"] = exc
+
+    thread = threading.Thread(target=target, name="test-own-thread", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise AssertionError(f"still running after {timeout} s")
+    if "error" in out:
+        raise out["error"]  # type: ignore[misc]
+    return out["value"]  # type: ignore[return-value]

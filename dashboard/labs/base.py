@@ -4,11 +4,13 @@ A lab module declares only what is its own (see ``docs/architecture.md``, "Labs"
 
 * metadata: ``key``, ``title``, ``summary`` (the one sentence shown first), ``intro`` /
   ``equations`` / ``watch`` (behind "more"), ``presets``, ``speeds``, ``watch_scalar``;
-* ``build_controls()`` and ``controls() -> {name: widget}``: the widgets that define a run
-  (every change rebuilds the run, except the names in ``view_settings``, which only
-  redraw); ``controls_panel()`` lays them out;
-* ``trainer_factory()``: validates the settings at once (``ValueError``) and returns a
-  builder of ``{name: trainer}``; ``prepare(changed)`` loads what the factory needs (data);
+* settings: ``param`` parameters of the lab class (name = URL key, with label, bounds or
+  choices, and doc), ``speed`` among them (:func:`speed_setting`); ``widget_options`` gives a
+  widget's type and looks, the base makes every widget from its parameter (``self.widgets``).
+  A change rebuilds the run, except the names in ``view_settings``, which only redraw;
+  ``build_controls()`` makes the lab's other widgets, ``controls_panel()`` lays them out;
+* ``trainer_factory()``: a builder of ``{name: trainer}`` (the runner builds them, once per
+  change; a bad setting raises ``ValueError`` there); ``prepare(changed)`` loads what the factory needs (data);
   ``check_work()`` refuses settings over the server's work budget (:mod:`boltzlab.dashboard.budget`);
 * ``build_views()``, ``main_view()`` (the plot that must be on the first screen),
   ``more_views()``; ``clear()`` empties them for a new run; ``show(records)`` draws new
@@ -16,7 +18,8 @@ A lab module declares only what is its own (see ``docs/architecture.md``, "Labs"
 * optionally ``counter()``, ``refresh_badges()``, ``describe_change(...)`` and
   ``highlight(...)`` / ``clear_highlight()`` for presentation mode's *Next step*.
 
-The base owns the runner, the transport bar and its handlers, the status line, settings
+The base owns the runner, the transport bar and its handlers, the status line, keyword
+construction (``TAPLab(data="digits", n_hidden=16)``), one watcher on every setting, settings
 <-> URL, presets and checkpoints (through :class:`~dashboard.labtools.LabTools`), the refresh
 tick (drain the runner, hand finished analysis jobs over, redraw the status), rebuild on a
 settings change, the non-blocking *Next step*, and the page skeleton.
@@ -24,20 +27,24 @@ settings change, the non-blocking *Next step*, and the page skeleton.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import math
 import time
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Iterator, Mapping
 
+import numpy as np
 import panel as pn
 import param
 
 from boltzlab.dashboard.jobs import Jobs
-from boltzlab.dashboard.labtools import LabTools, Preset
-from boltzlab.dashboard.runner import Runner, play_or_tell
+from boltzlab.dashboard.labtools import LabTools, Preset, check_setting, parse_setting
+from boltzlab.dashboard.runner import History, Runner, play_or_tell
 from boltzlab.dashboard.views import StatusBadge
+from boltzlab.engine.checks import check_int
 from boltzlab.engine.stepping import Record
 
 RADIO = dict(color="primary", variant="outline")
@@ -80,9 +87,20 @@ def by_run(records: list[tuple[str, Record]]) -> dict[str, list[Record]]:
     return out
 
 
+def speed_setting(speeds: Mapping[str, float | None], default: str) -> param.Selector:
+    """A lab's ``speed`` setting: one of its named speeds (``Lab.speeds``)."""
+    return param.Selector(default=default, objects=list(speeds), label="Speed",
+                          doc="How fast ▶ Play steps the runs (a limit, not a promise).")
+
+
 class NotReady(ValueError):
     """Raised by ``prepare`` when the settings need something the user has still to give
-    (e.g. a file to upload): said as information, not as an error; the old run stays."""
+    (e.g. a file to upload): said as information, not as an error; the old run stays.
+    ``link`` is the error a link or checkpoint with these settings gets instead."""
+
+    def __init__(self, message: str, link: str = "") -> None:
+        super().__init__(message)
+        self.link = link or message
 
 
 @dataclass
@@ -105,21 +123,25 @@ class Lab(pn.viewable.Viewer):
     watch: ClassVar[str] = ""  # what to watch for
     presets: ClassVar[list[Preset]] = []
     speeds: ClassVar[dict[str, float | None]] = {"as fast as possible": None}
-    default_speed: ClassVar[str] = "as fast as possible"
     watch_scalar: ClassVar[str | None] = None  # non-finite -> that run "diverged"
     # the numba kernel groups (engine.warmup.GROUPS) its runs call: on a server's first start
     # the lab opens once these are compiled (dashboard.startup); None: every group
     kernels: ClassVar[tuple[str, ...] | None] = None
     view_settings: ClassVar[frozenset[str]] = frozenset()  # settings that only redraw
+    widget_options: ClassVar[dict[str, dict[str, Any]]] = {}  # per setting: widget type and looks
     period_ms: ClassVar[int] = 200  # the refresh tick
     counter_width: ClassVar[int] = 130
+    speed = speed_setting(speeds, "as fast as possible")  # each lab declares its own speeds
     owner = param.String(default="", doc="""
         Who this lab's runs belong to, for the server's log (e.g. "session 3 (TAP lab)":
         a worker process that dies is logged with the sessions whose runs it held).""")
 
     def __init__(self, **params: Any) -> None:
+        names = self.setting_names()
+        given = self.check_settings({k: params.pop(k) for k in list(params) if k in names})
         super().__init__(**params)
-        self._applying = False  # while many widgets are set at once: rebuild once after
+        self._refused: BaseException | None = None  # why the newest settings make no run
+        self._given: set[str] = set()  # the names apply_settings is setting (not to be implied over)
         self._status_key: tuple = ()
         self._status_time = 0.0
         self._last_tick = 0.0
@@ -128,16 +150,20 @@ class Lab(pn.viewable.Viewer):
         self._page: pn.viewable.Viewable | None = None
         self._header: pn.viewable.Viewable | None = None
         self.jobs = Jobs()
+        self.widgets = self.make_widgets()
         self._build_transport()
         self.settings_msg = StatusBadge("", "error", visible=False, name=f"{self.key}-settings-message")
         self.build_controls()
+        if given:  # TAPLab(data="digits", n_hidden=16): the data set's defaults, then these
+            self.param.update({**self.implied(given), **given})
+            self.check_work()
         self.prepare(set(self.controls()), strict=True)
         self.build_views()
         self.runner = Runner(self.trainer_factory(), watch=self.watch_scalar, owner=self.owner)
-        self.runner.set_speed(self.speeds[self.speed.value])
+        self._built = self._run_inputs()  # the settings the runner's run was made from
+        self.runner.set_speed(self.speeds[self.speed])
         self.tools = LabTools(self)
-        for name, widget in self.settings().items():
-            widget.param.watch(functools.partial(self._on_setting, name), "value")
+        self.param.watch(self._on_settings, names)
         self.clear()
         self.refresh_status()
 
@@ -146,8 +172,12 @@ class Lab(pn.viewable.Viewer):
         """Create the lab's widgets (attributes of ``self``)."""
 
     def controls(self) -> dict[str, Any]:
-        """The widgets whose values define a run, by the name used in URLs and checkpoints."""
-        return {}
+        """The widgets of the settings that define a run (all but the speed), by name."""
+        return {name: w for name, w in self.widgets.items() if name != "speed"}
+
+    def settings(self) -> dict[str, Any]:
+        """The widget of every setting (the controls and the speed), by name."""
+        return dict(self.widgets)
 
     def controls_panel(self) -> pn.viewable.Viewable:
         """The left column: the lab's controls laid out."""
@@ -242,64 +272,134 @@ class Lab(pn.viewable.Viewer):
         """Remove what :meth:`highlight` marked."""
 
     # ------------------------------------------------------------------ settings
-    def settings(self) -> dict[str, Any]:
-        """Every widget that URLs, presets and checkpoints carry: the lab's controls and
-        the speed."""
-        return {**self.controls(), "speed": self.speed}
+    @classmethod
+    def setting_names(cls) -> list[str]:
+        """The lab's settings: every parameter it declares (the names links, checkpoints,
+        presets and keyword construction use), ``speed`` included."""
+        return [name for name in cls.param if name not in ("name", "owner")]
 
-    def _on_setting(self, name: str, event: Any) -> None:
-        if self._applying:
-            return
-        if name == "speed":
-            self.runner.set_speed(self.speeds[event.new])
-        elif name in self.view_settings:
-            with pn.io.hold(freeze=True):
-                self.on_view_setting(name)
-        else:
-            self._apply({name: event.new}, strict=False, set_widgets=False)
+    def settings_values(self) -> dict[str, Any]:
+        """The current value of every setting, by name."""
+        return {name: getattr(self, name) for name in self.setting_names()}
 
-    def apply_settings(self, values: Mapping[str, Any]) -> None:
-        """Set many widgets, then rebuild the run once; ``ValueError`` if the values make no
-        valid run (the widgets keep the new values, the run the old one)."""
-        self._apply(values, strict=True, set_widgets=True)
+    def setting_bounds(self, name: str, values: Mapping[str, Any]) -> tuple | None:
+        """The range of numeric setting ``name`` when it comes with ``values`` (a link, a
+        checkpoint); ``None``: its parameter's bounds.  A lab whose ranges depend on other
+        settings says so here."""
+        return None
+
+    def check_settings(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """``values`` if every one is allowed, else one ``ValueError`` naming each that is not
+        (the sentences a link's bad values get)."""
+        names, out, errors = self.setting_names(), {}, []
+        for name, value in values.items():
+            if name not in names:
+                errors.append(f"The lab has no setting {name!r}.")
+                continue
+            try:
+                out[name] = check_setting(self.param[name], value, bounds=self.setting_bounds(name, values))
+            except ValueError as exc:
+                errors.append(str(exc))
+        if errors:
+            raise ValueError(" ".join(errors))
+        return out
+
+    def parse_settings(self, texts: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        """Setting texts (a link's, a checkpoint's) as values, and the sentences of the
+        ones that are not allowed."""
+        names, values, errors, bad = self.setting_names(), {}, [], []
+        for name, text in texts.items():
+            if name not in names:
+                errors.append(f"The lab has no setting {name!r}.")
+                continue
+            try:
+                values[name] = parse_setting(self.param[name], text)
+            except ValueError as exc:
+                errors.append(str(exc))
+                bad.append(name)
+        for name in list(values):  # ranges that depend on the other values given
+            bounds = self.setting_bounds(name, values)
+            if bounds is not None:
+                try:
+                    values[name] = parse_setting(self.param[name], texts[name], bounds=bounds)
+                except ValueError as exc:
+                    del values[name]
+                    errors.append(str(exc))
+        return values, errors
+
+    def make_widgets(self) -> dict[str, Any]:
+        """A widget per setting, made from its parameter (label, bounds, choices) and linked
+        to it both ways; ``widget_options[name]`` gives its type and looks."""
+        defaults = {param.Boolean: pn.widgets.Checkbox, param.Selector: pn.widgets.Select,
+                    param.Integer: pn.widgets.IntInput, param.Number: pn.widgets.FloatInput,
+                    param.String: pn.widgets.TextInput}
+        widgets = {}
+        for name in self.setting_names():
+            options = dict(self.widget_options.get(name, {}))
+            kind = options.pop("type", None) or next(w for p, w in defaults.items()
+                                                     if isinstance(self.param[name], p))
+            widgets[name] = kind.from_param(self.param[name], **options)
+        return widgets
 
     @held
-    def _apply(self, values: Mapping[str, Any], *, strict: bool, set_widgets: bool) -> None:
-        widgets = self.settings()
-        extra = {k: v for k, v in self.implied(values).items() if k not in values}
-        todo = {**extra, **values} if set_widgets else extra
-        self._applying = True
-        try:
-            for name, value in todo.items():
-                widgets[name].value = value
-        finally:
-            self._applying = False
-        if "speed" in values:
-            self.runner.set_speed(self.speeds[self.speed.value])
-        changed = set(values) | set(extra)
-        for name in changed & self.view_settings:
+    def _on_settings(self, *events: Any) -> None:
+        """Settings moved (a widget, or one batch from :meth:`apply_settings`): the speed
+        goes to the runner, view settings redraw, anything else rebuilds the run once."""
+        changed = {e.name for e in events}
+        if "speed" in changed:
+            self.runner.set_speed(self.speeds[self.speed])
+        for name in sorted(changed & self.view_settings):
             self.on_view_setting(name)
-        if changed - self.view_settings - {"speed"}:
-            self.rebuild(changed, strict=strict)
+        if not changed - self.view_settings - {"speed"}:
+            return
+        implied = self.implied({e.name: e.new for e in events}).items()
+        extra = {k: v for k, v in implied if k not in changed | self._given and getattr(self, k) != v}
+        if extra:  # their own batch comes back through here and rebuilds for all
+            self.param.update(extra)
+        else:
+            self.rebuild(changed)
+
+    def apply_settings(self, values: Mapping[str, Any], *, fresh: bool = False) -> None:
+        """Set many settings at once (one batch of events: one rebuild); ``ValueError`` if a
+        value is not allowed or the values make no valid run (the settings keep the new
+        values, the run the old one).  ``fresh``: start a new run even when the values equal
+        the current ones (a preset starts its run from the beginning), unless they are all
+        view settings (those only redraw)."""
+        values = self.check_settings(values)
+        generation = self.runner.generation
+        extra = {k: v for k, v in self.implied(values).items() if k not in values}
+        self._refused = None
+        self._given = set(extra) | set(values)  # named values win over what the batch implies
+        try:
+            self.param.update({**extra, **values})
+        finally:
+            self._given = set()
+        if self._refused is None and self.jobs.running(PREPARE):
+            self.jobs.wait()  # a link or checkpoint needs its run now (states are restored into it)
+        if self._refused is None and (self._built != self._run_inputs() or (
+                fresh and self.runner.generation == generation and set(values) - self.view_settings - {"speed"})):
+            self.rebuild(set(values))  # unchanged values, but the run was made before a refused change
+        if self._refused is None:
+            self.check_work()  # values equal to the current ones rebuild nothing: the budget holds all the same
+        if self._refused is not None:
+            refused = self._refused
+            raise ValueError(refused.link if isinstance(refused, NotReady) else str(refused)) from refused
 
     def rebuild(self, changed: set[str] | None = None, strict: bool = False, *,
                 prepared: bool = False) -> bool:
         """Prepare, validate and install a new run for the current settings; on a bad
         setting say so (and raise if ``strict``), keeping the old run.
 
-        When the lab says the preparation is slow (:meth:`prepare_later`), a change made in
-        the page is prepared as a job and the run rebuilt when it is ready; the old run
-        stays until then.  Links and checkpoints (``strict``) prepare at once: what follows
-        (restoring the trainers' states) needs the new run.
+        When the lab says the preparation is slow (:meth:`prepare_later`), it runs as a job
+        and the run is rebuilt when it is ready; the old run stays until then.  The trainers
+        are built once, by the runner (:meth:`trainer_factory` only checks and describes).
         """
         changed = set(self.controls()) if changed is None else set(changed)
+        self._refused = None
         try:
             self.check_work()  # the work budget, whatever the source, before anything is prepared
         except ValueError as exc:
-            self._prepare_failed(exc)
-            if strict:
-                raise
-            return False
+            return self._refuse(exc, strict)
         later = None if strict or prepared else self.prepare_later(changed)
         if later is not None:
             fn, args, note = later
@@ -315,13 +415,21 @@ class Lab(pn.viewable.Viewer):
             self.check_work()  # again on what was prepared (e.g. simulated data)
             self.runner.reset(self.trainer_factory())
         except ValueError as exc:
-            self._prepare_failed(exc)
-            if strict:
-                raise
-            return False
+            return self._refuse(exc, strict)
+        self._built = self._run_inputs()
         self.settings_msg.pane.visible = False
         self._restart_views()
         return True
+
+    def _run_inputs(self) -> dict[str, Any]:
+        """The settings a run is made from (not the speed, not the view settings)."""
+        return {k: v for k, v in self.settings_values().items() if k != "speed" and k not in self.view_settings}
+
+    def _refuse(self, exc: ValueError, strict: bool) -> bool:
+        self._prepare_failed(exc)
+        if strict:
+            raise ValueError(exc.link) if isinstance(exc, NotReady) else exc
+        return False
 
     def prepare_later(self, changed: set[str]) -> tuple[Callable, tuple, str] | None:
         """``(fn, args, note)`` when preparing for ``changed`` is too slow for a click (more
@@ -338,6 +446,8 @@ class Lab(pn.viewable.Viewer):
         self.rebuild(changed, prepared=True)
 
     def _prepare_failed(self, exc: BaseException) -> None:
+        if isinstance(exc, ValueError):
+            self._refused = exc
         if isinstance(exc, NotReady):
             self.settings_msg.set("info", str(exc))
         else:
@@ -360,8 +470,6 @@ class Lab(pn.viewable.Viewer):
         self.pause = w.Button(label="❚❚ Pause", color="warning", width=100, disabled=True)
         self.step = w.Button(label="Step", color="primary", width=80)
         self.reset = w.Button(label="↺ Reset", color="default", width=90)
-        self.speed = w.Select(label="Speed", options=list(self.speeds), value=self.default_speed,
-                              width=190)
         self.counter_pane = pn.pane.HTML("", name=f"{self.key}-counter", css_classes=["sweep-counter"],
                                          styles={"font-size": "1.4em", "font-weight": "bold"},
                                          width=self.counter_width, align="center")
@@ -433,14 +541,37 @@ class Lab(pn.viewable.Viewer):
     # ------------------------------------------------------------------ the refresh tick
     def start(self) -> None:
         """Attach the lab to the current session: a periodic tick, and clean-up when the
-        session ends (the runner stops, its trainers are released)."""
+        session ends (the runner stops, its trainers are released).
+
+        Called once, whoever calls first: ``create_app`` in a served session, or the page
+        itself when it is rendered (:class:`Page`: a notebook cell, ``pn.serve(lab)``,
+        ``lab.show()``); later calls do nothing, so a lab never ticks twice."""
         if self._callback is not None:
             return
         self._callback = pn.state.add_periodic_callback(self.tick, period=self.period_ms)
         if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
             pn.state.on_session_destroyed(lambda context: self.close())
 
+    def _rendered(self, doc: Any, comm: Any) -> None:
+        """The page is being rendered into ``doc``: start the tick there, once.
+
+        In a served session (``doc`` has a session context) the tick is that session's
+        periodic callback and ends with it.  In a notebook (a comm, no session) it is a task
+        on the kernel's asyncio loop, and it runs until :meth:`close`.  Elsewhere (a page
+        saved to a file, a document made in a test without an event loop) nothing starts:
+        :meth:`run` draws without a tick."""
+        if self._callback is not None or self.runner.closed:
+            return
+        if doc is not None and doc.session_context is not None:
+            from panel.io.state import set_curdoc
+
+            with set_curdoc(doc):
+                self.start()
+        elif comm is not None and _loop_running():
+            self.start()
+
     def close(self) -> None:
+        """Stop the tick, the analyses and the runner (its thread, its trainers)."""
         if self._callback is not None:
             self._callback.stop()
         self.jobs.cancel()
@@ -459,8 +590,28 @@ class Lab(pn.viewable.Viewer):
         if not active and now - self._last_tick < IDLE_REFRESH_SECONDS:
             return
         self._last_tick = now
-        with pn.io.hold():
+        with self._batch():
             self.on_records(records)
+
+    @contextlib.contextmanager
+    def _batch(self) -> Iterator[None]:
+        """All the changes made inside go to the browser as one message: in a served
+        session Panel's hold; in a notebook (no session) the comm pushes are held back and
+        the page's changes pushed once, at the end (``panel.io.notebook.push_notebook``)."""
+        if pn.state.curdoc is not None:
+            with pn.io.hold():
+                yield
+            return
+        from panel.io.notebook import push_notebook
+        from panel.io.state import state
+
+        before, state._hold = state._hold, True  # what panel.io.notebook.block_comm does
+        try:
+            yield
+        finally:
+            state._hold = before
+            if self._page is not None and not before:
+                push_notebook(self._page)
 
     def on_records(self, records: list[tuple[str, Record]]) -> None:
         """One tick's work: draw the Records, hand finished jobs over, update the status."""
@@ -484,6 +635,180 @@ class Lab(pn.viewable.Viewer):
             self.on_records(records)
             self.jobs.wait()
             self.refresh_status()
+
+    # ------------------------------------------------------------------ from Python (docs/python.md)
+    @property
+    def runs(self) -> list[str]:
+        """The names of the current runs (one, or several in a race), e.g. ``["BSLM"]``."""
+        return list(self.runner.trainers)
+
+    @property
+    def statuses(self) -> dict[str, str]:
+        """Each run's status (``engine.stepping.STATUS_MEANINGS``), e.g. ``{"BSLM": "converged"}``."""
+        return {name: state.status for name, state in self.runner.states.items()}
+
+    def run(self, steps: int = 1, *, timeout: float | None = None) -> None:
+        """Step every active run ``steps`` times, now, and draw the result: for scripts
+        and notebooks, no server needed.
+
+        Blocks until the Records of the ``steps`` steps are in (a run that stops first,
+        converged or failed, steps fewer times) and the analyses they started are done;
+        then the lab's figures show them, as after ▶ Play and a tick.  Pauses a playing
+        lab first.  In a race every run steps once per step.
+
+        Parameters
+        ----------
+        steps
+            How many steps (an int >= 1): a sweep, an iteration, a mini-batch, ... as the
+            lab's counter counts them.
+        timeout
+            Seconds to wait at most (``None``: as long as it takes); ``TimeoutError`` after.
+        """
+        steps = check_int("steps", steps, f"{type(self).__name__}.run", 1)
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"The 'timeout' parameter of {type(self).__name__}.run must be a float > 0 "
+                             f"or None. Got {timeout!r}.")
+        self.runner.pause()
+        for _ in range(steps):
+            self.runner.step_once()
+        deadline = math.inf if timeout is None else time.monotonic() + timeout
+        while not self.runner.wait_idle(min(60.0, max(0.0, deadline - time.monotonic()))):
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"{type(self).__name__}.run: {steps} step(s) not done in {timeout} s.")
+        self._draw_now(deadline)
+
+    def _draw_now(self, deadline: float = math.inf) -> None:
+        """What a tick does, now: draw what is new, wait for the analyses it started and
+        hand them over (their results are drawn too)."""
+        with self._batch():
+            self.on_records(self.runner.drain())
+        if not self.jobs.wait(max(0.0, min(deadline - time.monotonic(), 3600.0))):
+            raise TimeoutError(f"{type(self).__name__}: the analyses did not finish in time.")
+        with self._batch():
+            self.on_records(self.runner.drain())
+            self.refresh_status()
+
+    def _history(self) -> History:
+        return self.runner.copy_history()
+
+    @property
+    def records(self) -> dict[str, dict[str, np.ndarray]]:
+        """Every run's scalars since the last reset, as arrays: ``{run: {name: array}}``,
+        one entry per Record, oldest first (``lab.records["BSLM"]["log_pl"]``).
+
+        A scalar some Records lack is NaN there.  Beyond 5,000 Records per run the older
+        half is thinned to every second one (``boltzlab.dashboard.runner.History``), as
+        the app's CSV export is; :meth:`latest` has the newest arrays."""
+        out: dict[str, dict[str, np.ndarray]] = {}
+        for name, rows in self._history().rows.items():
+            keys = list(dict.fromkeys(k for row in rows for k in row))
+            out[name] = {k: (np.asarray([row[k] for row in rows]) if all(k in row for row in rows)
+                             else np.asarray([row.get(k, np.nan) for row in rows], dtype=float))
+                         for k in keys}
+        return out
+
+    def records_frame(self) -> Any:
+        """:attr:`records` as one pandas ``DataFrame``: a row per Record, the column
+        ``run`` first, then every scalar (NaN where a Record lacks it); the same numbers as
+        the app's "Metrics (CSV)" export.  pandas comes with Panel; without it this raises
+        ``ImportError`` and :attr:`records` gives the same as arrays."""
+        try:
+            import pandas as pd
+        except ImportError as exc:  # pragma: no cover - pandas is a dependency of Panel
+            raise ImportError("records_frame() needs pandas; lab.records has the same numbers as "
+                              "numpy arrays.") from exc
+        history = self._history()
+        rows = [{"run": name, **row} for name, rows in history.rows.items() for row in rows]
+        return pd.DataFrame(rows, columns=["run", *dict.fromkeys(k for r in rows for k in r if k != "run")])
+
+    def python_script(self, steps: int | None = None) -> str:
+        """A short script over the public Python API that makes this run again, headless:
+        the same lab, the settings that differ from the defaults (seeds included), the same
+        number of steps, its Records saved to a CSV ("Copy as Python" in the page).
+
+        ``steps``: how many to run (default: as many as the runs have taken, at least 1).
+        A run on uploaded data reads the file again from beside the script (:meth:`script_data`).
+        """
+        cls = type(self).__name__
+        if steps is None:
+            steps = max([s.steps for s in self.runner.states.values()] + [1])
+        steps = check_int("steps", steps, f"{cls}.python_script", 1)
+        settings = {name: getattr(self, name) for name in self.controls()
+                    if getattr(self, name) != self.param[name].default}
+        data = self.script_data()
+        lines = [f'"""Boltzmann Lab, the {self.title} lab\'s run as a script ("Copy as Python"): '
+                 f'{steps} step(s), headless."""',
+                 *(["from pathlib import Path", ""] if data else []),
+                 f"from boltzlab.dashboard.labs import {cls}", ""]
+        arguments = ", ".join(f"{name}={value!r}" for name, value in settings.items())
+        if data:
+            lines += [f"lab = {cls}()", *data, f"lab.apply_settings({settings!r})"]
+        else:
+            lines += [f"lab = {cls}({arguments})"]
+        out = f"boltzlab-{self.key}-records.csv"
+        lines += [f"lab.run(steps={steps})",
+                  "frame = lab.records_frame()  # one row per Record, the column 'run' first",
+                  f"frame.to_csv({out!r}, index=False)",
+                  "print(frame.groupby('run').tail(1).to_string())",
+                  "lab.close()", ""]
+        return "\n".join(lines)
+
+    def script_data(self) -> list[str]:
+        """Lines of :meth:`python_script` that give the lab data the settings alone do not
+        (an uploaded file); none by default."""
+        return []
+
+    def latest(self, run: str | None = None) -> Record | None:
+        """Run ``run``'s newest Record: its scalars and the newest arrays it reported
+        (weights, receptive fields, ...); ``None`` before its first step.  ``run`` may be
+        left out when the lab has one run."""
+        history = self._history()
+        names = self.runs
+        if run is None:
+            if len(names) != 1:
+                raise ValueError(f"The 'run' parameter of {type(self).__name__}.latest must name one of the "
+                                 f"runs {names} (this lab races several). Got None.")
+            run = names[0]
+        elif run not in names:
+            raise ValueError(f"The 'run' parameter of {type(self).__name__}.latest must be one of {names}. "
+                             f"Got {run!r}.")
+        rows = history.rows.get(run)
+        return Record(dict(rows[-1]), dict(history.arrays.get(run, {}))) if rows else None
+
+    def figures_html(self) -> str:
+        """The lab's figures as one standalone HTML page (Bokeh's, with its JavaScript
+        inline: it opens offline); what the app's "Plots (HTML)" export downloads."""
+        from bokeh.embed import file_html
+        from bokeh.layouts import column
+        from bokeh.resources import INLINE
+
+        figures = [p.object for p in self.panel().select(pn.pane.Bokeh) if p.object is not None and p.visible]
+        if not figures:
+            return "<p>No plots to export.</p>"
+        # a document of its own (Panel's save does the same): the figures may already be in a
+        # session's or a notebook's document, and must stay there
+        return file_html(column(*figures), INLINE, title=f"Boltzmann Lab: {self.title}", _always_new=True)
+
+    def save_figure(self, path: str | Path) -> Path:
+        """Save the lab's figures, as they are now, to ``path`` (``.html``: a standalone
+        page, see :meth:`figures_html`) and return the path.  Call :meth:`run` first in a
+        script: without a tick nothing else draws.  A PNG would need a browser (Bokeh's
+        export); for a static image plot :meth:`records_frame` with matplotlib."""
+        path = Path(path)
+        if path.suffix.lower() not in (".html", ".htm"):
+            raise ValueError(f"The 'path' parameter of {type(self).__name__}.save_figure must end in .html "
+                             f"(a PNG needs a browser). Got {str(path)!r}.")
+        path.write_text(self.figures_html(), encoding="utf-8")
+        return path
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:
+        """Shown as a notebook cell's output: load Panel's notebook extension first if the
+        notebook has not (``pn.extension()``), then render; the tick starts (:class:`Page`)."""
+        from panel.config import panel_extension
+
+        if not panel_extension._loaded:
+            pn.extension()
+        return super()._repr_mimebundle_(include, exclude)
 
     # ------------------------------------------------------------------ status
     def refresh_status(self) -> None:
@@ -521,7 +846,7 @@ class Lab(pn.viewable.Viewer):
     # ------------------------------------------------------------------ the page
     def transport(self) -> pn.viewable.Viewable:
         """Play, Pause, Step, Reset, speed, progress (and presentation mode's Next step)."""
-        return pn.Row(self.play, self.pause, self.step, self.reset, self.speed, self.counter_pane,
+        return pn.Row(self.play, self.pause, self.step, self.reset, self.widgets["speed"], self.counter_pane,
                       self.tools.next_step, align="start", margin=0, sizing_mode="stretch_width",
                       styles={"flex-wrap": "wrap"})  # never wider than the page (projectors)
 
@@ -573,14 +898,43 @@ class Lab(pn.viewable.Viewer):
                             styles={"flex-wrap": "nowrap"}, margin=0)
             right = pn.Column(self.transport(), self.tools.changed, status, self.build_stage(),
                               sizing_mode="stretch_width")
-            self._page = pn.Column(self.header(), pn.Row(left, right, sizing_mode="stretch_width"),
-                                   sizing_mode="stretch_width", name=self.title)
+            self._page = Page(self.header(), pn.Row(left, right, sizing_mode="stretch_width"),
+                              sizing_mode="stretch_width", name=self.title)
+            self._page.on_render = self._rendered
             self.tools.root = self._page
         return self._page
 
     def panel(self) -> pn.viewable.Viewable:
         """The lab's page (built once)."""
         return self.__panel__()
+
+
+class Page(pn.Column):
+    """A lab's page: a Column that starts its lab's tick wherever it is rendered.
+
+    Panel builds a component's Bokeh model when it is rendered: in a served session,
+    in a notebook cell (``lab`` as the last expression, ``pn.Column(lab)``), by
+    ``pn.serve(lab)`` or ``lab.show()``.  Each time, the page calls ``on_render(doc,
+    comm)`` first (:meth:`Lab._rendered`), so a lab trains live wherever it is shown, not
+    only in the app ``create_app`` builds; the lab starts one tick, whoever asks first.
+    """
+
+    def __init__(self, *objects: Any, **params: Any) -> None:
+        super().__init__(*objects, **params)
+        self.on_render: Callable[[Any, Any], None] | None = None
+
+    def _get_model(self, doc: Any, root: Any = None, parent: Any = None, comm: Any = None) -> Any:
+        if self.on_render is not None:
+            self.on_render(doc, comm)
+        return super()._get_model(doc, root, parent, comm)
+
+
+def _loop_running() -> bool:
+    """True when called on a running asyncio loop (a Jupyter kernel runs cells on one)."""
+    try:
+        return asyncio.get_running_loop().is_running()
+    except RuntimeError:
+        return False
 
 
 def fill(view: Any) -> Any:

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import panel as pn
+import param
 from bokeh.events import Tap
 from bokeh.models import ColorBar, ColumnDataSource, HoverTool, Label, LegendItem, LogColorMapper, Range1d, Span
 from bokeh.plotting import figure
@@ -28,8 +29,8 @@ from matplotlib.colors import to_hex
 
 from boltzlab.dashboard import budget
 from boltzlab.dashboard.labs import bound_setup as setup
-from boltzlab.dashboard.labs.base import Lab, by_run
-from boltzlab.dashboard.labtools import LabTools, Preset, decode_value
+from boltzlab.dashboard.labs.base import Lab, by_run, speed_setting
+from boltzlab.dashboard.labtools import Preset
 from boltzlab.dashboard.views import StatusBadge
 from boltzlab.engine import majorize
 
@@ -147,18 +148,13 @@ class TightnessView:
     and the gap over a 2-D slice.  It computes nothing: it draws a result of
     :func:`~dashboard.labs.bound_setup.tightness` (the lab runs that as a job)."""
 
-    def __init__(self) -> None:
-        w = pn.widgets
-        self.model = w.Select(label="Model", options=setup.MODELS, value=setup.DEFAULT_MODEL, width=300)
-        self.scale = w.FloatSlider(label="Spread of the base point θ₀ (std)", start=0.0, end=2.0, step=0.1,
-                                   value=0.5, width=300)
-        self.seed = w.IntInput(label="Seed (θ₀ and directions)", value=0, start=0, width=140)
-        self.radius = w.FloatSlider(label="Range R of the plotted plane", start=1.0, end=10.0, step=0.5, value=3.0,
-                                    width=300)
-        self.s_tilde = w.FloatSlider(label="θ̃ along the line: s̃", start=-3.0, end=3.0, step=0.05, value=0.0, width=300)
-        self.r_tilde = w.FloatSlider(label="θ̃ across the line: r̃", start=-3.0, end=3.0, step=0.05, value=0.0, width=300)
-        self.extra = w.TextInput(label="More expansion points s̃ on the line", value="-2, 1.5", width=300)
-        self.show_taylor = w.Checkbox(label="Show the Taylor expansion at θ̃ (not a bound)", value=True)
+    def __init__(self, settings: param.Parameterized, widgets: dict[str, Any]) -> None:
+        """``settings``: the lab, whose parameters hold the values (read from there: in a batch
+        of changes a widget may not have caught up yet); ``widgets``: its widgets, by name."""
+        self.settings = settings
+        self.model, self.scale, self.seed = widgets["model"], widgets["scale"], widgets["plane_seed"]
+        self.radius, self.s_tilde, self.r_tilde = widgets["radius"], widgets["s_tilde"], widgets["r_tilde"]
+        self.extra, self.show_taylor = widgets["extra"], widgets["taylor"]
         self.message = StatusBadge("", "idle", name="bound-check")
         self.model_info = pn.pane.Markdown("", styles={"font-size": "0.9em"}, width=300)
         self._drawn: tuple | None = None  # (job arguments, Taylor shown) of what the plots show
@@ -226,26 +222,27 @@ class TightnessView:
     # ------------------------------------------------------------------ settings
     def fit_sliders(self) -> None:
         """θ̃'s sliders span the plotted range [-R, R] (values outside are clipped)."""
-        R = float(self.radius.value)
-        for slider in (self.s_tilde, self.r_tilde):
+        R = float(self.settings.radius)
+        for name, slider in (("s_tilde", self.s_tilde), ("r_tilde", self.r_tilde)):
             if (slider.start, slider.end) != (-R, R):
                 slider.start, slider.end = -R, R
-            clipped = float(np.clip(slider.value, -R, R))
-            if clipped != slider.value:
-                slider.value = clipped
+            value = float(getattr(self.settings, name))
+            clipped = float(np.clip(value, -R, R))
+            if clipped != value:
+                setattr(self.settings, name, clipped)
 
     def job_args(self) -> tuple:
         """The arguments of :func:`~dashboard.labs.bound_setup.tightness` for the current
         settings; ``ValueError`` for settings that cannot be drawn."""
-        R = float(self.radius.value)
-        extra = tuple(setup.parse_points(self.extra.value, R))
-        return (self.model.value, float(self.scale.value), int(self.seed.value), R, float(self.s_tilde.value),
-                float(self.r_tilde.value), extra)
+        v = self.settings
+        R = float(v.radius)
+        extra = tuple(setup.parse_points(v.extra, R))
+        return (v.model, float(v.scale), int(v.plane_seed), R, float(v.s_tilde), float(v.r_tilde), extra)
 
     # ------------------------------------------------------------------ drawing
     def show_tilde(self) -> None:
         """Mark θ̃ on the map at once (the curves follow when they are computed)."""
-        s_t, r_t = float(self.s_tilde.value), float(self.r_tilde.value)
+        s_t, r_t = float(self.settings.s_tilde), float(self.settings.r_tilde)
         if self.tilde_src.data["s"] != [s_t] or self.tilde_src.data["r"] != [r_t]:
             self.tilde_src.data = {"s": [s_t], "r": [r_t]}
         self.line_marker.location = r_t
@@ -260,7 +257,7 @@ class TightnessView:
 
     def draw(self, args: tuple, result: dict) -> None:
         """Draw a result of ``tightness(*args)``, with the Taylor expansion if it is chosen."""
-        show_taylor = bool(self.show_taylor.value)
+        show_taylor = bool(self.settings.taylor)
         if self._drawn == (args, show_taylor):
             return
         self._drawn = (args, show_taylor)
@@ -352,39 +349,58 @@ class BoundLab(Lab):
     intro, equations, watch = INTRO, EQUATIONS, WATCH
     presets = PRESETS
     speeds = RACE_SPEEDS
-    default_speed = "30 steps/s"
     watch_scalar = "objective"
     view_settings = TIGHTNESS_SETTINGS
 
-    def __init__(self, **params: Any) -> None:
-        super().__init__(**params)
-        # θ̃ is checked against the range R the same link / preset / checkpoint gives (see _decode)
-        self.tools.decode = self._decode
+    # ------------------------------------------------------------------ settings (URL keys)
+    model = param.Selector(default=setup.DEFAULT_MODEL, objects=setup.MODELS, label="Model",
+                           doc="The model whose log Z the tightness views bound.")
+    scale = param.Number(0.5, bounds=(0.0, 2.0), step=0.1, label="Spread of the base point θ₀ (std)",
+                         doc="The standard deviation of the plotted plane's base point θ₀.")
+    plane_seed = param.Integer(0, bounds=(0, None), label="Seed (θ₀ and directions)",
+                               doc="Seeds θ₀ and the plane's two directions.")
+    radius = param.Number(3.0, bounds=(1.0, 10.0), step=0.5, label="Range R of the plotted plane",
+                          doc="The plane is drawn over [−R, R]²; θ̃ stays inside it.")
+    s_tilde = param.Number(0.0, softbounds=(-3.0, 3.0), step=0.05, label="θ̃ along the line: s̃",
+                           doc="The expansion point θ̃ along the line, in [−R, R].")
+    r_tilde = param.Number(0.0, softbounds=(-3.0, 3.0), step=0.05, label="θ̃ across the line: r̃",
+                           doc="The expansion point θ̃ across the line, in [−R, R].")
+    extra = param.String("-2, 1.5", label="More expansion points s̃ on the line",
+                         doc="More bounds, expanded at these points of the line (numbers separated by commas).")
+    taylor = param.Boolean(True, label="Show the Taylor expansion at θ̃ (not a bound)",
+                           doc="Draw the second-order Taylor expansion at θ̃ beside the bound.")
+    problem = param.Selector(default="wine", objects=setup.RACE_PROBLEMS, label="Problem",
+                             doc="The race's problem (Table 1's data sets, a chain CRF, an FVBM).")
+    reg = param.Number(majorize.DEFAULT_REG["wine"], bounds=(0.0, None), step=0.01, label="Regularization λ",
+                       doc="λ of the race's objective J (each problem brings its own).")
+    race_seed = param.Integer(0, bounds=(0, None), label="Data seed", doc="Seeds the simulated problems.")
+    speed = speed_setting(RACE_SPEEDS, "30 steps/s")
+    widget_options = {"model": dict(width=300), "problem": dict(width=300), "extra": dict(width=300),
+                      "plane_seed": dict(width=140), "reg": dict(width=140), "race_seed": dict(width=140, visible=False),
+                      **{k: dict(type=pn.widgets.FloatSlider, width=300) for k in ("scale", "radius", "s_tilde", "r_tilde")},
+                      "speed": dict(width=190)}
+
+    def setting_bounds(self, name: str, values) -> tuple | None:
+        """θ̃ (s_tilde, r_tilde) lies in [-R, R] for the range R the same settings give: a
+        link with R = 5 and s̃ = 4 is valid even while this lab's R is still 3."""
+        if name in ("s_tilde", "r_tilde"):
+            radius = float(values.get("radius", self.radius))
+            return (-radius, radius)
+        return None
 
     # ------------------------------------------------------------------ controls
     def build_controls(self) -> None:
         self._sizes: dict[tuple, dict] = {}  # the races' sizes by race_key
-        w = pn.widgets
-        self.problem = w.Select(label="Problem", options=setup.RACE_PROBLEMS, value="wine", width=300)
-        self.reg = w.FloatInput(label="Regularization λ", value=majorize.DEFAULT_REG["wine"], start=0.0, step=0.01,
-                                width=140)
-        self.race_seed = w.IntInput(label="Data seed", value=0, start=0, width=140, visible=False)
         self.race_info = pn.pane.Markdown("", styles={"font-size": "0.9em"}, width=300)
-        self.tightness = TightnessView()
-        self._quiet = False  # set while the lab itself moves θ̃'s sliders
-
-    def controls(self) -> dict[str, Any]:
-        t = self.tightness
-        return {"model": t.model, "scale": t.scale, "plane_seed": t.seed, "radius": t.radius,
-                "s_tilde": t.s_tilde, "r_tilde": t.r_tilde, "extra": t.extra, "taylor": t.show_taylor,
-                "problem": self.problem, "reg": self.reg, "race_seed": self.race_seed}
+        self.tightness = TightnessView(self, self.widgets)
 
     def controls_panel(self) -> pn.viewable.Viewable:
-        return pn.Card(self.problem, self.race_info, pn.Row(self.reg, self.race_seed), title="Race problem",
+        w = self.widgets
+        return pn.Card(w["problem"], self.race_info, pn.Row(w["reg"], w["race_seed"]), title="Race problem",
                        collapsible=False, sizing_mode="stretch_width")
 
     def prepare(self, changed: set[str], strict: bool = False) -> None:
-        self.race_seed.visible = self.problem.value in setup.SEEDED_PROBLEMS
+        self.widgets["race_seed"].visible = self.problem in setup.SEEDED_PROBLEMS
 
     def implied(self, values) -> dict[str, Any]:
         """A problem comes with its own λ unless the values name one."""
@@ -394,7 +410,7 @@ class BoundLab(Lab):
 
     def check_work(self) -> None:
         """The work budget: a step of the race is its five methods once each."""
-        problem = self.problem.value
+        problem = self.problem
         if problem in budget.BOUND_PROBLEMS:  # else race_key says what is wrong
             dim, n, _ = budget.BOUND_PROBLEMS[problem]
             budget.require(lambda s: budget.bound_step(problem), [],
@@ -404,7 +420,7 @@ class BoundLab(Lab):
     def trainer_factory(self):
         """The race's five trainers, built where they first step (not on the UI thread: see
         ``bound_setup.RaceBuild``); the settings are checked now."""
-        self._race_key = setup.race_key(self.problem.value, self.reg.value, self.race_seed.value)
+        self._race_key = setup.race_key(self.problem, self.reg, self.race_seed)
         return functools.partial(setup.build_race, self._race_key)
 
     def _show_size(self) -> None:
@@ -425,31 +441,13 @@ class BoundLab(Lab):
         if key == self._race_key:
             self._show_size()
 
-    def _decode(self, texts, *, strict: bool):
-        """:meth:`LabTools.decode`, with θ̃ (s_tilde, r_tilde) checked against the plotted range
-        R that the same settings give: θ̃'s sliders span [-R, R], so a link with R = 5 and
-        s̃ = 4 is valid even while this lab's R is still 3."""
-        texts = dict(texts)
-        tilde = {k: texts.pop(k) for k in ("s_tilde", "r_tilde") if k in texts}
-        values, errors = LabTools.decode(self.tools, texts, strict=False)
-        radius = float(values.get("radius", self.tightness.radius.value))
-        stand_in = pn.widgets.FloatSlider(start=-radius, end=radius, value=0.0)
-        for name, text in tilde.items():
-            try:
-                values[name] = decode_value(name, stand_in, text)
-            except ValueError as exc:
-                errors.append(str(exc))
-        if strict and errors:
-            raise ValueError(" ".join(errors))
-        return values, errors
-
-    def apply_settings(self, values) -> None:
+    def apply_settings(self, values, *, fresh: bool = False) -> None:
         """The base's, and tightness settings the views cannot draw (e.g. extra points that
         are not numbers) are an error too, raised after the race was rebuilt: a link or a
         preset names them."""
         errors = []
         try:
-            super().apply_settings(values)
+            super().apply_settings(values, fresh=fresh)
         except ValueError as exc:
             errors.append(str(exc))
         if set(values) & self.view_settings and self._tightness_error:
@@ -693,14 +691,8 @@ class BoundLab(Lab):
     def _request_tightness(self) -> None:
         """Compute (off the UI thread) and draw the tightness views for the current settings;
         settings that cannot be drawn say why at once."""
-        if self._quiet:
-            return
         view = self.tightness
-        self._quiet = True
-        try:
-            view.fit_sliders()
-        finally:
-            self._quiet = False
+        view.fit_sliders()  # a θ̃ clipped to a smaller R comes back through here first
         view.show_tilde()
         try:
             args = view.job_args()
@@ -738,16 +730,10 @@ class BoundLab(Lab):
         """A click on the gap map moves θ̃ there (to the sliders' step)."""
         if event.x is None or event.y is None:
             return
-        view = self.tightness
-        R = float(view.radius.value)
-        with pn.io.hold(freeze=True):
-            self._quiet = True
-            try:
-                view.s_tilde.value = float(np.clip(round(event.x / 0.05) * 0.05, -R, R))
-                view.r_tilde.value = float(np.clip(round(event.y / 0.05) * 0.05, -R, R))
-            finally:
-                self._quiet = False
-            self._request_tightness()
+        R = float(self.radius)
+        with pn.io.hold(freeze=True):  # one batch: the tightness views are requested once
+            self.param.update(s_tilde=float(np.clip(round(event.x / 0.05) * 0.05, -R, R)),
+                              r_tilde=float(np.clip(round(event.y / 0.05) * 0.05, -R, R)))
 
     # ------------------------------------------------------------------ presentation
     def describe_change(self, name, before, after, before_arrays, after_arrays) -> str | None:

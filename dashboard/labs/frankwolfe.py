@@ -18,11 +18,13 @@ from typing import Any
 
 import numpy as np
 import panel as pn
+import param
 from bokeh.models import ColumnDataSource, Label, Span
 
 from boltzlab.dashboard import budget
-from boltzlab.dashboard.labs.base import RADIO, Lab, held, label
-from boltzlab.dashboard.labs.frankwolfe_setup import (CD_EPOCHS, CD_K, DATASETS, DEFAULTS, EVALUATIONS, cd_factory,
+from boltzlab.dashboard.labs.base import RADIO, Lab, held, label, speed_setting
+from boltzlab.dashboard.labs.frankwolfe_setup import (CD_EPOCHS, CD_K, DATASETS, DEFAULTS, EVALUATIONS, SAMPLE_CHAINS,
+                                                      cd_factory,
                                              fw_curves, fw_factory, log_likelihood_of, train_log_likelihood)
 from boltzlab.dashboard.labs.tap_setup import describe_images
 from boltzlab.dashboard.labtools import Preset
@@ -120,7 +122,6 @@ class FrankWolfeLab(Lab):
     intro, equations, watch = INTRO, EQUATIONS, WATCH
     presets = PRESETS
     speeds = SPEEDS
-    default_speed = "as fast as possible"
     watch_scalar = "inner_objective"
     view_settings = frozenset({"cd_epochs"})  # the length of the next CD fork: the run stays
     counter_width = 200
@@ -143,49 +144,62 @@ class FrankWolfeLab(Lab):
         if outcome.ok:
             self._reset_cd(self.CD_NOTE)
 
-    # ------------------------------------------------------------------ controls
+    # ------------------------------------------------------------------ settings (URL keys)
+    _d = DEFAULTS[DEFAULT_DATA]
+    data = param.Selector(default=DEFAULT_DATA, objects=DATASETS, label="Data",
+                          doc="The bundled binary digits (train, validation for the §4 stopping rule, test).")
+    reg = param.Number(_d["reg"], bounds=(0.0, 100.0), step=0.01, label="Regularization λ",
+                       doc="λ of eq. 9: the penalty on a new unit's weights.")
+    bias_lr = param.Number(_d["bias_lr"], bounds=(0.0, 10.0), step=0.005, label="Bias step η",
+                           doc="η of eq. 10, the visible biases' update.")
+    samples = param.Integer(_d["samples"], bounds=(1, 20000), label="Samples S",
+                            doc="Samples from the model per iteration (eq. 9).")
+    bias_steps = param.Integer(_d["bias_steps"], bounds=(0, 5000), label="Eq. 10 updates ≤",
+                               doc="The cap on eq. 10's updates per iteration.")
+    max_hidden = param.Integer(_d["max_hidden"], bounds=(2, 2000), label="Max hidden units T",
+                               doc="Iterations: one hidden unit inserted per iteration.")
+    evaluate = param.Selector(default="auto", objects=EVALUATIONS, label="Log-likelihood",
+                              doc="How the log-likelihood is computed: exact log Z, AIS, or not at all.")
+    eval_every = param.Integer(_d["eval_every"], bounds=(1, 1000), label="Evaluate every",
+                               doc="Iterations between two evaluations.")
+    seed = param.Integer(0, bounds=(0, None), label="Seed", doc="Seeds the samples and the optimizer's start.")
+    away = param.Boolean(False, label="Away steps (may remove a harmful unit, §3.2)",
+                         doc="Let an iteration remove a unit that has become harmful instead of inserting one.")
+    cd_epochs = param.Integer(CD_EPOCHS, bounds=(1, 500), label="CD epochs",
+                              doc="The length of the next CD fork (the run stays).")
+    speed = speed_setting(SPEEDS, "as fast as possible")
+    del _d
+    widget_options = {"data": dict(type=pn.widgets.RadioButtonGroup, **RADIO), "evaluate": dict(width=290),
+                      "cd_epochs": dict(width=100), "speed": dict(width=190),
+                      **{k: dict(width=140) for k in ("reg", "bias_lr", "samples", "bias_steps", "max_hidden",
+                                                      "eval_every", "seed")}}
+
     def build_controls(self) -> None:
         self._loading = False  # a checkpoint load in progress: the CD fork stays until it succeeds
         self._run_settings: dict[str, Any] = {}  # data, seed, evaluate, eval_every of the current run
         self._fork: dict[str, Any] | None = None
         self.cd_runner: Runner | None = None
-        w = pn.widgets
-        d = DEFAULTS[DEFAULT_DATA]
-        self.data = w.RadioButtonGroup(label="Data", options=DATASETS, value=DEFAULT_DATA, **RADIO)
-        self.reg = w.FloatInput(label="Regularization λ", value=d["reg"], start=0.0, end=100.0, step=0.01, width=140)
-        self.bias_lr = w.FloatInput(label="Bias step η", value=d["bias_lr"], start=0.0, end=10.0, step=0.005, width=140)
-        self.samples = w.IntInput(label="Samples S", value=d["samples"], start=1, end=20000, width=140)
-        self.bias_steps = w.IntInput(label="Eq. 10 updates ≤", value=d["bias_steps"], start=0, end=5000, width=140)
-        self.max_hidden = w.IntInput(label="Max hidden units T", value=d["max_hidden"], start=2, end=2000, width=140)
-        self.evaluate = w.Select(label="Log-likelihood", options=EVALUATIONS, value="auto", width=290)
-        self.eval_every = w.IntInput(label="Evaluate every", value=d["eval_every"], start=1, end=1000, width=140)
-        self.seed = w.IntInput(label="Seed", value=0, start=0, width=140)
-        self.away = w.Checkbox(label="Away steps (may remove a harmful unit, §3.2)", value=False)
         self.data_info = pn.pane.Markdown("", styles={"font-size": "0.9em"})
-        self.fork = w.Button(label="Train CD from here", color="primary", width=180, disabled=True)
-        self.cd_epochs = w.IntInput(label="CD epochs", value=CD_EPOCHS, start=1, end=500, width=100)
+        self._described: str | None = None  # the data set data_info describes
+        self.fork = pn.widgets.Button(label="Train CD from here", color="primary", width=180, disabled=True)
         self.cd_status = StatusBadge(CD_IDLE, "idle")
         self.fork.on_click(lambda e: self._fork_cd())
 
-    def controls(self) -> dict[str, Any]:
-        """The data, every Frank-Wolfe setting with its seed, and the CD fork's epochs."""
-        return {"data": self.data, "reg": self.reg, "bias_lr": self.bias_lr, "samples": self.samples,
-                "bias_steps": self.bias_steps, "max_hidden": self.max_hidden, "evaluate": self.evaluate, "eval_every": self.eval_every,
-                "seed": self.seed, "away": self.away, "cd_epochs": self.cd_epochs}
-
     def controls_panel(self) -> pn.viewable.Viewable:
-        data_card = pn.Card(label("Data"), self.data, self.data_info, title="1. Data", collapsible=False,
+        w = self.widgets
+        data_card = pn.Card(label("Data"), w["data"], self.data_info, title="1. Data", collapsible=False,
                             sizing_mode="stretch_width")
-        model_card = pn.Card(pn.Row(self.reg, self.bias_lr), pn.Row(self.samples, self.bias_steps),
-                             pn.Row(self.max_hidden, self.seed), self.evaluate, self.eval_every, self.away,
+        model_card = pn.Card(pn.Row(w["reg"], w["bias_lr"]), pn.Row(w["samples"], w["bias_steps"]),
+                             pn.Row(w["max_hidden"], w["seed"]), w["evaluate"], w["eval_every"], w["away"],
                              title="2. Frank-Wolfe (Algorithm 1)", collapsible=False, sizing_mode="stretch_width")
         return pn.Column(data_card, model_card, sizing_mode="stretch_width", margin=0)
 
     def prepare(self, changed: set[str], strict: bool = False) -> None:
         """Describe the chosen data set (bundled, loaded once per process)."""
-        if "data" not in changed:
+        if self._described == self.data:
             return
-        images = load_images(self.data.value)
+        self._described = self.data
+        images = load_images(self.data)
         self.data_info.object = describe_images(images, "validation (the stopping rule)")
 
     def implied(self, values) -> dict[str, Any]:
@@ -197,34 +211,34 @@ class FrankWolfeLab(Lab):
 
     def check_work(self) -> None:
         """The work budget, on the slowest step: the last, with T units, always evaluated."""
-        rows, n_visible = load_images(self.data.value).X_train.shape
-        evaluate = self.evaluate.value
-        if evaluate == "exact" and min(n_visible, self.max_hidden.value) > budget.EXACT_UNITS:
+        rows, n_visible = load_images(self.data).X_train.shape
+        evaluate = self.evaluate
+        if evaluate == "exact" and min(n_visible, self.max_hidden) > budget.EXACT_UNITS:
             return  # not enumerable at all: the trainer factory says so
 
         def seconds(s, evaluate: str = evaluate) -> float:
             return budget.frankwolfe_step(n_visible=n_visible, rows=rows, samples=s["samples"],
                                           max_hidden=s["max_hidden"], evaluate=evaluate,
-                                          bias_lr=self.bias_lr.value, bias_steps=s.get("bias_steps", self.bias_steps.value))
+                                          bias_lr=self.bias_lr, bias_steps=s.get("bias_steps", self.bias_steps))
 
-        T, S = self.max_hidden.value, self.samples.value
+        T, S = self.max_hidden, self.samples
         extra = []
         if evaluate != "none" and seconds({"samples": S, "max_hidden": T}, "none") <= budget.LIMITS.step_seconds:
             extra.append("choose “none” for the log-likelihood")
         budget.require(seconds, [budget.Knob("max_hidden", "max hidden units T", T, 2),
                                  budget.Knob("samples", "samples S", S, 1),
-                                 budget.Knob("bias_steps", "eq. 10 updates at most", self.bias_steps.value, 0)],
+                                 budget.Knob("bias_steps", "eq. 10 updates at most", self.bias_steps, 0)],
                        f"T = {T:,} hidden units at the last step, S = {S:,} samples, log-likelihood: {evaluate}",
                        extra)
 
     def trainer_factory(self):
-        factory = fw_factory(self.data.value, reg=self.reg.value, bias_lr=self.bias_lr.value,
-                             samples=self.samples.value, max_hidden=self.max_hidden.value,
-                             bias_steps=self.bias_steps.value, evaluate=self.evaluate.value, eval_every=self.eval_every.value,
-                             away_steps=self.away.value, seed=self.seed.value)
+        factory = fw_factory(self.data, reg=self.reg, bias_lr=self.bias_lr,
+                             samples=self.samples, max_hidden=self.max_hidden,
+                             bias_steps=self.bias_steps, evaluate=self.evaluate, eval_every=self.eval_every,
+                             away_steps=self.away, seed=self.seed)
         # valid: these settings make the run (a refused change leaves the widgets, not the run, moved)
-        self._run_settings = {"data": self.data.value, "seed": self.seed.value, "evaluate": self.evaluate.value,
-                              "eval_every": self.eval_every.value}
+        self._run_settings = {"data": self.data, "seed": self.seed, "evaluate": self.evaluate,
+                              "eval_every": self.eval_every}
         return factory
 
     # ------------------------------------------------------------------ views
@@ -260,6 +274,10 @@ class FrankWolfeLab(Lab):
         self.fields = ImageGrid("Receptive fields in insertion order; the newest unit outlined", name="fw-fields",
                                 height=600, width=680)
         self._fields_shown: tuple | None = None
+        # a look inside (issue 26): the persistent chains the trainer samples eq. 9 and eq. 10 with
+        self.samples_grid = ImageGrid(f"Model samples: {SAMPLE_CHAINS} of the S persistent Gibbs chains "
+                                      "(Algorithm 1, step 1; white 0, black 1)", kind="pixels",
+                                      name="fw-samples", height=560, width=560, tile_label="chain")
         self.cd_curve = LiveCurve(f"CD-{CD_K} after the fork (§4)", "CD epoch",
                                   "train log-likelihood per digit (nats)", name="fw-cd", height=340)
         self.cd_curve.add_line("fw", "CD from Frank-Wolfe", "#1f77b4")
@@ -275,10 +293,10 @@ class FrankWolfeLab(Lab):
         return pn.Row(self.ll_curve.view, self.inner_curve.view, sizing_mode="stretch_width")
 
     def stage(self) -> dict[str, pn.viewable.Viewable]:
-        fork = pn.Column(pn.Row(self.fork, self.cd_epochs, self.cd_status.pane, sizing_mode="stretch_width"),
+        fork = pn.Column(pn.Row(self.fork, self.widgets["cd_epochs"], self.cd_status.pane, sizing_mode="stretch_width"),
                          self.cd_curve.view, sizing_mode="stretch_width")
         return {"Log-likelihood · eq. 9": self.main_view(), "Receptive fields": self.fields.view,
-                "CD fork (§4)": fork}
+                "CD fork (§4)": fork, "Samples": self.samples_grid.view}
 
     def badges(self) -> list:
         return [self.select_status.pane]
@@ -293,7 +311,9 @@ class FrankWolfeLab(Lab):
         self.selected_span.visible = self.selected_label.visible = False
         self._mark(None)
         self.fields.image_shape = load_images(self._run_settings["data"]).image_shape
+        self.samples_grid.image_shape = self.fields.image_shape
         self._draw_fields(None, None)
+        self.samples_grid.update(None)
         if not self._loading:  # a checkpoint load resets the fork only once it has succeeded
             self._reset_cd()
 
@@ -317,7 +337,7 @@ class FrankWolfeLab(Lab):
         with_arrays = [r for r in recs if "W" in r.arrays]
         if with_arrays:  # the model to draw and to fork: the newest the Records carried
             newest = with_arrays[-1]
-            self._last.update({k: newest.arrays[k] for k in ("W", "b_vis", "b_hid") if k in newest.arrays})
+            self._last.update({k: newest.arrays[k] for k in ("W", "b_vis", "b_hid", "samples") if k in newest.arrays})
             self._last["arrays_iteration"] = int(newest.scalars["iteration"])
         for c in curves:
             if "train" in c:
@@ -364,6 +384,17 @@ class FrankWolfeLab(Lab):
         W = self._last.get("W")
         newest = None if W is None or self._last.get("away") else W.shape[1] - 1
         self._draw_fields(W, newest)
+        self._show_samples()
+
+    def _show_samples(self) -> None:
+        """Draw the newest Record's model samples: the first persistent chains, as the trainer
+        left them after its iteration (in the worker; no sampling here)."""
+        samples = self._last.get("samples")
+        if samples is None:
+            return
+        t = self._last.get("arrays_iteration", 0)
+        self.samples_grid.update(np.asarray(samples, dtype=float).T,
+                                 labels=[f"chain {i} after iteration {t}" for i in range(len(samples))])
 
     def _draw_fields(self, W: np.ndarray | None, newest: int | None) -> None:
         shown = self._fields_shown
@@ -402,7 +433,7 @@ class FrankWolfeLab(Lab):
         self.runner.pause()
         run = self._run_settings
         params = (W, self._last["b_vis"], self._last["b_hid"])
-        epochs = self.cd_epochs.value
+        epochs = self.cd_epochs
         try:
             rows, n_visible = load_images(run["data"]).X_train.shape
             budget.require(lambda s: budget.cd_epoch(n_visible=n_visible, n_hidden=s["n_hidden"], rows=rows, k=CD_K),

@@ -12,9 +12,10 @@ import math
 
 import numpy as np
 import panel as pn
+import param
 from bokeh.models import ColumnDataSource
 
-from boltzlab.dashboard.labs.base import RADIO, Lab, NotReady, by_run, held, label
+from boltzlab.dashboard.labs.base import RADIO, Lab, NotReady, by_run, held, label, speed_setting
 from boltzlab.dashboard.labs.fvbm_setup import (BOUND_LABEL, DEFAULT_DATA, LBFGS_LABEL, SQUAREM_LABEL, DataSet, check_work,
                                        guaranteed_by_label, load_data, parse_mus, simulated_data,
                                        trainer_factory, uploaded_data)
@@ -100,90 +101,88 @@ class FVBMLab(Lab):
     intro, equations, watch = INTRO, EQUATIONS, WATCH
     presets = PRESETS
     speeds = SPEEDS
-    default_speed = "20 sweeps/s"
     watch_scalar = "log_pl"
     period_ms = 100
 
-    # ------------------------------------------------------------------ controls
+    # ------------------------------------------------------------------ settings (URL keys)
+    source = param.Selector(default="simulated", objects={"Simulated": "simulated", "Senate votes": "senate",
+                                                          "Upload CSV": "upload"}, label="Data",
+                            doc="Simulated data (§5), the bundled senate votes, or a CSV of your own.")
+    d = param.Integer(DEFAULT_DATA["d"], bounds=(2, 30), label="Variables d", doc="Simulated variables.")
+    n = param.Integer(DEFAULT_DATA["n"], bounds=(10, 200_000), step=1000, label="Rows n", doc="Simulated rows.")
+    data_seed = param.Integer(DEFAULT_DATA["seed"], bounds=(0, None), label="Data seed",
+                              doc="Seeds the simulated data.")
+    mode = param.Selector(default="Single run", objects=["Single run", "Race"], label="Mode",
+                          doc="One algorithm, or the race of BSLM, gradient ascent, the bound and L-BFGS.")
+    algorithm = param.Selector(default="bslm", objects={"BSLM": "bslm", "Gradient ascent": "ga"}, label="Algorithm",
+                               doc="The single run's algorithm.")
+    mu = param.Number(1.5, bounds=(0.01, 10.0), step=0.1, label="Step μ (gradient ascent)",
+                      doc="Gradient ascent's step (eqs. 4.1, 4.2); μ = 1 is BSLM.")
+    race_mus = param.String("0.5, 2.5", label="Race BSLM, bound, L-BFGS and GA with μ =",
+                            doc="1 to 6 steps μ > 0, separated by commas.")  # all converge: divergence has its preset
+    tol = param.Selector(default=1e-5, objects={"1e-2": 1e-2, "1e-3": 1e-3, "1e-4": 1e-4, "1e-5": 1e-5,
+                                                "1e-6": 1e-6, "1e-8": 1e-8},
+                         label="Stop when the increase is below τ =", doc="The stopping rule (§5).")
+    init = param.Selector(default="zeros", objects={"Zeros": "zeros", "Random N(0, 0.5)": "random"},
+                          label="Initial parameters", doc="Where every run starts.")
+    init_seed = param.Integer(0, bounds=(0, None), label="Initialisation seed", doc="Seeds a random start.")
+    speed = speed_setting(SPEEDS, "20 sweeps/s")
+    widget_options = {**{k: dict(type=pn.widgets.RadioButtonGroup, **RADIO)
+                         for k in ("source", "mode", "algorithm", "init")},
+                      "d": dict(width=90), "n": dict(width=100), "data_seed": dict(width=90),
+                      "init_seed": dict(width=120), "speed": dict(width=190)}
+
     def build_controls(self) -> None:
-        w = pn.widgets
-        self.source = w.RadioButtonGroup(
-            label="Data", options={"Simulated": "simulated", "Senate votes": "senate",
-                                  "Upload CSV": "upload"}, value="simulated", **RADIO)
-        self.d = w.IntInput(label="Variables d", value=DEFAULT_DATA["d"], start=2, end=30, width=90)
-        self.n = w.IntInput(label="Rows n", value=DEFAULT_DATA["n"], start=10, end=200_000, step=1000,
-                            width=100)
-        self.data_seed = w.IntInput(label="Data seed", value=DEFAULT_DATA["seed"], start=0, width=90)
-        self.upload = w.FileInput(accept=".csv", multiple=False, visible=False)
+        self.upload = pn.widgets.FileInput(accept=".csv", multiple=False, visible=False)
         self.upload_help = pn.pane.Markdown(
             "A CSV with a header row and one column per variable; values ±1 (or 0/1). "
             "Rows with missing values are dropped.", visible=False,
             styles={"font-size": "0.85em", "color": "#555"})
         self.data_info = pn.pane.Markdown("", styles={"font-size": "0.9em"})
         self.data_msg = StatusBadge("", "info", visible=False)
-        self.mode = w.RadioButtonGroup(label="Mode", options=["Single run", "Race"],
-                                       value="Single run", **RADIO)
-        self.algorithm = w.RadioButtonGroup(
-            label="Algorithm", options={"BSLM": "bslm", "Gradient ascent": "ga"}, value="bslm", **RADIO)
-        self.mu = w.FloatInput(label="Step μ (gradient ascent)", value=1.5, start=0.01,
-                               end=10.0, step=0.1, visible=False)
-        self.race_mus = w.TextInput(label="Race BSLM, bound, L-BFGS and GA with μ =",
-                                    value="0.5, 2.5", visible=False)  # all converge: divergence has its preset
-        self.tol = w.Select(label="Stop when the increase is below τ =",
-                            options={"1e-2": 1e-2, "1e-3": 1e-3, "1e-4": 1e-4, "1e-5": 1e-5,
-                                     "1e-6": 1e-6, "1e-8": 1e-8}, value=1e-5)
-        self.init = w.RadioButtonGroup(label="Initial parameters",
-                                       options={"Zeros": "zeros", "Random N(0, 0.5)": "random"},
-                                       value="zeros", **RADIO)
-        self.init_seed = w.IntInput(label="Initialisation seed", value=0, start=0, width=120)
         self._uploaded: DataSet | None = None
+        self._uploaded_name: str | None = None  # its file name, for python_script
         self._ready: tuple | None = None  # (data settings, DataSet) a job prepared
         self.data: DataSet | None = None
         self._data_for: tuple | None = None  # the data settings self.data was made for
         self.upload.param.watch(self._on_upload, "value")
 
-    def controls(self) -> dict[str, Any]:
-        return {"source": self.source, "d": self.d, "n": self.n, "data_seed": self.data_seed,
-                "mode": self.mode, "algorithm": self.algorithm, "mu": self.mu,
-                "race_mus": self.race_mus, "tol": self.tol, "init": self.init,
-                "init_seed": self.init_seed}
-
     def controls_panel(self) -> pn.viewable.Viewable:
-        data_card = pn.Card(label("Source"), self.source, pn.Row(self.d, self.n, self.data_seed),
+        w = self.widgets
+        data_card = pn.Card(label("Source"), w["source"], pn.Row(w["d"], w["n"], w["data_seed"]),
                             self.upload, self.upload_help, self.data_msg.pane, self.data_info,
                             title="1. Data", collapsible=False, sizing_mode="stretch_width")
-        algo_card = pn.Card(label("Mode"), self.mode, label("Algorithm"), self.algorithm,
-                            self.mu, self.race_mus, self.tol, label("Initial parameters"),
-                            self.init, self.init_seed, title="2. Algorithm",
+        algo_card = pn.Card(label("Mode"), w["mode"], label("Algorithm"), w["algorithm"],
+                            w["mu"], w["race_mus"], w["tol"], label("Initial parameters"),
+                            w["init"], w["init_seed"], title="2. Algorithm",
                             collapsible=False, sizing_mode="stretch_width")
         return pn.Column(data_card, algo_card, sizing_mode="stretch_width", margin=0)
 
     def _update_visibility(self) -> None:
-        source = self.source.value
-        for widget in (self.d, self.n, self.data_seed):
-            widget.visible = source == "simulated"
+        w, source = self.widgets, self.source
+        for name in ("d", "n", "data_seed"):
+            w[name].visible = source == "simulated"
         self.upload.visible = self.upload_help.visible = source == "upload"
-        race = self.mode.value == "Race"
-        self.algorithm.visible = not race
-        self.mu.visible = not race and self.algorithm.value == "ga"
-        self.race_mus.visible = race
+        race = self.mode == "Race"
+        w["algorithm"].visible = not race
+        w["mu"].visible = not race and self.algorithm == "ga"
+        w["race_mus"].visible = race
 
     def prepare(self, changed: set[str], strict: bool = False) -> None:
         """The data set (and its MPLE target) after a data setting moved."""
         self._update_visibility()
         if self.data is not None and not changed & DATA_SETTINGS:
             return
-        if self.source.value == "upload":
+        if self.source == "upload":
             if self._uploaded is None:
-                if strict:
-                    raise ValueError("These settings use an uploaded CSV, which a link or checkpoint does "
-                                     "not contain: upload the file first, then load again.")
-                raise NotReady("Choose a CSV file to upload; the current data stay until then.")
+                raise NotReady("Choose a CSV file to upload; the current data stay until then.",
+                               link="These settings use an uploaded CSV, which a link or checkpoint does "
+                                    "not contain: upload the file first, then load again.")
             data = self._uploaded
         elif self._ready is not None and self._ready[0] == self._data_key():
             data = self._ready[1]  # simulated by a job (prepare_later)
         else:
-            data = load_data(self.source.value, d=self.d.value, n=self.n.value, seed=self.data_seed.value)
+            data = load_data(self.source, d=self.d, n=self.n, seed=self.data_seed)
         self._ready = None
         self.data = data
         self._data_for = self._data_key()
@@ -193,7 +192,7 @@ class FVBMLab(Lab):
     def check_work(self) -> None:
         """The work budget, on the data the run would use: an upload, the bundled set, or
         simulated data once they are made (Lab.rebuild checks again after ``prepare``)."""
-        source, key = self.source.value, self._data_key()
+        source, key = self.source, self._data_key()
         if source == "upload":
             data = self._uploaded  # None: nothing to train on yet (prepare says so)
         elif key == self._data_for:
@@ -203,19 +202,19 @@ class FVBMLab(Lab):
         else:
             data = load_data(source) if source == "senate" else None
         if data is not None:
-            mus = parse_mus(self.race_mus.value) if self.mode.value == "Race" else None
+            mus = parse_mus(self.race_mus) if self.mode == "Race" else None
             check_work(data, race_mus=mus, source=source)
 
     def _data_key(self) -> tuple:
-        return (self.source.value, self.d.value, self.n.value, self.data_seed.value)
+        return (self.source, self.d, self.n, self.data_seed)
 
     def prepare_later(self, changed: set[str]):
         """Simulating a large data set and finding its MPLE takes seconds (d = 30, n = 200,000:
         about 8 s): a job, not a click.  The default size is ready at start."""
-        d, n = self.d.value, self.n.value
-        if not changed & DATA_SETTINGS or self.source.value != "simulated" or n * d * d <= SLOW_DATA:
+        d, n = self.d, self.n
+        if not changed & DATA_SETTINGS or self.source != "simulated" or n * d * d <= SLOW_DATA:
             return None
-        return (simulated_data, (d, n, self.data_seed.value),
+        return (simulated_data, (d, n, self.data_seed),
                 f"Simulating d = {d}, n = {n:,} and finding its MPLE (the target line)…")
 
     def prepared(self, result) -> None:
@@ -226,9 +225,18 @@ class FVBMLab(Lab):
         if event.new is not None:  # an empty file too: the reader says it is empty
             self.use_upload(event.new, self.upload.filename or "upload.csv")
 
+    def script_data(self) -> list[str]:
+        """The uploaded CSV, read again from beside the script (it is not in the settings)."""
+        if self.source != "upload" or self._uploaded_name is None:
+            return []
+        return [f"lab.use_upload(Path({self._uploaded_name!r}).read_bytes(), {self._uploaded_name!r})"
+                "  # the file you uploaded, beside this script",
+                "lab.jobs.wait()  # reading it and finding its MPLE"]
+
     def use_upload(self, content: bytes, filename: str) -> None:
         """Parse an uploaded CSV and find its MPLE (a job); when ready it becomes the data,
         else the reason is said and the current data stay."""
+        self._uploaded_name = filename
         self.data_msg.set("info", f"Reading {filename} and finding its MPLE…")
         self.data_msg.pane.visible = True
         self.jobs.submit("upload", uploaded_data, content, filename, then=self._use_uploaded,
@@ -248,10 +256,10 @@ class FVBMLab(Lab):
         self.data_msg.pane.visible = True
 
     def trainer_factory(self):
-        mus = parse_mus(self.race_mus.value) if self.mode.value == "Race" else None
-        return trainer_factory(self.data, algorithm=self.algorithm.value, mu=self.mu.value,
-                               tol=self.tol.value, init=self.init.value,
-                               seed=self.init_seed.value, race_mus=mus)
+        mus = parse_mus(self.race_mus) if self.mode == "Race" else None
+        return trainer_factory(self.data, algorithm=self.algorithm, mu=self.mu,
+                               tol=self.tol, init=self.init,
+                               seed=self.init_seed, race_mus=mus)
 
     def period(self) -> int:
         """Every line costs the browser work on each repaint; measured in headless Chromium
@@ -346,7 +354,7 @@ class FVBMLab(Lab):
         self.heat_pick.options = names
         self.heat_pick.value = names[0] if names else None
         self.heat_pick.visible = len(names) > 1
-        self.tol_span.location = float(np.log10(self.tol.value))
+        self.tol_span.location = float(np.log10(self.tol))
         self.tol_span.visible = True
         self._show_matrices()
         if self._callback is not None and self._callback.period != self.period():

@@ -204,8 +204,7 @@ def trainer_factory(dataset: DataSet, *, algorithm: str = "bslm", mu: float = 1.
     def build() -> dict:
         return {label: make(alg, m) for label, alg, m in specs}
 
-    build()  # validate now so a bad setting is reported where it was made
-    return build
+    return build  # built once, by the runner (a bad setting raises there)
 
 
 def check_work(dataset: DataSet, *, race_mus: list[float] | None, source: str = "simulated") -> None:

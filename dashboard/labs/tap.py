@@ -20,11 +20,13 @@ from typing import Any
 
 import numpy as np
 import panel as pn
-from bokeh.models import ColumnDataSource, HoverTool
+import param
+from bokeh.models import ColumnDataSource, HoverTool, LassoSelectTool, TapTool
 from bokeh.plotting import figure
 
-from boltzlab.dashboard.labs.base import RADIO, Lab, held, label
-from boltzlab.dashboard.labs.tap_setup import (DATASETS, EXACT_LIMIT, History, check_work, data_embedding, denoise_curve,
+from boltzlab.dashboard.labs.base import RADIO, Lab, held, label, speed_setting
+from boltzlab.dashboard.labs.tap_setup import (DATASETS, EXACT_LIMIT, SAMPLE_CHAINS, SAMPLE_SWEEPS, History,
+                                               check_work, data_embedding, denoise_curve,
                                       denoise_digit, describe_images, isomap_rows, load_images,
                                       solution_embedding)
 from boltzlab.dashboard.labs.tap_setup import trainer_factory as build_trainers
@@ -117,9 +119,10 @@ PRESETS = [
 ]
 
 RANK_ROWS = 1000  # training digits behind "rank by mean activation" (a 1000 x Nv x Nh product: ~5-8 ms on MNIST)
-FIELDS_SECONDS = 1.0  # images re-layout parts of the page in the browser: at most once a second
+FIELDS_SECONDS = 1.0  # images re-layout parts of the page in the browser: at most once a second while playing
 EMBED_SECONDS = 5.0  # while training, the solutions' Isomap (~3 s on MNIST) is refitted at most this often
 COMPUTING = "Computing…"
+SOLUTIONS_SHOWN = 36  # TAP solutions drawn as images at most (the lowest free energies, or the selected)
 
 
 class TAPLab(Lab):
@@ -134,41 +137,46 @@ class TAPLab(Lab):
     intro, equations, watch = INTRO, EQUATIONS, WATCH
     presets = PRESETS
     speeds = SPEEDS
-    default_speed = "as fast as possible"
     watch_scalar = "tap_log_likelihood"
     counter_width = 150
 
-    # ------------------------------------------------------------------ controls
+    # ------------------------------------------------------------------ settings (URL keys)
+    data = param.Selector(default=DEFAULT_DATA, objects=DATASETS, label="Data",
+                          doc="The bundled binary digits: the paper's MNIST, or 8×8 digits small enough for exact answers.")
+    n_hidden = param.Integer(DEFAULTS[DEFAULT_DATA]["n_hidden"], bounds=(1, 1000), label="Hidden units Nh",
+                             doc="Hidden units of the RBM.")
+    prior_hid = param.Selector(default="bernoulli", objects={"Bernoulli {0,1}": "bernoulli", "Spin {−1,+1}": "spin"},
+                               label="Hidden prior", doc="The hidden units' prior (§IV): {0,1} or {−1,+1}.")
+    gamma = param.Number(DEFAULTS[DEFAULT_DATA]["gamma"], bounds=(1e-5, 1.0), step=0.001, label="Step γ",
+                         doc="The learning rate of Algorithm 2 (Table 1: 0.005).")
+    eps = param.Number(0.001, bounds=(0.0, 1.0), step=0.001, label="ℓ₂ strength ε", doc="Weight decay (Table 1).")
+    eta = param.Number(0.5, bounds=(0.0, 0.99), step=0.05, label="Momentum η", doc="Momentum (Table 1).")
+    batch = param.Integer(DEFAULTS[DEFAULT_DATA]["batch"], bounds=(1, 5000), label="Mini-batch M",
+                          doc="Training rows per gradient step.")
+    K = param.Integer(100, bounds=(1, 2000), label="Solutions K",
+                      doc="TAP chains: random starts whose fixed points are the TAP solutions (eqs. 37–38).")
+    damping = param.Number(0.0, bounds=(0.0, 0.95), step=0.05, label="Damping",
+                           doc="Damping of the TAP iterations (Algorithm 1).")
+    seed = param.Integer(0, bounds=(0, None), label="Seed", doc="Seeds the weights, mini-batches and chains.")
+    speed = speed_setting(SPEEDS, "as fast as possible")
+    widget_options = {"data": dict(type=pn.widgets.RadioButtonGroup, **RADIO),
+                      "prior_hid": dict(type=pn.widgets.RadioButtonGroup, **RADIO),
+                      "n_hidden": dict(width=140), **{k: dict(width=100) for k in
+                                                      ("gamma", "eps", "eta", "batch", "K", "damping", "seed")},
+                      "speed": dict(width=190)}
+
     def build_controls(self) -> None:
-        w = pn.widgets
-        d = DEFAULTS[DEFAULT_DATA]
-        self.data = w.RadioButtonGroup(label="Data", options=DATASETS, value=DEFAULT_DATA, **RADIO)
-        self.n_hidden = w.IntInput(label="Hidden units Nh", value=d["n_hidden"], start=1, end=1000, width=140)
-        self.prior_hid = w.RadioButtonGroup(label="Hidden prior", options={"Bernoulli {0,1}": "bernoulli",
-                                                                           "Spin {−1,+1}": "spin"},
-                                            value="bernoulli", **RADIO)
-        self.gamma = w.FloatInput(label="Step γ", value=d["gamma"], start=1e-5, end=1.0, step=0.001, width=100)
-        self.eps = w.FloatInput(label="ℓ₂ strength ε", value=0.001, start=0.0, end=1.0, step=0.001, width=100)
-        self.eta = w.FloatInput(label="Momentum η", value=0.5, start=0.0, end=0.99, step=0.05, width=100)
-        self.batch = w.IntInput(label="Mini-batch M", value=d["batch"], start=1, end=5000, width=100)
-        self.K = w.IntInput(label="Solutions K", value=100, start=1, end=2000, width=100)
-        self.damping = w.FloatInput(label="Damping", value=0.0, start=0.0, end=0.95, step=0.05, width=100)
-        self.seed = w.IntInput(label="Seed", value=0, start=0, width=100)
         self.data_info = pn.pane.Markdown("", styles={"font-size": "0.9em"})
         self._prepared: tuple[str, Any] | None = None  # the data set chosen: (key, tap_setup.load_images(key))
         self._data_key: str | None = None  # ... and the current run's (the views', set by clear())
         self.images = None
 
-    def controls(self) -> dict[str, Any]:
-        return {"data": self.data, "n_hidden": self.n_hidden, "prior_hid": self.prior_hid, "gamma": self.gamma,
-                "eps": self.eps, "eta": self.eta, "batch": self.batch, "K": self.K, "damping": self.damping,
-                "seed": self.seed}
-
     def controls_panel(self) -> pn.viewable.Viewable:
-        data_card = pn.Card(label("Data"), self.data, self.data_info, title="1. Data", collapsible=False,
+        w = self.widgets
+        data_card = pn.Card(label("Data"), w["data"], self.data_info, title="1. Data", collapsible=False,
                             sizing_mode="stretch_width")
-        model_card = pn.Card(pn.Row(self.n_hidden, self.seed), label("Hidden prior"), self.prior_hid,
-                             pn.Row(self.gamma, self.eps, self.eta), pn.Row(self.batch, self.K, self.damping),
+        model_card = pn.Card(pn.Row(w["n_hidden"], w["seed"]), label("Hidden prior"), w["prior_hid"],
+                             pn.Row(w["gamma"], w["eps"], w["eta"]), pn.Row(w["batch"], w["K"], w["damping"]),
                              title="2. Model and training (Table 1)", collapsible=False,
                              sizing_mode="stretch_width")
         return pn.Column(data_card, model_card, sizing_mode="stretch_width", margin=0)
@@ -176,7 +184,7 @@ class TAPLab(Lab):
     def prepare(self, changed: set[str], strict: bool = False) -> None:
         """Load the data set when it changed (the views follow once the new run is installed,
         in :meth:`clear`: a refused setting keeps the old run, drawn on its own data)."""
-        key = self.data.value
+        key = self.data
         if self._prepared is not None and self._prepared[0] == key:
             return
         images = load_images(key)
@@ -191,14 +199,14 @@ class TAPLab(Lab):
         return dict(DEFAULTS.get(data, {}))
 
     def check_work(self) -> None:
-        check_work(self.data.value, n_hidden=self.n_hidden.value, n_chains=self.K.value, batch_size=self.batch.value,
-                   prior_hid=self.prior_hid.value)
+        check_work(self.data, n_hidden=self.n_hidden, n_chains=self.K, batch_size=self.batch,
+                   prior_hid=self.prior_hid)
 
     def trainer_factory(self):
-        return build_trainers(self.data.value, n_hidden=self.n_hidden.value, prior_hid=self.prior_hid.value,
-                              learning_rate=self.gamma.value, weight_decay=self.eps.value, momentum=self.eta.value,
-                              batch_size=self.batch.value, n_chains=self.K.value, damping=self.damping.value,
-                              seed=self.seed.value)
+        return build_trainers(self.data, n_hidden=self.n_hidden, prior_hid=self.prior_hid,
+                              learning_rate=self.gamma, weight_decay=self.eps, momentum=self.eta,
+                              batch_size=self.batch, n_chains=self.K, damping=self.damping,
+                              seed=self.seed)
 
     # ------------------------------------------------------------------ views
     def build_views(self) -> None:
@@ -243,6 +251,11 @@ class TAPLab(Lab):
                                     name="fe-hist")
         self.embedding = EmbeddingScatter("Isomap of the TAP solutions (Fig. 6)", color_label="F_TAP (nats)",
                                           name="isomap")
+        # select solutions in Fig. 6 (tap: one, shift-tap: more; lasso: a region) to draw them as images
+        self.embedding.figure.add_tools(TapTool(), LassoSelectTool())
+        self.embedding.source.selected.on_change("indices", self._on_select)
+        self._scatter_rows = np.zeros(0, dtype=int)  # the snapshot's solution behind each point of Fig. 6
+        self._selection: np.ndarray | None = None  # the solutions selected there (None: none)
         self.data_embedding = EmbeddingScatter("Data by digit, and TAP solutions (Fig. 7)",
                                                color_label="digit", overlay_label="TAP solutions", name="isomap-data")
         self.fields = ImageGrid("Receptive fields, the columns of W (Fig. 4)", name="fields", height=620, width=700,
@@ -253,6 +266,12 @@ class TAPLab(Lab):
                                        ("ais", "AIS (20 runs, 1,001 βs)", "#ff7f0e", "dashed"),
                                        ("pl", "pseudo-likelihood", "#2ca02c", "dotted")):
             self.truth.add_line(key, text, color, dash=dash)
+        # a look inside (issue 26): what the model generates, and its TAP solutions as images
+        self.samples_grid = ImageGrid(f"Model samples: {SAMPLE_CHAINS} persistent Gibbs chains, "
+                                      f"{SAMPLE_SWEEPS} sweeps a step (white 0, black 1)", kind="pixels",
+                                      name="tap-samples", height=560, width=560, tile_label="chain")
+        self.solutions_grid = ImageGrid("TAP solutions as images (a_v)", kind="pixels", name="tap-solution-images",
+                                        height=360, width=300, tile_label="solution")
         self.denoise_grid = ImageGrid("clean · noisy · TAP · OPE · 1-NN", kind="pixels", name="denoise",
                                       height=170, empty_text="", tile_label="image")
         self.mcc_curve = LiveCurve("Denoising: MCC vs flip probability p (Fig. 8)", "flip probability p",
@@ -286,8 +305,9 @@ class TAPLab(Lab):
         return pn.Row(self.ll_curve.view, self.fe_pane, sizing_mode="stretch_width")
 
     def stage(self) -> dict[str, pn.viewable.Viewable]:
-        embed = pn.Column(self.epoch_slider, pn.Row(self.embedding.view, self.data_embedding.view,
-                                                    sizing_mode="stretch_width"), sizing_mode="stretch_width")
+        embed = pn.Column(self.epoch_slider, pn.Row(self.embedding.view, self.solutions_grid.view,
+                                                    self.data_embedding.view, sizing_mode="stretch_width"),
+                          sizing_mode="stretch_width")
         fields = pn.Column(self.rank_by, self.fields.view, sizing_mode="stretch_width")
         denoise = pn.Column(pn.Row(self.denoise_index, self.denoise_p, self.denoise_curve_button),
                             self.denoise_note, pn.Row(self.denoise_grid.view, self.mcc_curve.view,
@@ -295,7 +315,7 @@ class TAPLab(Lab):
                             sizing_mode="stretch_width")
         return {"Figs. 3 · 5": self.main_view(),
                 "Histograms": pn.Row(self.hist.view, self.truth.view, sizing_mode="stretch_width"),
-                "Isomap": embed, "Fields (Fig. 4)": fields, "Denoising": denoise}
+                "Isomap": embed, "Fields (Fig. 4)": fields, "Denoising": denoise, "Samples": self.samples_grid.view}
 
     def badges(self) -> list:
         return [self.solutions_status.pane]
@@ -307,8 +327,8 @@ class TAPLab(Lab):
             return
         self.images = images
         self._rank_rows = images.X_train[:RANK_ROWS]
-        self.fields.image_shape = images.image_shape
-        self.denoise_grid.image_shape = images.image_shape
+        for grid in (self.fields, self.denoise_grid, self.samples_grid, self.solutions_grid):
+            grid.image_shape = images.image_shape
         end = max(0, min(len(images.X_test), DENOISE_ROWS) - 1)
         self._quiet = True  # no denoising of the previous model on the new data
         try:
@@ -328,13 +348,16 @@ class TAPLab(Lab):
         self._embed_time = -math.inf
         self._fields_stale = False  # newer weights than the receptive fields drawn
         self._fields_time = -math.inf
+        self._solutions_stale = False  # newer TAP solutions than the images drawn
+        self._scatter_rows = np.zeros(0, dtype=int)
+        self._selection = None
         self.ll_curve.clear()
         self.truth.clear()
         self.mcc_curve.clear()
         self.fe_points.data = {"x": [], "y": []}
         self.fe_line.data = {"x": [], "y": []}
         # exact answers need {0,1} units on both sides and a small hidden layer (see tap_setup)
-        self.truth.view.visible = self.n_hidden.value <= EXACT_LIMIT and self.prior_hid.value == "bernoulli"
+        self.truth.view.visible = self.n_hidden <= EXACT_LIMIT and self.prior_hid == "bernoulli"
         self._quiet = True
         try:
             self.epoch_slider.param.update(end=1, value=0)
@@ -346,6 +369,8 @@ class TAPLab(Lab):
         self.embedding.update(None)
         self.data_embedding.update(None)
         self.fields.update(None)
+        self.samples_grid.update(None)
+        self.solutions_grid.update(None)
         self.denoise_grid.update(None)
         self.denoise_note.object = "Train a little, then pick a digit and a flip probability."
 
@@ -406,15 +431,22 @@ class TAPLab(Lab):
         if new_snapshot:
             self._update_epoch_widgets()
             self._embedding_dirty = True
+            self._solutions_stale = True
 
     def on_tick(self) -> None:
-        """Draw the receptive fields when due; start the Isomap jobs when due."""
-        if self._fields_stale and time.monotonic() - self._fields_time >= FIELDS_SECONDS:
-            self._show_fields()
+        """Draw the receptive fields, samples and solutions when due (at most once a second
+        while playing; at once when paused, e.g. after ``lab.run``); start the Isomap jobs when due."""
+        due = not self.runner.playing or time.monotonic() - self._fields_time >= FIELDS_SECONDS
+        if (self._fields_stale or self._solutions_stale) and due:
+            if self._fields_stale:
+                self._show_fields()
+                self._show_samples()
+            if self._solutions_stale:
+                self._show_solutions()
         self._submit_embedding()
 
     def busy(self) -> bool:
-        return self._embedding_dirty or self._fields_stale
+        return self._embedding_dirty or self._fields_stale or self._solutions_stale
 
     def _update_epoch_widgets(self) -> None:
         self._quiet = True
@@ -481,6 +513,9 @@ class TAPLab(Lab):
         shown, coords, fit_index = self._fit
         index = min(self.epoch_slider.value, len(shown) - 1)
         epoch, free_energies, rows, total = shown[index]
+        self._scatter_rows = np.asarray(rows, dtype=int)
+        self._selection = None
+        self.embedding.source.selected.indices = []  # new points: the old selection means nothing
         self.embedding.update(coords[index], free_energies, labels=[f"solution {i}" for i in rows])
         some = f", {len(rows):,} of {total:,} shown" if len(rows) < total else ""
         self.embedding.figure.title.text = f"TAP solutions at epoch {epoch:.2f} (Fig. 6{some})"
@@ -500,6 +535,7 @@ class TAPLab(Lab):
             self._submit_embedding()
             return
         self._draw_fit()
+        self._show_solutions()
         self._submit_data_embedding()
 
     # ------------------------------------------------------------------ receptive fields
@@ -530,10 +566,50 @@ class TAPLab(Lab):
         highlight = self._highlight if self._highlight is not None and self._highlight < W.shape[1] else None
         self.fields.update(W, order=order, limit=FIELDS_SHOWN, highlight=highlight, labels=labels)
 
+    # ------------------------------------------------------------------ a look inside
+    def _show_samples(self) -> None:
+        """Draw the newest Record's model samples (persistent Gibbs chains run in the trainer's
+        step, in the worker: :class:`boltzlab.engine.tap.TAPTrainer`'s ``n_samples``)."""
+        samples = self._last.get("samples")
+        if samples is None:
+            return
+        samples = np.asarray(samples, dtype=float)  # the lab's visibles are {0, 1} (Bernoulli prior)
+        epoch = self._last.get("epoch", 0.0)
+        self.samples_grid.update(samples.T, labels=[f"chain {i}, epoch {epoch:.2f}" for i in range(len(samples))])
+
+    def _on_select(self, attr, old, new) -> None:
+        """Points selected in Fig. 6 (tap or lasso): draw those solutions (cheap: a tiling)."""
+        rows = self._scatter_rows
+        picked = [i for i in new if 0 <= i < len(rows)]
+        self._selection = rows[picked] if picked else None
+        self._show_solutions()
+
+    def _show_solutions(self) -> None:
+        """The TAP solutions of the snapshot the slider shows, drawn as images: their visible
+        magnetizations a_v (the fixed points of eqs. 37-38), lowest free energy (eq. 36) first,
+        at most SOLUTIONS_SHOWN; the ones selected in Fig. 6 instead when there are some."""
+        self._solutions_stale = False
+        chosen = self._selection
+        snaps = self.history.snapshots
+        if not snaps:
+            self.solutions_grid.update(None)
+            return
+        snap = snaps[self._shown_snapshot()]
+        fe = snap.free_energies
+        if chosen is None:
+            order = np.argsort(fe, kind="stable")[:SOLUTIONS_SHOWN]
+            what = f"{len(order)} of {len(fe)}, lowest F first"
+        else:
+            order = np.asarray(chosen, dtype=int)[:SOLUTIONS_SHOWN]
+            what = f"{len(order)} selected of {len(fe)}"
+        labels = [f"solution {i} at epoch {snap.epoch:.2f}, F_TAP = {fe[i]:.2f}" for i in range(len(fe))]
+        self.solutions_grid.update(np.clip(snap.solutions_vis, 0.0, 1.0).T, order=order, labels=labels)
+        self.solutions_grid.figure.title.text = f"Solutions a_v: {what}"  # fits the 300 px grid
+
     # ------------------------------------------------------------------ denoising (jobs)
     def _model(self) -> tuple:
         """The newest Record's model, and the damping the denoiser uses."""
-        return self._last["W"], self._last["b_vis"], self._last["b_hid"], max(0.5, self.damping.value)
+        return self._last["W"], self._last["b_vis"], self._last["b_hid"], max(0.5, self.damping)
 
     @held
     def _show_denoising(self) -> None:
@@ -584,11 +660,11 @@ class TAPLab(Lab):
             self.solutions_status.set("idle", "No TAP solutions yet")
             return
         n = len(snaps[-1].free_energies)
-        k = self.K.value
+        k = self.K
         frac = n / max(1, k)
         damping = self._last.get("damping")
         raised = (f"; damping raised to {damping:.2f} so the TAP iterations converge"
-                  if damping is not None and damping > self.damping.value + 1e-9 else "")
+                  if damping is not None and damping > self.damping + 1e-9 else "")
         self.solutions_status.set("warn" if frac > 0.5 else "ok",
                                   f"{n} unique TAP solution{'s' if n != 1 else ''} from {k} starts ({frac:.0%})"
                                   + (": many distinct solutions, a spin-glass warning sign" if frac > 0.5 else "")
@@ -603,7 +679,7 @@ class TAPLab(Lab):
             return None
         batches = int(after.get("iteration", 0) - before.get("iteration", 0))
         parts = [f"<b>Epoch {before.get('epoch', 0.0):.2f} → {after['epoch']:.2f}</b> "
-                 f"({batches} mini-batch{'es' if batches != 1 else ''} of M = {self.batch.value})"]
+                 f"({batches} mini-batch{'es' if batches != 1 else ''} of M = {self.batch})"]
         ll = after.get("tap_log_likelihood")
         if ll is not None and math.isfinite(ll):
             text = f"TAP log-likelihood {ll:.4f} per unit"
@@ -614,7 +690,7 @@ class TAPLab(Lab):
             parts.append(text)
         if "n_solutions" in after:
             n = int(after["n_solutions"])
-            k = self.K.value
+            k = self.K
             if "n_solutions" in before:
                 m = int(before["n_solutions"])
                 verb = "appeared" if n > m else "merged away" if n < m else ""

@@ -29,6 +29,8 @@ MAX_DAMPING = 0.9  # a stalled batch is redone with more damping, up to this
 EXACT_LIMIT = 20  # the ground-truth panel needs the smaller layer <= 20 units
 AIS_RUNS = 20  # live AIS: 20 runs on the 1,001-beta schedule
 DATA_MAP_ROWS = 1000  # training digits in the data Isomap (Fig. 7)
+SAMPLE_CHAINS = 16  # persistent Gibbs chains drawn as the model's samples (a few ms a step in the worker)
+SAMPLE_SWEEPS = 5  # their block Gibbs sweeps per step
 
 
 def describe_images(images: ImageSet, validation: str = "validation") -> str:
@@ -95,13 +97,14 @@ def trainer_factory(data_key: str, *, n_hidden: int, prior_hid: str = "bernoulli
                     weight_decay: float = 0.001, momentum: float = 0.5, batch_size: int = 100, n_chains: int = 100,
                     damping: float = 0.0, seed: int = 0, max_epochs: int = 100,
                     batches_per_step: int | None = None, dtype: str = "float32") -> Callable[[], dict]:
-    """A factory of ``{"TAP": trainer}`` for the runner; validates the settings at once.
+    """A factory of ``{"TAP": trainer}`` for the runner (the trainer validates the settings).
 
     Each step trains ``batches_per_step`` mini-batches (default: about STEPS_PER_EPOCH
     steps per epoch) and then evaluates; a batch where no TAP chain converges is redone
     with more damping (up to MAX_DAMPING) rather than stopping the run.  The lab trains in
     float32 (``dtype``; see :class:`boltzlab.engine.tap.TAPTrainer`): its reported log Z and
-    likelihoods are evaluated in float64 all the same.
+    likelihoods are evaluated in float64 all the same.  Every Record also carries ``samples``:
+    SAMPLE_CHAINS persistent Gibbs chains of the current model, SAMPLE_SWEEPS sweeps a step.
     """
     images = load_images(data_key)
     X = images.X_train
@@ -113,11 +116,11 @@ def trainer_factory(data_key: str, *, n_hidden: int, prior_hid: str = "bernoulli
                                  weight_decay=weight_decay, momentum=momentum, batch_size=batch_size,
                                  n_chains=n_chains, damping=damping, seed=seed, step_unit="batch",
                                  max_epochs=max_epochs, batches_per_step=batches_per_step,
-                                 max_damping=max(MAX_DAMPING, damping), dtype=dtype)
+                                 max_damping=max(MAX_DAMPING, damping), dtype=dtype,
+                                 n_samples=SAMPLE_CHAINS, sample_sweeps=SAMPLE_SWEEPS)
         return {"TAP": GroundTruthTrainer(trainer, X) if trainer.exact else trainer}
 
-    build()
-    return build
+    return build  # built once, by the runner (a bad setting raises there)
 
 
 def default_batches_per_step(n_rows: int, batch_size: int) -> int:

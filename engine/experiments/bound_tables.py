@@ -28,6 +28,7 @@ import time
 from typing import Callable
 
 from boltzlab.engine import latent, majorize
+from boltzlab.engine.progress import Reporter
 
 QUICK_PROBLEMS = ("wine", "breast_cancer")
 #: Table-2 settings (engine.latent.latent_table keywords).
@@ -47,7 +48,7 @@ def run(quick: bool = False, *, problems: tuple[str, ...] | None = None, max_ite
     sets (so ``problems=("wine",)`` runs Table 2 on wine only); () skips Table 2.  Quick mode:
     m in {1, 2}, one start, 0.5 s per run; full: m in {1, 2, 3, 4}, three starts, 10 s per run.
     """
-    say = progress or (lambda msg: None)
+    say = Reporter(progress)
     problems_given = problems
     if problems is None:
         problems = QUICK_PROBLEMS if quick else majorize.PROBLEMS

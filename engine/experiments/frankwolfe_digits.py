@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Callable
 
 import numpy as np
+from boltzlab.engine.progress import Reporter
 
 PAPER_REG_GRID = (1.0, 0.5, 0.1, 0.05, 0.01)  # lambda (§4)
 PAPER_LR_GRID = (0.05, 0.02, 0.01, 0.005)  # eta of FW and the learning rate of CD (§4)
@@ -159,7 +160,7 @@ def run(quick: bool = False, output_dir=None, seed: int = 0, progress: Callable[
     """
     from boltzlab.engine.images import digits
 
-    say = progress or (lambda msg: None)
+    say = Reporter(progress)
     s = make_settings(quick, seed, **overrides)
     t0 = time.perf_counter()
     data = digits(np.float64)
@@ -167,6 +168,7 @@ def run(quick: bool = False, output_dir=None, seed: int = 0, progress: Callable[
     say(f"Frank-Wolfe vs CD-{s.cd_k} on the 8x8 digits ({len(data.X_train)} / {len(data.X_valid)} / "
         f"{len(data.X_test)}), exact log-likelihoods at {list(s.hidden)} hidden units" + (" (quick)" if s.quick else ""))
     fw_runs, exact_runs = [], []
+    say.expect(len(s.reg_grid) * (len(s.bias_lr_grid) + 1) + len(s.hidden))  # FW paths, then CD per size
     for reg in s.reg_grid:
         for lr in s.bias_lr_grid:
             fw = _grow_fw(data.X_train, splits, s, reg, lr, exact=False)
@@ -174,10 +176,12 @@ def run(quick: bool = False, output_dir=None, seed: int = 0, progress: Callable[
             say(f"  FW sampled lambda {reg:g} eta {lr:g}: " + ", ".join(
                 f"{n}: {v['test']:.3f}" for n, v in fw["sizes"].items())
                 + f" (mean eq.-10 updates {fw['mean_bias_updates']:.0f}, capped {fw['bias_capped']}, {fw['seconds']:.1f} s)")
+            say.unit()
         ex = _grow_fw(data.X_train, splits, s, reg, s.bias_lr_grid[0], exact=True)
         exact_runs.append(ex)
         say(f"  FW exact   lambda {reg:g}: " + ", ".join(f"{n}: {v['test']:.3f}" for n, v in ex["sizes"].items())
             + f" ({ex['seconds']:.1f} s)")
+        say.unit()
     result: dict[str, Any] = {"experiment": "frankwolfe_digits", "settings": asdict(s),
                               "data": {k: int(len(v)) for k, v in splits.items()}, "hidden_units": list(s.hidden)}
     keys = ("fw_test_log_likelihood", "fw_valid_log_likelihood", "fw_reg", "fw_bias_lr", "fw_seconds",
@@ -204,6 +208,7 @@ def run(quick: bool = False, output_dir=None, seed: int = 0, progress: Callable[
         result["cd_valid_log_likelihood"].append(cd["valid"])
         result["cd_learning_rate"].append(cd["learning_rate"])
         result["cd_epoch"].append(cd["epoch"])
+        say.unit()
     diff = [a - b for a, b in zip(result["fw_test_log_likelihood"], result["fw_exact_test_log_likelihood"])]
     result["fw_minus_exact"] = diff
     result["goal_met"] = bool(all(math.isfinite(d) and d >= -s.goal_nats for d in diff))

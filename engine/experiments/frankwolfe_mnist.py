@@ -108,6 +108,7 @@ from typing import Any, Callable
 import numpy as np
 
 from boltzlab.engine.checks import derived_seed
+from boltzlab.engine.progress import Reporter
 
 #: Claim 1: the selected size is "appropriate" when its test log-likelihood is within this
 #: many nats of the best along the FW path (also: the stopping rule "missed" an overfit
@@ -272,7 +273,7 @@ def run(quick: bool = False, output_dir: str | Path | None = None, seed: int = 0
     diverged; the CLI turns them into null.
     """
     settings = make_settings(quick, seed, **overrides)
-    say = progress or (lambda message: None)
+    say = Reporter(progress)
     t_start = time.perf_counter()
     with _blas_limit(settings.blas_threads):
         result = _run(settings, output_dir, say)
@@ -432,6 +433,9 @@ def _run(s: Settings, output_dir: str | Path | None, say: Callable[[str], None])
     runs: dict[tuple[float, float], _FWRun] = {}
     selection: list[dict] = []
     pairs = [(reg, lr) for reg in s.reg_grid for lr in s.bias_lr_grid]
+    n_select = len(pairs) if len(pairs) > 1 else 0
+    n_cd = len(s.cd_hidden) * (len(s.cd_learning_rates) * s.cd_seeds + 1)
+    say.expect(n_select + 1 + len(points) + n_cd)  # selection runs, the growth, evaluations, CD runs
     for reg, lr in pairs:
         trainer = FrankWolfeTrainer(
             X_train, max_hidden=s.fw_max_hidden, samples=s.fw_samples, reg=reg, bias_lr=lr,
@@ -451,6 +455,7 @@ def _run(s: Settings, output_dir: str | Path | None, say: Callable[[str], None])
                               "mean_bias_updates": float(np.mean(fw.bias_updates)), "bias_capped": fw.bias_capped})
             say(f"FW lambda = {reg:g}, eta = {lr:g} at {n} units: validation log-likelihood {ev['valid_log_likelihood']:.2f} "
                 f"(± {ev['log_z_spread']:.2f}), {fw.total:.1f} s, {np.mean(fw.bias_updates):.0f} eq.-10 updates per unit")
+            say.unit()
     if len(pairs) > 1:
         finite = [r for r in selection if math.isfinite(r["valid_log_likelihood"])]
         best = max(finite, key=lambda r: r["valid_log_likelihood"]) if finite else selection[0]
@@ -466,6 +471,8 @@ def _run(s: Settings, output_dir: str | Path | None, say: Callable[[str], None])
         if g != (reg, lr):
             del runs[g]  # free the other trainers' snapshots
     eval_points = sorted(n for n in fw.snapshots if n in points or n == fw.selected or n == fw.hidden[-1])
+    say.unit()
+    say.expect(n_select + 1 + len(eval_points) + n_cd)
     curve: dict[str, list] = {k: [] for k in ("hidden_units", "train_log_likelihood", "valid_log_likelihood",
                                               "test_log_likelihood", "log_z", "log_z_spread", "seconds_to_grow")}
     fw_eval: dict[int, dict] = {}
@@ -478,6 +485,7 @@ def _run(s: Settings, output_dir: str | Path | None, say: Callable[[str], None])
         curve["seconds_to_grow"].append(fw.seconds_at(n))
         say(f"  FW {n:>4} units: test log-likelihood {ev['test_log_likelihood']:.2f} ± {ev['log_z_spread']:.2f} "
             f"(train {ev['train_log_likelihood']:.2f}, valid {ev['valid_log_likelihood']:.2f}), AIS {ev['ais_seconds']:.1f} s")
+        say.unit()
     for n in sorted(set(s.cd_hidden) | {fw.hidden[-1]} | ({fw.selected} if fw.selected else set())):
         if n in fw.snapshots:
             _save(out, f"fw_nh{n}", fw.snapshots[n], models, method="frankwolfe", reg=reg)
@@ -543,6 +551,7 @@ def _run(s: Settings, output_dir: str | Path | None, say: Callable[[str], None])
                 say(f"  CD-{s.cd_k} {n:>4} units, random init (lr {lr:g}, seed {s.seed + r}): test log-likelihood "
                     f"{row['test_log_likelihood']:.2f} ± {row['log_z_spread']:.2f} (valid {row['valid_log_likelihood']:.2f}, "
                     f"train {row['train_log_likelihood']:.2f}), {row['seconds']:.1f} s")
+                say.unit()
                 if best is None or (math.isfinite(row["valid_log_likelihood"])
                                     and not row["valid_log_likelihood"] <= best["valid_log_likelihood"]):
                     best, best_params = row, params
@@ -556,6 +565,7 @@ def _run(s: Settings, output_dir: str | Path | None, say: Callable[[str], None])
         say(f"  CD-{s.cd_k} {n:>4} units, FW init (lr {best['learning_rate']:g}): test log-likelihood "
             f"{init_row['test_log_likelihood']:.2f} ± {init_row['log_z_spread']:.2f} (best random init "
             f"{best['test_log_likelihood']:.2f} ± {best['log_z_spread']:.2f}), {init_row['seconds']:.1f} s")
+        say.unit()
         _save(out, f"cd_random_nh{n}", best_params, models, method="cd_random_init",
               learning_rate=best["learning_rate"], seed=best["seed"])
         if init_params is not None:

@@ -19,6 +19,7 @@ import numpy as np
 
 from boltzlab.engine.data import check_mple_exists, simulate_fvbm
 from boltzlab.engine.fvbm import FVBMTrainer, mple, parameter_mse, sandwich_covariance
+from boltzlab.engine.progress import Reporter
 
 PAPER_MSE = {5: 2.09e-6, 10: 5.96e-7, 15: 4.64e-7, 20: 2.89e-7}
 
@@ -40,6 +41,8 @@ class Settings:
 
 def run(settings: Settings, progress=None) -> dict:
     """Run the simulation; returns a JSON-ready dict with a row per d and the histories."""
+    say = Reporter(progress)
+    total, done = len(settings.dims) * settings.repetitions, 0
     rows, histories = [], {}
     for d in settings.dims:
         data = simulate_fvbm(d, settings.n, settings.seed + d, settings.variance)
@@ -64,9 +67,10 @@ def run(settings: Settings, progress=None) -> dict:
             mses.append(parameter_mse(trainer.b, trainer.M, truth))
             sweeps.append(trainer.sweep)
             monotone.append(trainer.first_decrease < 0)
-            if progress:
-                progress(f"d={d} run {r + 1}/{settings.repetitions}: {trainer.sweep} sweeps, "
-                         f"{seconds[-1]:.1f} s, {trainer.status}")
+            say(f"d={d} run {r + 1}/{settings.repetitions}: {trainer.sweep} sweeps, "
+                f"{seconds[-1]:.1f} s, {trainer.status}")
+            done += 1
+            say.advance(done, total)
         row = {
             "d": d, "n": settings.n, "repetitions": settings.repetitions, "tol": settings.tol,
             "average_mse": float(np.mean(mses)), "paper_mse": PAPER_MSE.get(d),

@@ -67,6 +67,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+from boltzlab.engine.progress import Reporter
 
 PS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5)
 #: Fig. 5, bands: the final epoch's free energies are called bimodal when a 2-component
@@ -169,7 +170,7 @@ def run(quick: bool = False, output_dir: str | Path | None = None, seed: int = 0
     ``seconds``.
     """
     settings = make_settings(quick, seed, **overrides)
-    say = progress or (lambda message: None)
+    say = Reporter(progress)
     t_start = time.perf_counter()
     with _blas_limit(settings.blas_threads):
         result = _run(settings, output_dir, say)
@@ -177,7 +178,7 @@ def run(quick: bool = False, output_dir: str | Path | None = None, seed: int = 0
     return result
 
 
-def _run(s: Settings, output_dir: str | Path | None, say: Callable[[str], None]) -> dict:
+def _run(s: Settings, output_dir: str | Path | None, say: Reporter) -> dict:
     from boltzlab.engine import rbm, tap, tap_analysis
     from boltzlab.engine.images import mnist
 
@@ -197,7 +198,9 @@ def _run(s: Settings, output_dir: str | Path | None, say: Callable[[str], None])
     say(f"TAP training on binary MNIST ({len(X_train)} training digits), Nh in {list(s.hidden)}, "
         f"{s.epochs} epochs of {-(-len(X_train) // s.batch_size)} updates, gamma = {s.learning_rate:g}"
         + (" (quick)" if s.quick else ""))
-    for n_hidden in s.hidden:
+    per_model = s.epochs + 2  # the epochs, denoising, AIS
+    total = per_model * len(s.hidden)
+    for index, n_hidden in enumerate(s.hidden):
         trainer = tap.TAPTrainer(
             X_train, n_hidden, batch_size=s.batch_size, n_chains=s.n_chains, learning_rate=s.learning_rate,
             weight_decay=s.weight_decay, momentum=s.momentum, step_unit="epoch", max_epochs=s.epochs,
@@ -240,6 +243,7 @@ def _run(s: Settings, output_dir: str | Path | None, say: Callable[[str], None])
             say(f"  Nh = {n_hidden:>3} epoch {row['epoch']:>3}/{s.epochs}: TAP log-likelihood {ll} per unit, "
                 f"{row['n_solutions']} solutions ({row['n_converged']}/{s.n_eval} chains converged, "
                 f"{row['tap_iterations']:.0f} sweeps on average), {row['seconds']:.1f} s")
+            say.advance(index * per_model + min(row["epoch"], s.epochs), total)
         train_seconds = time.perf_counter() - t0
         W, b_vis, b_hid = trainer.params
         finite = bool(np.all(np.isfinite(W)) and np.all(np.isfinite(b_vis)) and np.all(np.isfinite(b_hid)))
@@ -251,6 +255,7 @@ def _run(s: Settings, output_dir: str | Path | None, say: Callable[[str], None])
         models.append(model)
         if not finite:
             say(f"  Nh = {n_hidden}: {trainer.message}; no denoising or AIS for this model")
+            say.advance((index + 1) * per_model, total)
             continue
         hidden_means = rbm.RBM(W, b_vis, b_hid).prob_h_given_v(X_train).mean(axis=0)
         if out is not None:
@@ -267,6 +272,7 @@ def _run(s: Settings, output_dir: str | Path | None, say: Callable[[str], None])
         say(f"  Nh = {n_hidden:>3} denoising ({len(X_test)} test digits, {len(s.ps)} values of p): "
             f"{model['denoise_seconds']:.1f} s; MCC TAP at p = {s.ps[len(s.ps) // 2]:g}: "
             f"{curve['mcc_tap'][len(s.ps) // 2]:.3f}")
+        say.advance(index * per_model + s.epochs + 1, total)
 
         t0 = time.perf_counter()
         log_z, spread = rbm.ais_log_partition(W, b_vis, b_hid, n_runs=s.ais_runs, schedule=schedule, seed=s.seed,
@@ -287,6 +293,7 @@ def _run(s: Settings, output_dir: str | Path | None, say: Callable[[str], None])
         })
         say(f"  Nh = {n_hidden:>3} AIS ({s.ais_runs} runs, {len(schedule)} betas, {ais_seconds:.1f} s): "
             f"log Z = {log_z:.2f} ± {spread:.2f}, test log-likelihood {ll_ais:.2f} nats per digit")
+        say.advance((index + 1) * per_model, total)
 
     largest = str(max((m["n_hidden"] for m in models if str(m["n_hidden"]) in denoising_by_model), default=s.hidden[-1]))
     empty = {"p": [], "mcc_tap": [], "mcc_ope": [], "mcc_1nn": []}

@@ -1,5 +1,8 @@
 """Numba kernels of the quadratic partition-function bound (Jebara & Choromanska 2012).
 
+Imported as ``boltzlab.engine.kernels.bound``; numba caches the compiled functions on disk
+(beside this file, or under ``NUMBA_CACHE_DIR``) and reuses them while this file is unchanged.
+
 Conventions (the paper's symbols).  A log-linear model over an enumerable Omega has
 
     Z(theta) = sum_y h(y) exp(theta^T f(y)),   alpha(y) = h(y) exp(theta_tilde^T f(y)),

@@ -1,5 +1,8 @@
 """Numba kernels for fully visible Boltzmann machines (Nguyen & Wood 2016).
 
+Imported as ``boltzlab.engine.kernels.fvbm``; numba caches the compiled functions on disk
+(beside this file, or under ``NUMBA_CACHE_DIR``) and reuses them while this file is unchanged.
+
 Conventions shared by every kernel here:
 
 * ``XT`` is the data transposed, shape (d, m), float64 with entries in {-1, +1}; each row is

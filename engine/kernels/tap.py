@@ -1,5 +1,8 @@
 """Numba kernels of TAP machines (Tramel, Gabrié, Manoel, Caltagirone & Krzakala 2018).
 
+Imported as ``boltzlab.engine.kernels.tap``; numba caches the compiled functions on disk
+(beside this file, or under ``NUMBA_CACHE_DIR``) and reuses them while this file is unchanged.
+
 Conventions (the paper's symbols).  Each unit carries a prior measure mu_theta and a
 Gaussian "field" (B, A); everything about a unit follows from
 

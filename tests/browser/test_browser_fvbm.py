@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import time
 
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.waiting import wait_until  # the other browser tests import it from here
+from tests.waiting import settled, wait_until  # the other browser tests import it from here
 
 pytestmark = pytest.mark.browser
 
@@ -79,17 +78,13 @@ def test_play_pause_step_reset(page: Page, app_url, shot):
 
     page.get_by_role("button", name="❚❚ Pause").click()
     expect(page.get_by_role("button", name="▶ Play")).to_be_enabled()
-    time.sleep(0.6)  # pause acts within half a second; let the last tick arrive
-    paused = len(points(page)["x"])
-    time.sleep(1.0)
-    assert len(points(page)["x"]) == paused
+    # the step in flight at the pause may still arrive: wait until the page stops changing
+    # (a pause that did not stop the run never settles and fails here)
+    paused = settled(lambda: (len(points(page)["x"]), sweep_text(page)))[0]
     assert sweep_text(page) == f"Sweep {paused}"
 
     page.get_by_role("button", name="Step").click()
-    wait_until(lambda: len(points(page)["x"]) == paused + 1)
-    time.sleep(0.5)
-    assert len(points(page)["x"]) == paused + 1
-    wait_until(lambda: sweep_text(page) == f"Sweep {paused + 1}")
+    assert settled(lambda: (len(points(page)["x"]), sweep_text(page))) == (paused + 1, f"Sweep {paused + 1}")
 
     page.get_by_role("button", name="↺ Reset").click()
     wait_until(lambda: points(page)["x"] == [] and sweep_text(page) == "Sweep 0")

@@ -64,7 +64,12 @@ def test_every_model_draws_a_bound_that_holds_and_touches(lab, key):
     s, gap = np.asarray(data["s"]), np.asarray(data["gap"])
     assert gap.min() >= -1e-9
     touch = np.argmin(np.abs(gap))
-    assert abs(s[touch] - 0.5) <= (s[1] - s[0]) and abs(gap[touch]) < 0.05
+    assert abs(s[touch] - 0.5) <= (s[1] - s[0])
+    # the bound touches log Z at s~ = 0.5 with the same slope (gap(s~) = gap'(s~) = 0), so on the
+    # grid gap(s) <= max gap'' / 2 (s - s~)^2: a bound merely near log Z there leaves more
+    h = s[1] - s[0]
+    curvature = np.max(np.abs(np.diff(gap, 2))) / h**2
+    assert gap[touch] <= 0.5 * curvature * (s[touch] - 0.5) ** 2 * 1.05 + 1e-9, (gap[touch], curvature)
     assert view.message.level == "ok" and "the bound holds" in view.message.text
     # the line's log Z is the exact one, independently recomputed
     model = setup.make_model(key, view.scale.value, view.seed.value)
@@ -143,7 +148,7 @@ def test_make_model_rejects_unknown_models_and_bad_scales():
 
 def test_the_race_streams_every_method_and_the_bound_stays_monotone(make_lab):
     lab = make_lab()
-    lab.speed.value = "as fast as possible"
+    lab.widgets["speed"].value = "as fast as possible"
     lab._play()
     for _ in range(1200):  # drain as the refresh tick would, until every method has stopped
         if lab.runner.wait_idle(0.1):
@@ -164,14 +169,18 @@ def test_the_race_streams_every_method_and_the_bound_stays_monotone(make_lab):
     assert "| Newton |" in lab.table.object and "converged" in lab.table.object
     assert lab.run_status.level == "ok" and "Finished" in lab.run_status.text
     # another problem resets the race and its lambda
-    lab.problem.value = "breast_cancer"
-    assert lab.reg.value == 0.01 and len(lab.sources["Newton"]["by-iteration"].data["y"]) == 0
+    lab.widgets["problem"].value = "breast_cancer"
+    assert lab.widgets["reg"].value == 0.01 and len(lab.sources["Newton"]["by-iteration"].data["y"]) == 0
     settle(lab)
     assert "569 training examples" in lab.race_info.object
     assert lab.J_star is not None and lab.J_star != J_star
-    lab.reg.value = -1.0
-    assert lab.settings_msg.level == "error" and "reg" in lab.settings_msg.text.lower()
-    assert "569 training examples" in lab.race_info.object  # the race it had is kept
+    # a negative lambda cannot be entered (the widget carries the parameter's bounds) nor
+    # asked for by name (the one refusal sentence of links and keywords); the race is kept
+    with pytest.raises(ValueError):
+        lab.widgets["reg"].value = -1.0
+    with pytest.raises(ValueError, match="The 'reg' setting must be"):
+        lab.apply_settings({"reg": -1.0})
+    assert lab.reg == 0.01 and "569 training examples" in lab.race_info.object
 
 
 def test_the_race_is_built_where_it_first_steps():

@@ -81,7 +81,7 @@ def test_loaded_checkpoint_continues_exactly_like_an_uninterrupted_run(make_lab)
     assert other.tools.load_bytes(content), other.tools.message.text
     assert other.tools.message.level == "ok"
     assert other.tools.settings_text() == {**lab.tools.settings_text()}
-    assert other.problem.value == "fvbm" and other.race_seed.value == 2 and other.race_seed.visible
+    assert other.widgets["problem"].value == "fvbm" and other.widgets["race_seed"].value == 2 and other.widgets["race_seed"].visible
     assert other.tightness.model.value == "loglinear" and other.tightness.tilde_src.data["s"] == [1.5]
     assert list(other.runner.trainers) == names
     assert points(other) == 4 and points(other, "Newton") == 4  # the curves redrawn from the history
@@ -118,7 +118,7 @@ def test_bad_checkpoints_keep_the_current_run(make_lab):
     bad.states["L-BFGS"] = {k: (np.zeros(3) if np.ndim(v) == 1 else v) for k, v in bad.states["L-BFGS"].items()}
     assert not lab.tools.load_bytes(write_checkpoint(bad), filename="bad.npz")
     assert lab.tools.message.level == "error" and "unchanged" in lab.tools.message.text
-    assert lab.problem.value == "wine" and lab.tightness.model.value == "fvbm8"
+    assert lab.widgets["problem"].value == "wine" and lab.tightness.model.value == "fvbm8"
     assert lab.runner.states["Bound majorization"].steps == 3
     assert comparable(lab.runner.history.rows["Bound majorization"]) == before
     assert points(lab) == 3 and points(lab, "Newton") == 3
@@ -162,11 +162,11 @@ def test_url_round_trip_and_bad_values_are_named(make_lab):
     assert lab.tools.message.level == "warn" and "'speed'" in lab.tools.message.text
     assert "s_tilde" not in lab.tools.message.text
     assert lab.jobs.wait(120)
-    assert lab.problem.value == "fvbm" and lab.reg.value == 0.5 and lab.race_seed.value == 3
+    assert lab.widgets["problem"].value == "fvbm" and lab.widgets["reg"].value == 0.5 and lab.widgets["race_seed"].value == 3
     assert lab.tightness.radius.value == 5 and lab.tightness.s_tilde.value == 4.0
     assert lab.tightness.s_tilde.end == 5 and lab.tightness.tilde_src.data["s"] == [4.0]
     assert lab.tightness.message.level == "ok"
-    assert lab.speed.value == "30 steps/s"  # the bad value is ignored
+    assert lab.widgets["speed"].value == "30 steps/s"  # the bad value is ignored
     query = lab.tools.query()
     assert query["bound.problem"] == "fvbm" and query["bound.s_tilde"] == "4"
 
@@ -190,7 +190,7 @@ def test_url_round_trip_and_bad_values_are_named(make_lab):
     assert third.tools.message.level == "warn" and "numbers separated by commas" in third.tools.message.text
     assert third.tightness.message.level == "error"
     assert third.jobs.wait(120)
-    assert third.problem.value == "breast_cancer" and "569 training examples" in third.race_info.object
+    assert third.widgets["problem"].value == "breast_cancer" and "569 training examples" in third.race_info.object
     assert third.runner.states["Newton"].steps == 0 and not third.settings_msg.pane.visible
 
 

@@ -13,20 +13,19 @@ import sys
 import time
 import urllib.request
 
+import distributed  # a core dependency (pyproject.toml): imported, never skipped
 import numpy as np
 import pytest
 
-distributed = pytest.importorskip("distributed")
-
-from boltzlab import engine  # noqa: E402
-from boltzlab.dashboard import runner as runner_module  # noqa: E402
-from boltzlab.dashboard.distributed import DaskBackend, DaskUnavailable, RemoteTrainer, use_dask  # noqa: E402
-from boltzlab.dashboard.labs.fvbm_setup import load_data, monotone_guaranteed, trainer_factory  # noqa: E402
-from boltzlab.engine.fvbm import FVBMTrainer  # noqa: E402
-from boltzlab.engine.stepping import Record, Trainer  # noqa: E402
-from fakes import FakeTrainer  # noqa: E402
-from tests.serving import start_server, stop_server  # noqa: E402
-from tests.waiting import wait_for  # noqa: E402
+from boltzlab import engine
+from boltzlab.dashboard import runner as runner_module
+from boltzlab.dashboard.distributed import DaskBackend, DaskUnavailable, RemoteTrainer, use_dask
+from boltzlab.dashboard.labs.fvbm_setup import load_data, monotone_guaranteed, trainer_factory
+from boltzlab.engine.fvbm import FVBMTrainer
+from boltzlab.engine.stepping import Record, Trainer
+from fakes import FakeTrainer
+from tests.serving import start_server, stop_server
+from tests.waiting import wait_for
 
 WALL_TIME_KEYS = {"wall_time", "elapsed"}
 
@@ -224,8 +223,8 @@ def test_the_fvbm_lab_steps_and_draws_on_the_cluster(dask_runners):
         assert lab.logpl.n_points("BSLM/log_pl") == 1
         assert lab.counter_pane.object == "Sweep 1"
         assert lab._last_arrays["BSLM"]["M"].shape == (10, 10) and lab._sweeps["BSLM"] == 1
-        lab.race_mus.value = "0.5, 8"
-        lab.mode.value = "Race"
+        lab.widgets["race_mus"].value = "0.5, 8"
+        lab.widgets["mode"].value = "Race"
         assert lab.runner.wait_started(120)
         trainers = lab.runner.trainers
         assert len(trainers) == 6 and all(isinstance(t, RemoteTrainer) for t in trainers.values())

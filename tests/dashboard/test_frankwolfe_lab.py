@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pickle
 import time
 
@@ -44,9 +46,9 @@ def tick_until(lab, until, timeout=120.0):
 
 
 def test_the_lab_opens_on_mnist_with_its_defaults(lab):
-    assert lab.data.value == "mnist"
+    assert lab.widgets["data"].value == "mnist"
     for name, value in DEFAULTS["mnist"].items():
-        assert getattr(lab, name).value == value
+        assert getattr(lab, name) == value and lab.widgets[name].value == value
     assert lab.fields.image_shape == (28, 28)
     assert lab.fork.disabled  # nothing to fork yet
     trainer = lab.runner._factory()["FW"]
@@ -54,9 +56,9 @@ def test_the_lab_opens_on_mnist_with_its_defaults(lab):
 
 
 def test_growing_fills_every_view_and_highlights_the_newest_unit(lab):
-    lab.data.value = "digits"
-    lab.max_hidden.value = 12
-    lab.eval_every.value = 1
+    lab.widgets["data"].value = "digits"
+    lab.widgets["max_hidden"].value = 12
+    lab.widgets["eval_every"].value = 1
     lab._play()
     pump(lab, until=lambda: lab._last.get("n_hidden", 0) >= 6, timeout=120)
     lab._pause()
@@ -72,10 +74,10 @@ def test_growing_fills_every_view_and_highlights_the_newest_unit(lab):
 
 
 def test_training_cd_from_here_runs_both_starts(lab):
-    lab.data.value = "digits"
-    lab.max_hidden.value = 5
-    lab.eval_every.value = 1
-    lab.cd_epochs.value = 3
+    lab.widgets["data"].value = "digits"
+    lab.widgets["max_hidden"].value = 5
+    lab.widgets["eval_every"].value = 1
+    lab.widgets["cd_epochs"].value = 3
     lab._play()
     pump(lab, until=lambda: not lab.runner.active, timeout=120)
     lab.runner.wait_idle()
@@ -141,12 +143,12 @@ def test_cd_pair_starts_from_the_given_model_and_from_random():
 
 
 def test_bad_settings_show_an_error_and_keep_the_lab(lab):
-    lab.samples.value = 0
-    assert lab.settings_msg.pane.visible and "samples" in lab.settings_msg.text
-    lab.samples.value = 100
+    with pytest.raises(ValueError, match=re.escape("The 'samples' setting must be in [1, 20000]. Got '0'.")):
+        lab.apply_settings({"samples": 0})
+    lab.widgets["samples"].value = 100
     assert not lab.settings_msg.pane.visible
-    with pytest.raises(ValueError, match="max_hidden"):
-        fw_factory("digits", reg=0.1, bias_lr=0.05, samples=10, max_hidden=0)
+    with pytest.raises(ValueError, match="max_hidden"):  # the trainer checks when it is built
+        fw_factory("digits", reg=0.1, bias_lr=0.05, samples=10, max_hidden=0)()
 
 
 def test_fw_curves_reads_only_evaluated_splits():

@@ -56,7 +56,7 @@ def comparable(rows):
 
 
 def fork_cd(lab):
-    lab.cd_epochs.value = 1
+    lab.widgets["cd_epochs"].value = 1
     lab._fork_cd()
     assert lab.cd_runner is not None
     return lab.cd_runner
@@ -79,7 +79,7 @@ def test_loaded_checkpoint_continues_exactly_like_an_uninterrupted_run(make_lab,
     assert other.tools.message.level == "ok" and "fw.npz" in other.tools.message.text
     assert "CD comparison" in other.tools.message.text
     assert other.tools.settings_text() == lab.tools.settings_text()
-    assert other.data.value == "digits" and other.fields.image_shape == (8, 8)
+    assert other.widgets["data"].value == "digits" and other.fields.image_shape == (8, 8)
     # the views are redrawn from the checkpoint's history and newest arrays
     n = int(uninterrupted[2]["n_hidden"])
     assert other.ll_curve.n_points("units") == 3 and other.inner_curve.n_points("inner") == 3
@@ -138,7 +138,7 @@ def test_checkpoint_that_does_not_fit_the_trainer_is_rolled_back(make_lab):
     rows = comparable(lab.runner.history.rows["FW"])
     assert not lab.tools.load_bytes(write_checkpoint(ckpt), filename="bad.npz")
     assert lab.tools.message.level == "error" and "chains" in lab.tools.message.text
-    assert lab.seed.value == 9 and lab.max_hidden.value == 15  # the settings are back
+    assert lab.widgets["seed"].value == 9 and lab.widgets["max_hidden"].value == 15  # the settings are back
     assert lab.runner.states["FW"].steps == 3 and comparable(lab.runner.history.rows["FW"]) == rows
     assert lab.ll_curve.n_points("units") == 3 and lab.fields.n_tiles == 3
     restored = lab.runner.trainers["FW"].state_dict()
@@ -181,8 +181,8 @@ def test_url_settings_apply_and_bad_ones_are_named(make_lab):
     query.update({"frankwolfe.away": [b"0"], "frankwolfe.evaluate": [b"sometimes"], "fvbm.d": [b"3"]})
     lab.tools.apply_query(query)
     assert lab.tools.message.level == "warn" and "'evaluate'" in lab.tools.message.text
-    assert lab.data.value == "digits" and lab.samples.value == 60 and lab.seed.value == 3
-    assert lab.evaluate.value == "auto"  # the bad value is ignored, the others apply
+    assert lab.widgets["data"].value == "digits" and lab.widgets["samples"].value == 60 and lab.widgets["seed"].value == 3
+    assert lab.widgets["evaluate"].value == "auto"  # the bad value is ignored, the others apply
     trainer = lab.runner.trainers["FW"]
     assert trainer.samples == 60 and trainer.n_visible == 64
     # the query text of a lab reproduces its settings and its first Records in a fresh lab
@@ -240,7 +240,7 @@ def test_next_step_on_an_unevaluated_step_and_on_an_away_step(make_lab):
 def test_every_plot_has_a_title_labelled_axes_and_a_hover(make_lab):
     lab = make_lab()
     figures = [p.object for p in lab.panel().select(pn.pane.Bokeh)]
-    assert len(figures) == 4
+    assert len(figures) == 5  # eq. 9, the test log-likelihood, the fields, the CD fork, the samples
     for fig in figures:
         assert fig.title.text, fig
         assert any(isinstance(tool, HoverTool) for tool in fig.tools), fig.title.text

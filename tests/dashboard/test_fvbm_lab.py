@@ -26,13 +26,15 @@ def lab():
     lab.runner.close()
 
 
-def pump(lab, until=None, timeout=20.0):
-    """Drain the runner into the views like the periodic callback does."""
+def pump(lab, until=None, timeout=120.0):
+    """Drain the runner into the views like the periodic callback does, until ``until()``
+    holds (an ``AssertionError`` if it does not within the generous ``timeout``)."""
     deadline = time.monotonic() + timeout
     while True:
         lab.on_records(lab.runner.drain())
-        if until is None or until() or time.monotonic() > deadline:
+        if until is None or until():
             break
+        assert time.monotonic() < deadline, f"pump: condition not met within {timeout} s"
         time.sleep(0.05)
     lab._status_time = 0.0  # force the text panes to refresh
     lab.on_records(lab.runner.drain())
@@ -43,7 +45,7 @@ def n_points(lab, name="BSLM"):
 
 
 def test_default_state_is_simulated_bslm_paused(lab):
-    assert lab.source.value == "simulated" and lab.d.value == 10
+    assert lab.widgets["source"].value == "simulated" and lab.widgets["d"].value == 10
     assert list(lab.runner.trainers) == ["BSLM"]
     assert not lab.runner.playing
     assert lab.data.mple_logpl is not None and lab.data.data.truth is not None
@@ -70,7 +72,7 @@ def test_step_adds_exactly_one_point_and_stays_monotone(lab):
 
 
 def test_play_pause_and_reset(lab):
-    lab.speed.value = "as fast as possible"
+    lab.widgets["speed"].value = "as fast as possible"
     lab._play()
     pump(lab, until=lambda: n_points(lab) >= 30)
     lab._pause()
@@ -92,7 +94,7 @@ def test_play_pause_and_reset(lab):
 
 def test_bad_upload_keeps_previous_data(lab):
     before = lab.data
-    lab.source.value = "upload"
+    lab.widgets["source"].value = "upload"
     lab.upload.filename = "bad.csv"
     lab.upload.value = b"a,b\n1,2\n7,x\n"
     assert lab.settings_msg.level == "info" and "Choose a CSV file" in lab.settings_msg.text  # not an error
@@ -107,7 +109,7 @@ def test_good_upload_switches_data(lab):
     X = rng.choice([-1, 1], size=(200, 4))
     X[:, 1] = np.where(rng.random(200) < 0.8, X[:, 0], -X[:, 0])
     csv = "p,q,r,s\n" + "\n".join(",".join(str(v) for v in row) for row in X)
-    lab.source.value = "upload"
+    lab.widgets["source"].value = "upload"
     lab.upload.filename = "mine.csv"
     lab.upload.value = csv.encode()
     assert lab.jobs.wait(60)  # the upload is read as a job
@@ -121,12 +123,12 @@ def test_good_upload_switches_data(lab):
 
 
 def test_race_divergence_stops_one_trainer_only(lab):
-    lab.source.value = "senate"
-    lab.race_mus.value = "0.5, 50"
-    lab.mode.value = "Race"
+    lab.widgets["source"].value = "senate"
+    lab.widgets["race_mus"].value = "0.5, 50"
+    lab.widgets["mode"].value = "Race"
     assert list(lab.runner.trainers) == ["BSLM", "GA μ=0.5", "GA μ=50", BOUND_LABEL, SQUAREM_LABEL,
                                          LBFGS_LABEL]
-    lab.speed.value = "as fast as possible"
+    lab.widgets["speed"].value = "as fast as possible"
     lab._play()
     pump(lab, until=lambda: lab.runner.states["GA μ=50"].status == "diverged"
          and lab._sweeps["BSLM"] > 20)
@@ -137,9 +139,9 @@ def test_race_divergence_stops_one_trainer_only(lab):
 
 
 def test_invalid_race_steps_show_a_message(lab):
-    lab.mode.value = "Race"
+    lab.widgets["mode"].value = "Race"
     trainers = lab.runner.trainers
-    lab.race_mus.value = "fast, faster"
+    lab.widgets["race_mus"].value = "fast, faster"
     assert lab.settings_msg.pane.visible and "numbers" in lab.settings_msg.text
     assert lab.runner.trainers is trainers
 
@@ -178,14 +180,14 @@ def test_data_switch_sends_the_heatmaps_in_one_held_message(lab):
 
     doc, log = _watch_events(lab)
     with set_curdoc(doc):
-        lab.mode.value = "Race"
+        lab.widgets["mode"].value = "Race"
         log.clear()
-        lab.source.value = "senate"
+        lab.widgets["source"].value = "senate"
     sources = {lab.heat_est.source, lab.heat_true.source, lab.heat_diff.source}
     held = [h for model, h in log if model in sources]
     assert held, "the heatmaps were not updated"
     assert all(held), "some heatmap changes were sent outside the hold"
-    clicked = {model for model, _ in lab.source._models.values()}  # the widget itself
+    clicked = {model for model, _ in lab.widgets["source"]._models.values()}  # the widget itself
     assert all(h for model, h in log if model not in clicked), \
         "some changes of the data switch were not held"
     # the views draw Records only: M̂ fills with the first sweep of the new data
@@ -197,9 +199,9 @@ def test_data_switch_sends_the_heatmaps_in_one_held_message(lab):
 
 
 def test_heatmap_shows_the_latest_estimate_of_a_converged_trainer(lab):
-    lab.mode.value = "Race"
-    lab.source.value = "senate"
-    lab.speed.value = "as fast as possible"
+    lab.widgets["mode"].value = "Race"
+    lab.widgets["source"].value = "senate"
+    lab.widgets["speed"].value = "as fast as possible"
     lab._play()
     pump(lab, until=lambda: lab.runner.states["BSLM"].status == "converged")
     lab._pause()
@@ -216,7 +218,7 @@ def test_heatmap_shows_the_latest_estimate_of_a_converged_trainer(lab):
 
 
 def test_legends_sit_outside_the_plot_area_and_hide_lines_on_click(lab):
-    lab.mode.value = "Race"
+    lab.widgets["mode"].value = "Race"
     for curve in (lab.logpl, lab.loglik, lab.mse):
         assert curve.legend in curve.figure.below and curve.legend not in curve.figure.center
         assert curve.legend.click_policy == "hide"
@@ -235,9 +237,9 @@ def test_first_decrease_is_listed_only_once_marked(lab):
     lab.runner.wait_idle()
     pump(lab)
     assert not lab.decrease_item.visible  # BSLM never decreases
-    lab.source.value = "senate"
-    lab.race_mus.value = "8"  # overshoots: decreases within a few sweeps
-    lab.mode.value = "Race"
+    lab.widgets["source"].value = "senate"
+    lab.widgets["race_mus"].value = "8"  # overshoots: decreases within a few sweeps
+    lab.widgets["mode"].value = "Race"
     assert not lab.decrease_item.visible
     for _ in range(3):
         lab._step()
@@ -250,7 +252,7 @@ def test_first_decrease_is_listed_only_once_marked(lab):
 
 
 def test_no_mple_shows_a_short_warning_no_target_and_still_trains(lab):
-    lab.d.value = 20  # n = 16000, seed 1: the MPLE does not exist
+    lab.widgets["d"].value = 20  # n = 16000, seed 1: the MPLE does not exist
     assert "Simulating d = 20" in lab.settings_msg.text  # a job: larger than the default data
     assert lab.jobs.wait(120)
     assert lab.data.mple_logpl is None
@@ -266,15 +268,15 @@ def test_no_mple_shows_a_short_warning_no_target_and_still_trains(lab):
     pump(lab)
     assert n_points(lab) == 1 and lab.counter_pane.object == "Sweep 1"
     assert "| – |" in lab.summary_table.object  # no gap to a target that does not exist
-    lab.d.value = 10  # the MPLE exists again: warning gone, target back
+    lab.widgets["d"].value = 10  # the MPLE exists again: warning gone, target back
     assert not lab.data_msg.pane.visible
     assert len(lab.logpl._target.data["x"]) == 2 and lab.logpl._target_item.visible
 
 
 def test_race_runs_the_bound_and_lbfgs_beside_bslm(lab):
-    lab.source.value = "senate"
-    lab.race_mus.value = "2.5"
-    lab.mode.value = "Race"
+    lab.widgets["source"].value = "senate"
+    lab.widgets["race_mus"].value = "2.5"
+    lab.widgets["mode"].value = "Race"
     assert list(lab.runner.trainers) == ["BSLM", "GA μ=2.5", BOUND_LABEL, SQUAREM_LABEL, LBFGS_LABEL]
     # fixed colours for the two new racers, distinct from every other line
     names = set(lab.runner.trainers)
@@ -283,7 +285,7 @@ def test_race_runs_the_bound_and_lbfgs_beside_bslm(lab):
     assert set(glyphs) == names
     assert glyphs[BOUND_LABEL] == "#17becf" and glyphs[LBFGS_LABEL] == "#7f7f7f"
     assert len(set(glyphs.values())) == len(glyphs)
-    lab.speed.value = "as fast as possible"
+    lab.widgets["speed"].value = "as fast as possible"
     lab._play()
     pump(lab, until=lambda: all(lab.runner.states[n].status == "converged"
                                 for n in (BOUND_LABEL, SQUAREM_LABEL, LBFGS_LABEL)))
@@ -304,8 +306,8 @@ def test_race_runs_the_bound_and_lbfgs_beside_bslm(lab):
 
 
 def test_monotone_badge_allows_decreases_only_without_a_guarantee(lab):
-    lab.race_mus.value = "0.5, 8"
-    lab.mode.value = "Race"
+    lab.widgets["race_mus"].value = "0.5, 8"
+    lab.widgets["mode"].value = "Race"
     trainers = lab.runner.trainers
     assert [monotone_guaranteed(trainers[n]) for n in trainers] == [True, True, False, True, True, False]
     lab._sweeps = {n: 5 for n in trainers}
@@ -344,8 +346,8 @@ def _race_steps(lab, mus: str, steps: int) -> None:
 
 
 def test_the_default_race_converges_and_its_axis_follows_the_data(lab):
-    assert lab.race_mus.value == "0.5, 2.5"  # divergence has a preset of its own
-    _race_steps(lab, lab.race_mus.value, 30)
+    assert lab.widgets["race_mus"].value == "0.5, 2.5"  # divergence has a preset of its own
+    _race_steps(lab, lab.widgets["race_mus"].value, 30)
     assert math.isnan(lab.logpl.figure.y_range.start)  # nothing to keep out: the axis is Bokeh's
     assert all(v >= lab._first_logpl["BSLM"] - 2 * (lab.data.mple_logpl - lab._first_logpl["BSLM"])
                for v in lab._lowest.values())  # every run within reach of the monotone ones

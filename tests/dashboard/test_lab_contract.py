@@ -74,7 +74,7 @@ def test_a_lab_declares_its_parts(cls, make_lab):
     summary = cls.summary.strip()
     assert summary.endswith(".") and not re.search(r"[.!?]\s+[A-Z]", summary), "one sentence"
     assert cls.intro and cls.equations and cls.watch and cls.presets
-    assert cls.default_speed in cls.speeds
+    assert cls.param["speed"].default in cls.speeds
     lab = make_lab(cls, small=False)
     settings = lab.settings()
     assert "speed" in settings and set(lab.controls()) <= set(settings)

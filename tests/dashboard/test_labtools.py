@@ -5,13 +5,13 @@ from __future__ import annotations
 import io
 
 import numpy as np
-import panel as pn
+import param
 import pytest
 
 from boltzlab import engine
 from boltzlab.dashboard.labs.fvbm import FVBMLab
-from boltzlab.dashboard.labtools import (Checkpoint, decode_value, encode_value, history_csv,
-                                read_checkpoint, write_checkpoint)
+from boltzlab.dashboard.labtools import (Checkpoint, history_csv, parse_setting, read_checkpoint, setting_text,
+                                         write_checkpoint)
 from boltzlab.dashboard.runner import History
 from boltzlab.engine.stepping import Record
 
@@ -47,30 +47,37 @@ def comparable(rows):
     return [{k: v for k, v in row.items() if not any(w in k for w in ("time", "second", "elapsed"))} for row in rows]
 
 
-# ---------------------------------------------------------------- text <-> widget values
-@pytest.mark.parametrize("widget, value", [
-    (pn.widgets.IntInput(value=3, start=0, end=10), 7),
-    (pn.widgets.FloatInput(value=1.5, start=0.01, end=10.0), 0.25),
-    (pn.widgets.Select(options={"1e-2": 1e-2, "1e-5": 1e-5}, value=1e-2), 1e-5),
-    (pn.widgets.RadioButtonGroup(options={"Zeros": "zeros", "Random": "random"}, value="zeros"), "random"),
-    (pn.widgets.TextInput(value="0.5, 2"), "1, 2, 3"),
-    (pn.widgets.Checkbox(value=False), True),
-])
-def test_encode_decode_round_trip(widget, value):
-    assert decode_value("x", widget, encode_value(widget, value)) == value
+# ---------------------------------------------------------------- text <-> setting values
+def _setting(parameter):
+    """``parameter`` named ``x`` (as a lab's class declares its settings)."""
+    class Owner(param.Parameterized):
+        x = parameter
+    return Owner.param["x"]
 
 
-@pytest.mark.parametrize("widget, text, message", [
-    (pn.widgets.IntInput(value=3, start=0, end=10), "11", r"in \[0, 10\]"),
-    (pn.widgets.IntInput(value=3, start=0, end=10), "three", "must be an int"),
-    (pn.widgets.FloatInput(value=1.0), "nan", "finite"),
-    (pn.widgets.Select(options=["a", "b"], value="a"), "c", r"one of \['a', 'b'\]"),
-    (pn.widgets.TextInput(value=""), "x" * 201, "at most 200"),
-    (pn.widgets.Checkbox(value=False), "maybe", "0 or 1"),
+@pytest.mark.parametrize("parameter, value", [
+    (param.Integer(3, bounds=(0, 10)), 7),
+    (param.Number(1.5, bounds=(0.01, 10.0)), 0.25),
+    (param.Selector(default=1e-2, objects={"1e-2": 1e-2, "1e-5": 1e-5}), 1e-5),
+    (param.Selector(default="zeros", objects={"Zeros": "zeros", "Random": "random"}), "random"),
+    (param.String("0.5, 2"), "1, 2, 3"),
+    (param.Boolean(False), True),
 ])
-def test_decode_refuses_bad_text_with_a_clear_message(widget, text, message):
+def test_text_round_trip(parameter, value):
+    assert parse_setting(_setting(parameter), setting_text(value)) == value
+
+
+@pytest.mark.parametrize("parameter, text, message", [
+    (param.Integer(3, bounds=(0, 10)), "11", r"in \[0, 10\]"),
+    (param.Integer(3, bounds=(0, 10)), "three", "must be an int"),
+    (param.Number(1.0), "nan", "finite"),
+    (param.Selector(default="a", objects=["a", "b"]), "c", r"one of \['a', 'b'\]"),
+    (param.String(""), "x" * 201, "at most 200"),
+    (param.Boolean(False), "maybe", "0 or 1"),
+])
+def test_parse_refuses_bad_text_with_a_clear_message(parameter, text, message):
     with pytest.raises(ValueError, match=message):
-        decode_value("x", widget, text)
+        parse_setting(_setting(parameter), text)
 
 
 # ---------------------------------------------------------------- checkpoint files
@@ -156,7 +163,7 @@ def test_checkpoint_that_does_not_fit_the_trainers_is_rolled_back(make_lab):
     race = list(other.runner.trainers)
     assert not other.tools.load_bytes(write_checkpoint(ckpt))
     assert other.tools.message.level == "error"
-    assert other.mode.value == "Race" and list(other.runner.trainers) == race
+    assert other.widgets["mode"].value == "Race" and list(other.runner.trainers) == race
     assert other.runner.states[race[0]].steps == 3
     assert other.logpl.n_points(f"{race[0]}/log_pl") == 3
 
@@ -165,7 +172,7 @@ def test_url_settings_apply_and_bad_ones_are_named(make_lab):
     lab = make_lab()
     lab.tools.apply_query({"fvbm.d": [b"6"], "fvbm.init_seed": [b"4"], "fvbm.init": [b"random"],
                            "fvbm.tol": [b"nonsense"], "tap.x": [b"1"]})
-    assert lab.d.value == 6 and lab.init_seed.value == 4 and lab.init.value == "random"
+    assert lab.widgets["d"].value == 6 and lab.widgets["init_seed"].value == 4 and lab.widgets["init"].value == "random"
     assert lab.data.data.truth.M.shape == (6, 6)
     assert lab.tools.message.level == "warn" and "'tol'" in lab.tools.message.text
     query = lab.tools.query()
@@ -218,7 +225,7 @@ def test_a_checkpoint_of_uploaded_data_needs_the_upload_first(make_lab):
     rows = [r for r in itertools.product([-1, 1], repeat=3) for _ in range(2 + 3 * (r[0] == r[1]))]
     csv_bytes = ("p,q,r\n" + "\n".join(",".join(map(str, r)) for r in rows) + "\n").encode()
     lab = make_lab()
-    lab.source.value = "upload"
+    lab.widgets["source"].value = "upload"
     lab.use_upload(csv_bytes, "votes.csv")
     assert lab.jobs.wait(60)
     assert lab.data.columns == ["p", "q", "r"]
@@ -227,8 +234,8 @@ def test_a_checkpoint_of_uploaded_data_needs_the_upload_first(make_lab):
     fresh = make_lab()
     assert not fresh.tools.load_bytes(content)
     assert "upload the file first" in fresh.tools.message.text
-    assert fresh.source.value == "simulated" and fresh.d.value == 10  # nothing changed
-    fresh.source.value = "upload"
+    assert fresh.widgets["source"].value == "simulated" and fresh.widgets["d"].value == 10  # nothing changed
+    fresh.widgets["source"].value = "upload"
     fresh.use_upload(csv_bytes, "votes.csv")
     assert fresh.jobs.wait(60)
     assert fresh.tools.load_bytes(content)

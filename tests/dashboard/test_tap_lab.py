@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import math
 import pickle
 import threading
@@ -64,8 +66,10 @@ def test_large_models_train_without_the_ground_truth_wrapper():
 
 
 def test_bad_settings_are_reported_where_they_were_made(lab):
-    lab.K.value = 0
-    assert lab.settings_msg.pane.visible and "n_chains" in lab.settings_msg.text
+    trainers = lab.runner.trainers
+    with pytest.raises(ValueError, match=re.escape("The 'K' setting must be in [1, 2000]. Got '0'.")):
+        lab.apply_settings({"K": 0})
+    assert lab.K != 0 and lab.runner.trainers is trainers
 
 
 def test_history_keeps_one_snapshot_per_epoch_and_stays_bounded():
@@ -85,8 +89,8 @@ def test_history_keeps_one_snapshot_per_epoch_and_stays_bounded():
 
 
 def test_the_lab_opens_on_mnist_with_its_defaults(lab):
-    assert lab.data.value == "mnist"
-    assert (lab.n_hidden.value, lab.gamma.value, lab.batch.value) == tuple(DEFAULTS["mnist"][k] for k in
+    assert lab.widgets["data"].value == "mnist"
+    assert (lab.widgets["n_hidden"].value, lab.widgets["gamma"].value, lab.widgets["batch"].value) == tuple(DEFAULTS["mnist"][k] for k in
                                                                              ("n_hidden", "gamma", "batch"))
     assert lab.fields.image_shape == (28, 28)
     assert not lab.truth.view.visible  # Nh = 100 > 20: no exact answer
@@ -102,8 +106,8 @@ def test_lab_steps_train_several_batches_and_rescue_stalls():
 
 
 def test_playing_fills_every_view(lab):
-    lab.data.value = "digits"
-    assert lab.n_hidden.value == DEFAULTS["digits"]["n_hidden"]
+    lab.widgets["data"].value = "digits"
+    assert lab.widgets["n_hidden"].value == DEFAULTS["digits"]["n_hidden"]
     lab._play()
     pump(lab, until=lambda: len(lab.history.snapshots) >= 2, timeout=120)
     lab._pause()
@@ -131,8 +135,8 @@ def test_playing_fills_every_view(lab):
 
 
 def test_switching_data_applies_its_defaults_and_resets(lab):
-    lab.data.value = "digits"
-    assert lab.n_hidden.value == DEFAULTS["digits"]["n_hidden"] and lab.batch.value == DEFAULTS["digits"]["batch"]
+    lab.widgets["data"].value = "digits"
+    assert lab.widgets["n_hidden"].value == DEFAULTS["digits"]["n_hidden"] and lab.widgets["batch"].value == DEFAULTS["digits"]["batch"]
     assert lab.fields.image_shape == (8, 8)
     assert lab.truth.view.visible  # Nh = 16 <= 20: exact answers beside TAP
     assert lab.ll_curve.n_points("ll") == 0
@@ -140,10 +144,10 @@ def test_switching_data_applies_its_defaults_and_resets(lab):
 
 def test_switching_data_with_named_settings_keeps_them(lab):
     lab.apply_settings({"data": "digits", "n_hidden": 5})
-    assert lab.n_hidden.value == 5 and lab.batch.value == DEFAULTS["digits"]["batch"]
+    assert lab.widgets["n_hidden"].value == 5 and lab.widgets["batch"].value == DEFAULTS["digits"]["batch"]
     assert lab.runner.trainers["TAP"].n_hidden == 5
     lab.apply_settings({"gamma": 0.02})  # the same data set: no defaults come back
-    assert lab.n_hidden.value == 5 and lab.gamma.value == 0.02
+    assert lab.widgets["n_hidden"].value == 5 and lab.widgets["gamma"].value == 0.02
 
 
 SMALL = {"data": "digits", "n_hidden": 6, "batch": 50, "K": 20, "gamma": 0.05, "seed": 3}
@@ -226,12 +230,20 @@ def test_a_failed_analysis_is_said_in_its_view_and_training_goes_on(lab, monkeyp
 
 
 def test_a_refused_data_switch_keeps_the_old_run_drawn_on_its_own_data(lab):
+    from boltzlab.dashboard import budget
+
     steps(lab, 1)
-    with pytest.raises(ValueError):
-        lab.apply_settings({"data": "digits", "K": 0})
-    assert lab.settings_msg.pane.visible and lab.data.value == "digits"
+    # each value allowed (K = 0 no longer even reaches the lab: the parameter's bounds refuse
+    # it), but the run they make is refused: here by a server allowing no work at all
+    budget.set_limits(1e-9, budget.DEFAULT_ISOMAP_ROWS)
+    try:
+        with pytest.raises(ValueError, match="This asks for"):
+            lab.apply_settings({"data": "digits", "K": 50})
+    finally:
+        budget.set_limits(budget.DEFAULT_STEP_SECONDS, budget.DEFAULT_ISOMAP_ROWS)
+    assert lab.settings_msg.pane.visible and lab.widgets["data"].value == "digits"
     assert lab.runner.trainers["TAP"].n_visible == 784 and lab.fields.image_shape == (28, 28)
     steps(lab, 1)  # the MNIST run goes on and its fields are drawn as 28x28 tiles
     assert lab.fields.n_tiles == DEFAULTS["mnist"]["n_hidden"] and lab.ll_curve.n_points("ll") == 2
-    lab.K.value = 20  # a valid setting: now the digits run, with the digits' views
+    lab.widgets["K"].value = 20  # a valid setting: now the digits run, with the digits' views
     assert lab.runner.trainers["TAP"].n_visible == 64 and lab.fields.image_shape == (8, 8)

@@ -152,8 +152,8 @@ def test_url_settings_round_trip_and_bad_ones_are_named(make_lab):
     third = make_lab(settings=None)
     third.tools.apply_query({"tap.data": [b"digits"], "tap.n_hidden": [b"5"], "tap.K": [b"0"],
                              "tap.prior_hid": [b"gaussian"], "fvbm.d": [b"3"]})
-    assert third.data.value == "digits" and third.n_hidden.value == 5
-    assert third.K.value == 100 and third.prior_hid.value == "bernoulli"
+    assert third.widgets["data"].value == "digits" and third.widgets["n_hidden"].value == 5
+    assert third.widgets["K"].value == 100 and third.widgets["prior_hid"].value == "bernoulli"
     assert third.tools.message.level == "warn"
     assert "'K'" in third.tools.message.text and "'prior_hid'" in third.tools.message.text
     assert third.runner.trainers["TAP"].n_hidden == 5

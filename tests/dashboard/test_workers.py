@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-distributed = pytest.importorskip("distributed")
-psutil = pytest.importorskip("psutil")
+import distributed  # noqa: E402, F401 - core dependencies of boltzlab serve: missing means a broken install
+import psutil  # noqa: E402
 
 from boltzlab.dashboard import jobs  # noqa: E402
 from boltzlab.dashboard import runner as runner_module  # noqa: E402
@@ -115,9 +115,10 @@ def _niceness_of_every_thread() -> list[int]:
 def test_local_workers_run_below_the_servers_priority(local):
     from boltzlab.dashboard.distributed import WORKER_NICENESS
 
+    base = os.getpriority(os.PRIO_PROCESS, 0)  # the suite may itself run under nice
     nice = local[1].client.run(_niceness_of_every_thread)
-    assert nice and all(min(values) >= WORKER_NICENESS for values in nice.values()), nice
-    assert max(_niceness_of_every_thread()) < WORKER_NICENESS  # the server itself is not reniced
+    assert nice and all(min(values) >= max(base, WORKER_NICENESS) for values in nice.values()), nice
+    assert max(_niceness_of_every_thread()) == base  # the server itself is not reniced
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="per-thread priorities are Linux's")
@@ -133,7 +134,8 @@ def test_a_step_click_runs_above_playing_runs(make_runner):
     run.pause()
     assert run.wait_idle(120.0)
     played = [record["nice"] for _, record in run.drain()]
-    assert clicked["nice"] == WORKER_NICENESS < PLAY_NICENESS
+    base = os.getpriority(os.PRIO_PROCESS, 0)  # the suite may itself run under nice (then so do workers)
+    assert clicked["nice"] == max(base, WORKER_NICENESS) < PLAY_NICENESS
     assert played and set(played) == {PLAY_NICENESS}, played
 
 

@@ -397,7 +397,8 @@ def test_chain_features_are_the_indicator_model():
         assert theta @ f == tn[0, y[0]] + tn[1, y[1]] + tn[2, y[2]] + te[0, y[0], y[1]] + te[1, y[1], y[2]]
         np.testing.assert_array_equal(model.clique_features[0, y[0], y[1]] + model.clique_features[1, y[1], y[2]], f)
     back = model.unpack(theta)
-    np.testing.assert_array_equal(back[0], tn) and np.testing.assert_array_equal(back[1], te)
+    np.testing.assert_array_equal(back[0], tn)
+    np.testing.assert_array_equal(back[1], te)  # the edge half too (issue 27)
     assert model.F.shape == (8, model.d) and model.d == 3 * 2 + 2 * 4
     assert B.chain_features(25, 2, enumerate_omega=False).F is None
 

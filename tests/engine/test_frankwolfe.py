@@ -9,6 +9,7 @@ rate they would have over random seeds.
 """
 
 import io
+import math
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ import scipy.stats
 from hypothesis import given, settings, strategies as st
 
 from boltzlab.engine import frankwolfe as FW
+from boltzlab.engine.checks import derived_seed
 from boltzlab.engine import rbm as R
 from boltzlab.engine.kernels import frankwolfe as kernels
 from boltzlab.engine.stepping import Trainer, load_state, save_state
@@ -274,6 +276,43 @@ def test_fractional_ais_kernel_matches_numpy_reference_draw_for_draw():
     betas = np.linspace(0, 1, 25)
     got = kernels.fractional_ais_log_weights(W, b, c, coef, base, betas, 7, 55)
     np.testing.assert_allclose(got, ref_fractional_ais(W, b, c, coef, base, betas, 7, Stream(55)), rtol=1e-11, atol=1e-11)
+
+
+def test_fractional_ais_estimate_and_spread_from_log_weights():
+    """As the RBM's (test_rbm_kernels): estimate = log mean exp(log w) + log Z_base, spread =
+    3 std(w) / (mean(w) sqrt(R)), from the weights of the NumPy reference, draw for draw
+    (issue 27: the spread that test_fractional_ais_estimate_is_close_to_exact and the AIS
+    evaluation accept within was never checked)."""
+    W, b, c, coef = tiny_fractional(6, 3, seed=8, scale=1.2)
+    base = np.random.default_rng(0).normal(0, 1, 6)
+    betas = np.linspace(0, 1, 40)
+    est, spread = FW.fractional_ais_log_partition(W, b, c, coef, n_runs=30, schedule=betas, seed=5, base_vis=base)
+    logw = ref_fractional_ais(W, b, c, coef, base, betas, 30, Stream(derived_seed(5, 23)))
+    w = np.exp(logw)
+    assert est == pytest.approx(math.log(w.mean()) + ref_softplus(base).sum(), rel=1e-12)
+    assert spread == pytest.approx(3 * w.std(ddof=1) / (w.mean() * math.sqrt(30)), rel=1e-9)
+
+
+def test_fractional_ais_spread_is_three_standard_deviations_of_the_estimate():
+    """Over 40 seeds, the estimates scatter by about spread / 3 (one standard deviation):
+    the stated spread is neither inflated nor shrunk (by sqrt(R) or the factor 3)."""
+    W, b, c, coef = tiny_fractional(6, 3, seed=8, scale=1.2)
+    runs = [FW.fractional_ais_log_partition(W, b, c, coef, n_runs=20, schedule=np.linspace(0, 1, 30), seed=seed)
+            for seed in range(40)]
+    estimates, spreads = np.array([r[0] for r in runs]), np.array([r[1] for r in runs])
+    ratio = estimates.std(ddof=1) / (np.median(spreads) / 3)
+    assert 0.6 < ratio < 1.6, ratio
+
+
+def test_fractional_ais_spread_is_zero_when_the_weights_are_equal():
+    """W = 0, hidden biases 0 and base = b_vis: every weight is sum_j coef_j log 2, the
+    estimate is exact and the spread 0."""
+    b = np.array([0.3, -1.0, 2.0])
+    coef = np.array([0.4, 1.7])
+    est, spread = FW.fractional_ais_log_partition(np.zeros((3, 2)), b, np.zeros(2), coef, n_runs=5,
+                                                  schedule=np.array([0.0, 1.0]), base_vis=b)
+    assert est == pytest.approx(FW.fractional_log_partition_exact(np.zeros((3, 2)), b, np.zeros(2), coef), rel=1e-13)
+    assert spread == 0.0
 
 
 def test_fractional_ais_estimate_is_close_to_exact():

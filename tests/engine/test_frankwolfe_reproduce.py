@@ -37,7 +37,6 @@ def test_tiny_run_reports_every_part(tiny):
         assert len(fw[key]) == len(fw["hidden_units"]) and _all_finite(fw[key])
     assert all(v < 0 for v in fw["test_log_likelihood"])
     assert fw["reg"] in (0.3, 0.5) and [r["reg"] for r in fw["reg_selection"]] == [0.3, 0.5]
-    assert fw["selected_hidden"] is None or fw["selected_hidden"] in fw["hidden_units"]
     assert len(fw["train_valid_gap"]) == len(fw["gap_hidden_units"]) == 6
 
     cd = result["cd"]
@@ -61,11 +60,29 @@ def test_tiny_run_reports_every_part(tiny):
         assert len(timing[key]) == 2 and _all_finite(timing[key])
     assert timing["fw_total_seconds"] > 0 and timing["cd_total_seconds"] > 0
 
-    assert len(result["claims"]) >= 5
     for claim in result["claims"]:
         assert set(claim) >= {"claim", "rule", "shown", "evidence"}
-        assert claim["shown"] in (True, False, None)
         assert isinstance(claim["evidence"], str) and claim["evidence"]
+    # The verdicts (issue 27: `shown in (True, False, None)` accepted any).  Every claim but the
+    # timing one is a function of seeded runs, the same on every run: the §4 rule does not fire
+    # within 6 units (the gap grows 0.48 nats, the rule needs 1), so claims 1-2 are not testable;
+    # FW ends 2.05 nats below CD (within 5); FW-init CD is 0.5 nats below random init.
+    verdicts = {c["claim"].split(":")[0].split(" (")[0]: c["shown"] for c in result["claims"]}
+    timing_claim = "The running time of the FW procedure is at most twice as CD for the same number of hidden units"
+    timing_ok = all(r <= frankwolfe_mnist.TIME_RATIO_LIMIT for r in timing["ratio_fw_to_cd_paper_epochs"])
+    assert verdicts == {
+        "FW can correctly identify an appropriate hidden layer size": None,
+        "The identified number of hidden units roughly corresponds to the maximum of the test log-likelihood of "
+        "all the three algorithms": None,
+        "FW identifies a hidden layer size with high test log-likelihood, close to CD's": True,
+        "CD initialized by FW gives higher test likelihood than random initialization for the same number of "
+        "hidden units; it consistently performs better than the best of the random initializations": False,
+        # seconds vary with the load: against its rule, from the measured ratios
+        timing_claim: timing_ok,
+        "Classification with the hidden activations": True,
+        "CD initialized by FW outperforms CD using the best of the random initializations in classification": False,
+    }, [(c["claim"], c["shown"], c["evidence"]) for c in result["claims"]]
+    assert fw["selected_hidden"] is None and fw["stop_rule_fired_at_iteration"] is None
 
     names = {m["name"] for m in result["models"]}
     assert {"fw_nh3", "fw_nh6", "cd_random_nh3", "cd_fwinit_nh6"} <= names

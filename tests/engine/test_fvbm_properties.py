@@ -111,10 +111,11 @@ def test_same_seed_same_history(seed, algorithm):
     np.testing.assert_array_equal(runs[0][-1]["M"], runs[1][-1]["M"])
 
 
-@settings(max_examples=8)
-@given(st.integers(2, 5), st.integers(0, 1000))
+@pytest.mark.parametrize("d, seed", [(2, 0), (3, 1), (4, 2), (5, 3), (2, 417), (3, 58), (4, 906), (5, 731)])
 def test_exact_sampler_frequencies_match_probabilities(d, seed):
-    """Pearson chi-square goodness of fit at a 1e-4 false-alarm rate per example."""
+    """Pearson chi-square goodness of fit at a 1e-4 false-alarm rate, on fixed seeds (issue 27:
+    with drawn seeds every run drew new samples, and a correct sampler failed 1 run in 10^4
+    per example): the verdict is the same on every run."""
     model = FVBM.random(d, seed)
     n = 20000
     X = model.sample(n, seed + 1)

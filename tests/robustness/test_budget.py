@@ -74,8 +74,8 @@ def test_the_frank_wolfe_defaults_fork_within_the_budget(make_lab):
     for preset in [None, *FrankWolfeLab.presets]:
         if preset is not None:
             lab.tools.apply_preset(preset)
-        rows, n_visible = load_images(lab.data.value).X_train.shape
-        fork = budget.cd_epoch(n_visible=n_visible, n_hidden=lab.max_hidden.value, rows=rows)
+        rows, n_visible = load_images(lab.widgets["data"].value).X_train.shape
+        fork = budget.cd_epoch(n_visible=n_visible, n_hidden=lab.widgets["max_hidden"].value, rows=rows)
         assert fork <= budget.LIMITS.step_seconds, (preset and preset.title, fork)
 
 
@@ -169,12 +169,12 @@ def test_the_suggested_values_are_the_largest_that_fit():
 def test_a_widget_change_over_the_budget_is_refused_and_the_run_stays(make_lab):
     lab = make_lab(TAPLab)
     before = run_of(lab)
-    lab.K.value = 2000  # with MNIST's default Nh = 100: ~20x the default step
+    lab.widgets["K"].value = 2000  # with MNIST's default Nh = 100: ~20x the default step
     sentence = refusal_of_tap(n_hidden=100, K=2000)
     assert lab.settings_msg.pane.visible and lab.settings_msg.level == "error"
     assert lab.settings_msg.text == f"**Invalid setting:** {sentence}"
     assert run_of(lab) == before
-    lab.K.value = 100  # back within the budget: a new run, the message gone
+    lab.widgets["K"].value = 100  # back within the budget: a new run, the message gone
     assert not lab.settings_msg.pane.visible and run_of(lab)[0] != before[0]
 
 
@@ -249,7 +249,7 @@ def test_an_fvbm_upload_over_the_budget_is_refused_on_its_distinct_rows(make_lab
     distinct = len(np.unique(X, axis=0))
     budget.set_limits(step_seconds=1e-5)  # the default data's 263 distinct rows fit, these do not
     before, data = run_of(lab), lab.data
-    lab.source.value = "upload"
+    lab.widgets["source"].value = "upload"
     lab.upload.filename = "wide.csv"
     lab.upload.value = ("".join(f"v{j}," for j in range(11)) + "v11\n"
                         + "\n".join(",".join(map(str, row)) for row in X)).encode()
@@ -267,7 +267,7 @@ def test_simulated_fvbm_data_are_checked_once_made(make_lab):
     lab = make_lab(FVBMLab)
     budget.set_limits(step_seconds=1e-9)
     before, data = run_of(lab), lab.data
-    lab.n.value = 20_000  # larger than the default: simulated as a job, then checked
+    lab.widgets["n"].value = 20_000  # larger than the default: simulated as a job, then checked
     assert lab.settings_msg.level == "info" and lab.jobs.running()
     assert lab.jobs.wait(120)
     text = lab.settings_msg.text.removeprefix("**Invalid setting:** ")

@@ -163,7 +163,7 @@ def upload(lab, name: str, content: bytes) -> None:
 
     Through ``use_upload``, which the file widget calls: the widget's watcher skips an empty
     value (``if event.new``), so an empty file picked in the page is not read at all."""
-    lab.source.value = "upload"
+    lab.widgets["source"].value = "upload"
     lab.use_upload(content, name)
     assert lab.jobs.wait(120)
 

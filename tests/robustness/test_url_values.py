@@ -163,7 +163,7 @@ def test_a_key_repeated_with_one_value_is_that_value():
     try:
         lab.tools.apply_query({"fvbm.d": [b"5", b"5"]})
         assert lab.tools.message.level == "info" and lab.tools.message.text == "Settings loaded from the link."
-        assert lab.d.value == 5
+        assert lab.widgets["d"].value == 5
     finally:
         lab.close()
 
