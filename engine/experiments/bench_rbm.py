@@ -11,6 +11,7 @@ import time
 import numpy as np
 from numba import njit, prange
 
+from boltzlab.engine.kernels.common import matmul
 from boltzlab.engine.kernels.rbm import row_blocks, weight_blocks
 
 DTYPES = ("float32", "float64")
@@ -40,21 +41,17 @@ def _dot_blocks(A, B, out, nb):
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _gradient_blocks(L, R, Lb, G, nb):
-    """G = L^T R on nb fixed blocks of G's rows, each with its columns of L copied first."""
-    m, n = L.shape
+def _gradient_blocks(L, R, G, nb):
+    """G = L^T R on nb fixed blocks of G's rows, each one product of L's columns in place."""
+    n = L.shape[1]
     for b in prange(nb):
         lo = b * n // nb
         hi = (b + 1) * n // nb
-        buf = Lb[b, :m * (hi - lo)].reshape((m, hi - lo))
-        for r in range(m):
-            for i in range(hi - lo):
-                buf[r, i] = L[r, lo + i]
-        np.dot(buf.T, R, G[lo:hi])
+        matmul(L[:, lo:hi].T, R, G[lo:hi])
 
 
 @njit(cache=True, nogil=True)
-def _epoch_products_blocked(V, W, WT, n_batches, batch_size, recon_rows, L, R, H, Hs, Vr, G, Lb):
+def _epoch_products_blocked(V, W, WT, n_batches, batch_size, recon_rows, L, R, H, Hs, Vr, G):
     """:func:`_epoch_products` on the blocks of engine.kernels.rbm.train_batches, in parallel
     (the engine's own way to run its products on n threads)."""
     from_rows = row_blocks
@@ -64,7 +61,7 @@ def _epoch_products_blocked(V, W, WT, n_batches, batch_size, recon_rows, L, R, H
         _dot_blocks(Hs, WT, Vr, from_rows(Hs.shape[0]))
         _dot_blocks(H, WT, L[nb:], from_rows(nb))
         _dot_blocks(L[nb:], W, H, from_rows(nb))
-        _gradient_blocks(L, R, Lb, G, weight_blocks(W.shape[0]))
+        _gradient_blocks(L, R, G, weight_blocks(W.shape[0]))
 
 
 def product_flops(n_visible: int, n_hidden: int, batch_size: int, recon_rows: int) -> float:
@@ -95,10 +92,7 @@ def _floor_seconds(n_visible: int, n_hidden: int, batch_size: int, n_batches: in
     G = np.empty((n_visible, n_hidden), dtype)
     args = (V, W, WT, n_batches, batch_size, RECON_ROWS, L, R, H, Hs, Vr, G)
     if blocked:
-        nw = weight_blocks(n_visible)
-        Lb = np.empty((nw, L.shape[0] * -(-n_visible // nw)), dtype)
         fn = _epoch_products_blocked
-        args = args + (Lb,)
         limit = engine_threads.using(threads or engine_threads.threads())
     else:
         fn = _epoch_products

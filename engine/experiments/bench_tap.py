@@ -18,7 +18,8 @@ import numpy as np
 import scipy.special
 from numba import njit, prange
 
-from boltzlab.engine.kernels.tap import chain_blocks
+from boltzlab.engine.kernels.common import matmul
+from boltzlab.engine.kernels.tap import col_block, col_blocks
 
 
 def numpy_tap_sweeps(W: np.ndarray, b_vis: np.ndarray, b_hid: np.ndarray, init_vis: np.ndarray,
@@ -90,21 +91,25 @@ def _trained_rbm(n_hidden: int, V: np.ndarray, epochs: int) -> tuple[np.ndarray,
     return rbm.W, rbm.b_vis, rbm.b_hid
 
 
-@njit(cache=True, nogil=True, parallel=True)
+@njit(cache=True, nogil=True)
 def _blocked_products(A, W, W2, H, WT, W2T, out_h, out_v, n_sweeps):
-    """The four products of ``n_sweeps`` sweeps on the engine's chain blocks, in parallel:
-    the floor of :func:`boltzlab.engine.kernels.tap.tap_iterate_blocks` (same blocks, same
-    single-threaded BLAS calls, numba's threads)."""
-    K = A.shape[0]
-    nb = chain_blocks(K)
+    """The four products of ``n_sweeps`` sweeps on the engine's column blocks, in parallel:
+    the floor of :func:`boltzlab.engine.kernels.tap.tap_iterate_blocks` on more than one
+    thread (same blocks, same single-threaded BLAS calls, two forks per sweep)."""
+    for _ in range(n_sweeps):
+        _column_products(A, W, W2, out_h)
+        _column_products(H, WT, W2T, out_v)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _column_products(X, Wm, W2m, out):
+    """out = X Wm then X W2m on the :func:`col_blocks` of out's columns, in parallel."""
+    m = out.shape[1]
+    nb = col_blocks(m)
     for b in prange(nb):
-        lo = b * K // nb
-        hi = (b + 1) * K // nb
-        for _ in range(n_sweeps):
-            np.dot(A[lo:hi], W, out_h[lo:hi])
-            np.dot(A[lo:hi], W2, out_h[lo:hi])
-            np.dot(H[lo:hi], WT, out_v[lo:hi])
-            np.dot(H[lo:hi], W2T, out_v[lo:hi])
+        j0, j1 = col_block(m, nb, b)
+        matmul(X, Wm[:, j0:j1], out[:, j0:j1])
+        matmul(X, W2m[:, j0:j1], out[:, j0:j1])
 
 
 def run(hidden: tuple[int, ...] = (100, 500), K: int = 100, *, n_sweeps: int = 40, repeats: int = 7,
@@ -133,7 +138,7 @@ def run(hidden: tuple[int, ...] = (100, 500), K: int = 100, *, n_sweeps: int = 4
 
     The n-thread GEMM floor of a dtype is the faster of two ways to run the sweep's four
     products on n threads: BLAS's own n threads on whole products (``blas_sgemm_gflops``,
-    ``blas_dgemm_gflops``) and the engine's chain blocks on n numba threads with
+    ``blas_dgemm_gflops``) and the engine's column blocks on n numba threads with
     single-threaded BLAS (``blocked_sgemm_gflops``, ``blocked_dgemm_gflops``).  Thread
     rows: ``speedup_float32`` / ``speedup_float64`` (engine rate over its 1-thread rate in
     the same run), ``sgemm_speedup`` (the floor's likewise).  Every variant is timed in the

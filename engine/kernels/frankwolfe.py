@@ -30,7 +30,8 @@ import numpy as np
 from numba import njit, prange
 
 from boltzlab.engine.kernels.rbm import (_advance, _draw_row, _draw_row_at, _sample_fields_into, _sample_row_at, _sigmoid_row,
-                                         _uniform, gibbs_chains, new_state, row_blocks, scratch, sigmoid, softplus)
+                                         _uniform, gibbs_chains, new_state, parallel_here, scratch, sigmoid, softplus,
+                                         used_row_blocks)
 
 
 @njit(cache=True, nogil=True)
@@ -270,7 +271,7 @@ def _gibbs_step_means(V, X, H, Y, W, WT, b_vis, b_hid, state, m_sum, m_sq, S):
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _gibbs_step_means_blocks(V, X, H, Y, W, WT, b_vis, b_hid, base, m_part, sq_part, Sb):
+def _gibbs_step_means_blocks(V, X, H, Y, W, WT, b_vis, b_hid, base, m_part, sq_part, Sb, nb):
     """:func:`_gibbs_step_means` on fixed row blocks of the chains in parallel (rbm's
     ``row_blocks``), one fork per step: each block runs both half-steps on its rows with
     its own single-threaded products.  The draws are the same numbers (counter-based: the
@@ -279,7 +280,6 @@ def _gibbs_step_means_blocks(V, X, H, Y, W, WT, b_vis, b_hid, base, m_part, sq_p
     result does not depend on the thread count.  Returns the stream position after the step."""
     S, n_vis = V.shape
     n = W.shape[1]
-    nb = row_blocks(S)
     base_v = _advance(base, S * n)
     for b in prange(nb):
         lo = b * S // nb
@@ -302,9 +302,16 @@ def _gibbs_step_means_blocks(V, X, H, Y, W, WT, b_vis, b_hid, base, m_part, sq_p
     return _advance(base_v, S * n_vis)
 
 
-@njit(cache=True, nogil=True)
 def bias_alpha_updates(V, W, b_vis, b_hid, alpha, data_mean, alpha_data, eta, alpha_lr, alpha_min, k,
                        standard, fit_alpha, seed, max_steps, tol, z):
+    """:func:`_bias_alpha_updates` on the calling thread's numba threads (one: whole products)."""
+    return _bias_alpha_updates(V, W, b_vis, b_hid, alpha, data_mean, alpha_data, eta, alpha_lr, alpha_min, k,
+                               standard, fit_alpha, seed, max_steps, tol, z, parallel_here())
+
+
+@njit(cache=True, nogil=True)
+def _bias_alpha_updates(V, W, b_vis, b_hid, alpha, data_mean, alpha_data, eta, alpha_lr, alpha_min, k,
+                        standard, fit_alpha, seed, max_steps, tol, z, parallel):
     """Algorithm 1's inner "repeat ... until" loop: eq. 10 until the model's visible means match the data's.
 
     Each step advances the chains k sampler steps (one stream seeded with ``seed``), estimates
@@ -337,7 +344,7 @@ def bias_alpha_updates(V, W, b_vis, b_hid, alpha, data_mean, alpha_data, eta, al
     Y = np.empty((S, n_vis), V.dtype)
     m_sum = np.zeros(n_vis)
     m_sq = np.zeros(n_vis)
-    n_blocks = row_blocks(S)
+    n_blocks = used_row_blocks(S, parallel)  # 1 on one thread: whole products
     m_part = np.empty((n_blocks, n_vis))  # per-block sums, one row each: no false sharing
     sq_part = np.empty((n_blocks, n_vis))
     Sb = np.empty((n_blocks, 4, max(n, n_vis)))
@@ -355,7 +362,8 @@ def bias_alpha_updates(V, W, b_vis, b_hid, alpha, data_mean, alpha_data, eta, al
         m_sq[:] = 0.0
         if standard:
             for _ in range(k):
-                state[0] = _gibbs_step_means_blocks(V, X, H, Y, W, WT, b_vis, b_hid, state[0], m_part, sq_part, Sb)
+                state[0] = _gibbs_step_means_blocks(V, X, H, Y, W, WT, b_vis, b_hid, state[0], m_part, sq_part, Sb,
+                                                    n_blocks)
             for b in range(n_blocks):  # the last step's sums, in block order
                 for i in range(n_vis):
                     m_sum[i] += m_part[b, i]

@@ -26,8 +26,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import get_num_threads, njit, prange
 
+from boltzlab.engine.kernels.common import matmul
 from boltzlab.engine.kernels.tap import F32, _fdiv, exp_nonpositive, sigmoid32
 
 LOG2 = math.log(2.0)
@@ -422,6 +423,20 @@ def row_blocks(n):
 
 
 @njit(cache=True, nogil=True)
+def used_row_blocks(n, parallel):
+    """:func:`row_blocks` of n rows for a ``parallel`` call, else 1: one thread multiplies
+    whole matrices, as fast as the kernels before threads and with their numbers
+    (docs/architecture.md, "Threads")."""
+    return row_blocks(n) if parallel else 1
+
+
+def parallel_here() -> bool:
+    """Whether the calling thread's kernels run on more than one thread (numba's count is
+    per calling thread; read in Python: a kernel that asked numba itself could not be cached)."""
+    return get_num_threads() > 1
+
+
+@njit(cache=True, nogil=True)
 def weight_blocks(n):
     """Blocks W's n rows are split into for the gradient product, ceil(n / WEIGHT_BLOCK)."""
     return max(1, (n + WEIGHT_BLOCK - 1) // WEIGHT_BLOCK)
@@ -438,111 +453,110 @@ def _advance(base, count):
     return base + np.uint64(count) * GOLDEN
 
 
-@njit(cache=True, nogil=True, parallel=True)
-def _positive_pass(B, W, hp, b_hid, base, nr, hs, scale, part, Sb):
-    """hp = P(h|B) = sigmoid(B W + b_hid) by row blocks: per block its product, the sigmoid
-    rows, their sums into part[block], samples of rows r < nr into hs (draws r Nh + 1 ..
-    after ``base``), then the rows scaled by ``scale``."""
-    n = B.shape[0]
-    m = hp.shape[1]
-    nb = row_blocks(n)
-    for b in prange(nb):
-        lo, hi = _block(n, nb, b)
-        np.dot(B[lo:hi], W, hp[lo:hi])
-        acc = part[b]
-        acc[:] = 0.0
-        for r in range(lo, hi):
-            row = hp[r]
-            _sigmoid_row(row, b_hid, row, Sb[b])
-            for j in range(m):
-                acc[j] += row[j]
-            if r < nr:
-                _draw_row_at(row, _advance(base, r * m), hs[r])
-            for j in range(m):
-                row[j] = scale * row[j]
+# Each pass of train_batches is a block body over rows [lo, hi) (W's rows for the gradient),
+# run either once over all rows on the calling thread (one thread: the whole products and the
+# row order of a plain loop, no fork) or on the fixed blocks in parallel (_blocks below).
+POSITIVE, PROBABILITY, SAMPLE, BERNOULLI, NEGATIVE = 0, 1, 2, 3, 4
 
 
-@njit(cache=True, nogil=True, parallel=True)
-def _probability_pass(X, Wm, out, bias, Sb):
-    """out = sigmoid(X Wm + bias) by row blocks (out may not be X)."""
-    n = X.shape[0]
-    nb = row_blocks(n)
-    for b in prange(nb):
-        lo, hi = _block(n, nb, b)
-        np.dot(X[lo:hi], Wm, out[lo:hi])
-        for r in range(lo, hi):
-            _sigmoid_row(out[r], bias, out[r], Sb[b])
+@njit(cache=True, nogil=True)
+def _pass_rows(kind, X, Wm, out, bias, base, nr, hs, scale, keep, persistent, acc, S, lo, hi):
+    """One pass on the rows [lo, hi) of X / out:
 
+    * POSITIVE: out = P(h|X) = sigmoid(X Wm + bias), its column sums into ``acc``, samples of
+      rows r < nr into hs (draws r m + 1 .. after ``base``), then the rows scaled by ``scale``;
+    * PROBABILITY: out = sigmoid(X Wm + bias);
+    * SAMPLE: out = a 0/1 sample of Bernoulli(sigmoid(X Wm + bias)) (row r: draws r m + 1 ..
+      after ``base``);
+    * BERNOULLI: out = a 0/1 sample of Bernoulli(X) (no product), draws as SAMPLE;
+    * NEGATIVE: out = P(h|X), copied into keep (PCD's chain_hid) if persistent, summed into
+      ``acc``, then scaled by ``scale``.
 
-@njit(cache=True, nogil=True, parallel=True)
-def _sample_pass(X, Wm, out, bias, base, Sb):
-    """out = a 0/1 sample of Bernoulli(sigmoid(X Wm + bias)) by row blocks (row r: draws
-    r m + 1 .. after ``base``); out may not be X."""
-    n = X.shape[0]
+    out may not be X; S is scratch (:func:`scratch`).
+    """
     m = out.shape[1]
-    nb = row_blocks(n)
-    for b in prange(nb):
-        lo, hi = _block(n, nb, b)
+    if kind != BERNOULLI:
         np.dot(X[lo:hi], Wm, out[lo:hi])
-        for r in range(lo, hi):
-            _sample_row_at(out[r], bias, _advance(base, r * m), out[r], Sb[b])
-
-
-@njit(cache=True, nogil=True, parallel=True)
-def _bernoulli_pass(P, base, out):
-    """out = a 0/1 sample of Bernoulli(P) by row blocks (row r: draws r m + 1 .. after ``base``)."""
-    n, m = P.shape
-    nb = row_blocks(n)
-    for b in prange(nb):
-        lo, hi = _block(n, nb, b)
-        for r in range(lo, hi):
-            _draw_row_at(P[r], _advance(base, r * m), out[r])
-
-
-@njit(cache=True, nogil=True, parallel=True)
-def _negative_pass(X, W, hn, b_hid, keep, persistent, scale, part, Sb):
-    """hn = P(h|X) by row blocks, copied into keep (PCD's chain_hid) if persistent, summed
-    into part[block], then scaled by ``scale``."""
-    n = X.shape[0]
-    m = hn.shape[1]
-    nb = row_blocks(n)
-    for b in prange(nb):
-        lo, hi = _block(n, nb, b)
-        np.dot(X[lo:hi], W, hn[lo:hi])
-        acc = part[b]
+    if kind == POSITIVE or kind == NEGATIVE:
         acc[:] = 0.0
-        for r in range(lo, hi):
-            row = hn[r]
-            _sigmoid_row(row, b_hid, row, Sb[b])
-            if persistent:
-                keep[r] = row
-            for j in range(m):
-                acc[j] += row[j]
-            for j in range(m):
-                row[j] = scale * row[j]
+    for r in range(lo, hi):
+        row = out[r]
+        if kind == SAMPLE:
+            _sample_row_at(row, bias, _advance(base, r * m), row, S)
+            continue
+        if kind == BERNOULLI:
+            _draw_row_at(X[r], _advance(base, r * m), row)
+            continue
+        _sigmoid_row(row, bias, row, S)
+        if kind == PROBABILITY:
+            continue
+        if kind == NEGATIVE and persistent:
+            keep[r] = row
+        for j in range(m):
+            acc[j] += row[j]
+        if kind == POSITIVE and r < nr:
+            _draw_row_at(row, _advance(base, r * m), hs[r])
+        for j in range(m):
+            row[j] = scale * row[j]
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _gradient_update(L, R, Lb, G, W, vW, learning_rate, momentum, weight_decay):
-    """G = L^T R by blocks of W's rows (block [i0, i1): its columns of L copied to Lb[block],
-    one product), then vW = momentum vW + lr (G - weight_decay W), W += vW on the block."""
-    m = L.shape[0]
+def _pass_blocks(kind, X, Wm, out, bias, base, nr, hs, scale, keep, persistent, part, Sb):
+    """:func:`_pass_rows` on the :func:`row_blocks` of the rows in parallel (block b's column
+    sums into part[b], its scratch Sb[b])."""
+    n = out.shape[0]
+    nb = row_blocks(n)
+    for b in prange(nb):
+        lo, hi = _block(n, nb, b)
+        _pass_rows(kind, X, Wm, out, bias, base, nr, hs, scale, keep, persistent, part[b], Sb[b], lo, hi)
+
+
+@njit(cache=True, nogil=True)
+def _pass(kind, X, Wm, out, bias, base, nr, hs, scale, keep, persistent, part, Sb, parallel, sums):
+    """:func:`_pass_rows` on all rows: in one piece on one thread, by blocks in parallel
+    otherwise; the column sums (POSITIVE, NEGATIVE) into ``sums`` (float64), added per block
+    in block order."""
+    if parallel:
+        _pass_blocks(kind, X, Wm, out, bias, base, nr, hs, scale, keep, persistent, part, Sb)
+        nb = row_blocks(out.shape[0])
+    else:
+        _pass_rows(kind, X, Wm, out, bias, base, nr, hs, scale, keep, persistent, part[0], Sb[0], 0, out.shape[0])
+        nb = 1
+    if kind == POSITIVE or kind == NEGATIVE:
+        _sum_parts(part, nb, sums)
+
+
+@njit(cache=True, nogil=True)
+def _update_rows(G, W, vW, learning_rate, momentum, weight_decay, i0, i1):
+    """vW = momentum vW + lr (G - weight_decay W), W += vW on W's rows [i0, i1)."""
+    Wf = W[i0:i1].reshape(-1)  # flat views: one vectorised loop
+    vWf = vW[i0:i1].reshape(-1)
+    Gf = G[i0:i1].reshape(-1)
+    for q in range(Wf.shape[0]):
+        vWf[q] = momentum * vWf[q] + learning_rate * (Gf[q] - weight_decay * Wf[q])
+        Wf[q] += vWf[q]
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _gradient_blocks(L, R, G, W, vW, learning_rate, momentum, weight_decay):
+    """G = L^T R by :func:`weight_blocks` of W's rows in parallel (block [i0, i1): one product
+    of L's columns [i0, i1) in place, nothing copied), then the update of those rows."""
     n_vis = W.shape[0]
-    n_hid = W.shape[1]
     nb = weight_blocks(n_vis)
     for b in prange(nb):
         i0, i1 = _block(n_vis, nb, b)
-        w = i1 - i0
-        buf = Lb[b, :m * w].reshape((m, w))
-        for r in range(m):
-            for i in range(w):
-                buf[r, i] = L[r, i0 + i]
-        Gb = G[i0:i1]
-        np.dot(buf.T, R, Gb)
-        for i in range(i0, i1):
-            for j in range(n_hid):
-                vW[i, j] = momentum * vW[i, j] + learning_rate * (G[i, j] - weight_decay * W[i, j])
-                W[i, j] += vW[i, j]
+        matmul(L[:, i0:i1].T, R, G[i0:i1])
+        _update_rows(G, W, vW, learning_rate, momentum, weight_decay, i0, i1)
+
+
+@njit(cache=True, nogil=True)
+def _gradient_update(L, R, G, W, vW, learning_rate, momentum, weight_decay, parallel):
+    """G = L^T R (both phases' gradient in one product), then the momentum update of W."""
+    if parallel:
+        _gradient_blocks(L, R, G, W, vW, learning_rate, momentum, weight_decay)
+    else:
+        np.dot(L.T, R, G)
+        _update_rows(G, W, vW, learning_rate, momentum, weight_decay, 0, W.shape[0])
 
 
 @njit(cache=True, nogil=True)
@@ -554,9 +568,16 @@ def _sum_parts(part, nb, out):
             out[j] += part[b, j]
 
 
-@njit(cache=True, nogil=True)
 def train_batches(V, rows, bounds, seeds, W, b_vis, b_hid, vW, v_vis, v_hid, chains, chain_hid, persistent,
                   k, learning_rate, momentum, weight_decay, recon_out):
+    """:func:`_train_batches` on the calling thread's numba threads (one: in one piece)."""
+    _train_batches(V, rows, bounds, seeds, W, b_vis, b_hid, vW, v_vis, v_hid, chains, chain_hid, persistent,
+                   k, learning_rate, momentum, weight_decay, recon_out, parallel_here())
+
+
+@njit(cache=True, nogil=True)
+def _train_batches(V, rows, bounds, seeds, W, b_vis, b_hid, vW, v_vis, v_hid, chains, chain_hid, persistent,
+                   k, learning_rate, momentum, weight_decay, recon_out, parallel):
     """Mini-batch CD-k / PCD-k updates, several batches in one call (no return to Python).
 
     Batch t holds the data rows ``rows[bounds[t]:bounds[t+1]]`` and draws its random
@@ -608,12 +629,11 @@ def train_batches(V, rows, bounds, seeds, W, b_vis, b_hid, vW, v_vis, v_hid, cha
     sum_n = np.empty(n_hid)
     sum_vp = np.empty(n_vis)
     sum_vn = np.empty(n_vis)
-    # per-block buffers, allocated once: scratch rows, partial column sums, L's columns
-    n_rb = row_blocks(max(nb_max, n_chains))
+    # one thread: every pass in one piece (the whole products); more: fixed blocks in parallel
+    # per-block buffers, allocated once: scratch rows, partial column sums
+    n_rb = used_row_blocks(max(nb_max, n_chains), parallel)
     Sb = np.empty((n_rb, 4, max(n_vis, n_hid)))
     part = np.empty((n_rb, n_hid))
-    n_wb = weight_blocks(n_vis)
-    Lb = np.empty((n_wb, (nb_max + n_chains) * ((n_vis + n_wb - 1) // n_wb)), dt)
     WT = W.T
     for t in range(seeds.shape[0]):
         state = new_state(seeds[t])
@@ -633,14 +653,13 @@ def train_batches(V, rows, bounds, seeds, W, b_vis, b_hid, vW, v_vis, v_hid, cha
         # reconstruction error: all rows for CD (its first negative step), RECON_ROWS for PCD
         nr = min(nb, RECON_ROWS) if persistent else nb
         hs = Hs[:nr]
-        # P(h|batch) by row blocks: sigmoid, hidden sums, the reconstruction's draws (rows < nr,
-        # counter-based: the numbers of a pass in row order), then the scaling by 1 / nb
+        # P(h|batch): sigmoid, hidden sums, the reconstruction's draws (rows < nr, counter-based:
+        # the numbers of a pass in row order), then the scaling by 1 / nb
         cp = 1.0 / nb
-        _positive_pass(B, W, hp, b_hid, state[0], nr, hs, cp, part, Sb)
+        _pass(POSITIVE, B, W, hp, b_hid, state[0], nr, hs, cp, hs, False, part, Sb, parallel, sum_p)
         state[0] = _advance(state[0], nr * n_hid)
-        _sum_parts(part, row_blocks(nb), sum_p)
         vr = Vr[:nr]
-        _probability_pass(hs, WT, vr, b_vis, Sb)
+        _pass(PROBABILITY, hs, WT, vr, b_vis, state[0], 0, hs, 1.0, vr, False, part, Sb, parallel, sum_p)
         err = 0.0
         for r in range(nr):
             for i in range(n_vis):
@@ -653,13 +672,14 @@ def train_batches(V, rows, bounds, seeds, W, b_vis, b_hid, vW, v_vis, v_hid, cha
             neg = L[nb:nb + n_neg]
             for step in range(k):
                 if step == 0:
-                    _bernoulli_pass(chain_hid, state[0], Hc)
-                    state[0] = _advance(state[0], n_neg * n_hid)
+                    _pass(BERNOULLI, chain_hid, W, Hc, b_hid, state[0], 0, Hc, 1.0, Hc, False, part, Sb, parallel,
+                          sum_n)
                 else:
-                    _sample_pass(chains, W, Hc, b_hid, state[0], Sb)
-                    state[0] = _advance(state[0], n_neg * n_hid)
+                    _pass(SAMPLE, chains, W, Hc, b_hid, state[0], 0, Hc, 1.0, Hc, False, part, Sb, parallel, sum_n)
+                state[0] = _advance(state[0], n_neg * n_hid)
                 # the last visible half-step samples into L, then the chains' copy and sums
-                _sample_pass(Hc, WT, neg if step == k - 1 else chains, b_vis, state[0], Sb)
+                _pass(SAMPLE, Hc, WT, neg if step == k - 1 else chains, b_vis, state[0], 0, Hc, 1.0, Hc, False,
+                      part, Sb, parallel, sum_n)
                 state[0] = _advance(state[0], n_neg * n_vis)
             for r in range(n_neg):
                 row = neg[r]
@@ -674,24 +694,23 @@ def train_batches(V, rows, bounds, seeds, W, b_vis, b_hid, vW, v_vis, v_hid, cha
             hc = Hc[:nb]
             for step in range(k):
                 if step == 0:
-                    _bernoulli_pass(vr, state[0], neg)
+                    _pass(BERNOULLI, vr, WT, neg, b_vis, state[0], 0, hs, 1.0, hs, False, part, Sb, parallel, sum_n)
                     state[0] = _advance(state[0], n_neg * n_vis)
                 else:
-                    _sample_pass(neg, W, hc, b_hid, state[0], Sb)
+                    _pass(SAMPLE, neg, W, hc, b_hid, state[0], 0, hc, 1.0, hc, False, part, Sb, parallel, sum_n)
                     state[0] = _advance(state[0], n_neg * n_hid)
-                    _sample_pass(hc, WT, neg, b_vis, state[0], Sb)
+                    _pass(SAMPLE, hc, WT, neg, b_vis, state[0], 0, hc, 1.0, hc, False, part, Sb, parallel, sum_n)
                     state[0] = _advance(state[0], n_neg * n_vis)
             for r in range(n_neg):
                 for i in range(n_vis):
                     sum_vn[i] += neg[r, i]
         hn = R[nb:nb + n_neg]
         cn = 1.0 / n_neg
-        _negative_pass(neg, W, hn, b_hid, chain_hid, persistent, -cn, part, Sb)
-        _sum_parts(part, row_blocks(n_neg), sum_n)
+        _pass(NEGATIVE, neg, W, hn, b_hid, state[0], 0, hn, -cn, chain_hid, persistent, part, Sb, parallel, sum_n)
         for j in range(n_hid):
             v_hid[j] = momentum * v_hid[j] + learning_rate * (sum_p[j] * cp - sum_n[j] * cn)
         m = nb + n_neg
-        _gradient_update(L[:m], R[:m], Lb, G, W, vW, learning_rate, momentum, weight_decay)
+        _gradient_update(L[:m], R[:m], G, W, vW, learning_rate, momentum, weight_decay, parallel)
         for i in range(n_vis):
             v_vis[i] = momentum * v_vis[i] + learning_rate * (sum_vp[i] * cp - sum_vn[i] * cn)
             b_vis[i] += v_vis[i]
@@ -709,8 +728,13 @@ def _uniform_at(base, q):
     return np.float64(z >> np.uint64(11)) * (1.0 / 9007199254740992.0)
 
 
-@njit(cache=True, nogil=True, parallel=True)
 def ais_log_weights(W, b_vis, b_hid, base_vis, betas, n_runs, seed):
+    """:func:`_ais_log_weights` on the calling thread's numba threads (one: all runs in one block)."""
+    return _ais_log_weights(W, b_vis, b_hid, base_vis, betas, n_runs, seed, parallel_here())
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _ais_log_weights(W, b_vis, b_hid, base_vis, betas, n_runs, seed, parallel):
     """Log importance weights of ``n_runs`` AIS runs (Salakhutdinov & Murray 2008), (n_runs,).
 
     Intermediate distributions over v with the hiddens summed out analytically:
@@ -745,7 +769,7 @@ def ais_log_weights(W, b_vis, b_hid, base_vis, betas, n_runs, seed):
     first = _advance(base0, n_runs * n_vis)
     per_beta = n_runs * (n_hid + n_vis)
     n_betas = betas.shape[0]
-    nb = row_blocks(n_runs)
+    nb = used_row_blocks(n_runs, parallel)
     for b in prange(nb):
         lo, hi = _block(n_runs, nb, b)
         for kk in range(1, n_betas):

@@ -44,11 +44,12 @@ relative, f_a to ~1e-14 of the interval, f_c to ~1e-10 relative (worst in the A 
 branch, whose moments come from identities that divide by A + V).
 
 Every kernel is ``@njit(cache=True, nogil=True)``; layer updates use one BLAS product per
-matrix for all the chains of a block at once.  Threads (:mod:`boltzlab.engine.threads`):
-:func:`tap_iterate_blocks` runs Algorithm 1 on fixed blocks of chains (:func:`chain_blocks`,
-set by K alone) in parallel, one thread per block at a time, each block with its own
-buffers and single-threaded BLAS products; chains never interact, so there is no
-synchronisation until the end, and the results do not depend on the thread count.
+matrix for all the chains at once.  Threads (:mod:`boltzlab.engine.threads`):
+:func:`tap_iterate_blocks` is :func:`tap_iterate` on one thread; on more it splits each
+half-step into fixed blocks of the layer's columns (:func:`col_blocks`, set by the layer's
+size alone) run in parallel, each block multiplying all chains by its columns of the
+weights in place (single-threaded BLAS, nothing copied); results are the same on any
+n >= 2 threads and differ from one thread's at rounding level in float32 only.
 """
 
 from __future__ import annotations
@@ -57,8 +58,10 @@ import math
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, prange, types
+from numba import get_num_threads, njit, prange, types
 from numba.extending import intrinsic
+
+from boltzlab.engine.kernels.common import matmul
 
 BERNOULLI = 0
 SPIN = 1
@@ -520,8 +523,8 @@ def _sum(v):
 
 
 @njit(cache=True, nogil=True)
-def _half_step(code, G, S, a, c, U, V, rho, lo, hi, field, has_field, damping, diff, scratch):
-    """One side of Algorithm 1 for the first n = G.shape[0] rows, in place.
+def _half_step(code, G, S, a, c, U, V, rho, lo, hi, field, has_field, damping, diff, scratch, n, j0, j1):
+    """One side of Algorithm 1 for the first n rows and the columns [j0, j1), in place.
 
     A = -S (S = c_other W^2, eq. 33), B = A a_old + G (G = a_other W, eq. 34), then
     (a, c) <- (1 - damping) (f_a, f_c)(B, A) + damping (a, c); diff[r] += sum (a_new - a_old)^2.
@@ -529,48 +532,62 @@ def _half_step(code, G, S, a, c, U, V, rho, lo, hi, field, has_field, damping, d
     :func:`exp_nonpositive`; the others call :func:`prior_moments` per unit.  G, S, a, c are
     float32 or float64 (the products' precision); a float32 Bernoulli layer runs its
     elementwise work in float32 too (one fused loop per row, :func:`exp_nonpositive32`),
-    the other priors in float64.  ``scratch`` is (5, >= m) float64, reused every sweep.
+    the other priors in float64.  ``scratch`` is (5, >= j1) float64, reused every sweep.
+    diff[r] gets the sum over the columns [j0, j1) only (a column block's part).
     """
-    n, m = G.shape
     take = 1.0 - damping
+    m = j1 - j0
+    u_ = U[j0:j1]
     if code == BERNOULLI and G.itemsize == 4:
         # float32: the same, fused into one loop per row in float32 (exp_nonpositive32); the
         # squared changes go to a float32 scratch row and are summed in float64
-        sq32 = scratch[4].view(np.float32)[:m]
+        sq32 = scratch[4].view(np.float32)[j0:j1]
         take32 = F32(take)
         damp32 = F32(damping)
         for r in range(n):
+            # row views of the block's columns: indices from 0 (no negative-index checks) and
+            # contiguous rows, so the loop vectorises
+            g = G[r, j0:j1]
+            s = S[r, j0:j1]
+            ar = a[r, j0:j1]
+            cr = c[r, j0:j1]
+            fr = field[r, j0:j1] if has_field else field[0, :0]
             for j in range(m):
-                xj = F32(U[j]) + G[r, j] - S[r, j] * (a[r, j] - HALF_32)
+                xj = F32(u_[j]) + g[j] - s[j] * (ar[j] - HALF_32)
                 if has_field:
-                    xj = F32(xj + field[r, j])
+                    xj = F32(xj + fr[j])
                 e = exp_nonpositive32(-abs(xj))
                 inv = _fdiv(ONE_32, ONE_32 + e)
                 fa = max(e, F32(xj >= ZERO_32)) * inv
                 fc = e * inv * inv
-                old = a[r, j]
+                old = ar[j]
                 if damping > 0.0:
                     fa = take32 * fa + damp32 * old
-                    fc = take32 * fc + damp32 * c[r, j]
-                c[r, j] = fc
-                a[r, j] = fa
+                    fc = take32 * fc + damp32 * cr[j]
+                cr[j] = fc
+                ar[j] = fa
                 sq32[j] = (fa - old) * (fa - old)
             diff[r] += _sum(sq32)
         return
     if code == BERNOULLI:
         # x = U + B - A/2 = U + G + A (a_old - 1/2); f_a = sigmoid(x), f_c = e/(1 + e)^2 with
         # e = exp(-|x|), in vectorisable passes over each row
-        x = scratch[0, :m]
-        y = scratch[1, :m]
-        e = scratch[2, :m]
-        work = scratch[3, :m]
-        sq = scratch[4, :m]
+        x = scratch[0, j0:j1]
+        y = scratch[1, j0:j1]
+        e = scratch[2, j0:j1]
+        work = scratch[3, j0:j1]
+        sq = scratch[4, j0:j1]
         for r in range(n):
+            g = G[r, j0:j1]
+            s = S[r, j0:j1]
+            ar = a[r, j0:j1]
+            cr = c[r, j0:j1]
             for j in range(m):
-                x[j] = U[j] + G[r, j] - S[r, j] * (a[r, j] - 0.5)
+                x[j] = u_[j] + g[j] - s[j] * (ar[j] - 0.5)
             if has_field:
+                fr = field[r, j0:j1]
                 for j in range(m):
-                    x[j] += field[r, j]
+                    x[j] += fr[j]
             for j in range(m):
                 y[j] = -abs(x[j])
             exp_nonpositive(y, e, work)
@@ -578,24 +595,24 @@ def _half_step(code, G, S, a, c, U, V, rho, lo, hi, field, has_field, damping, d
                 for j in range(m):
                     inv = _fdiv(1.0, 1.0 + e[j])
                     fa = inv if x[j] >= 0.0 else e[j] * inv
-                    old = a[r, j]
+                    old = ar[j]
                     new = take * fa + damping * old
-                    c[r, j] = take * (e[j] * inv * inv) + damping * c[r, j]
-                    a[r, j] = new
+                    cr[j] = take * (e[j] * inv * inv) + damping * cr[j]
+                    ar[j] = new
                     sq[j] = (new - old) * (new - old)
             else:
                 for j in range(m):
                     inv = _fdiv(1.0, 1.0 + e[j])
                     fa = inv if x[j] >= 0.0 else e[j] * inv
-                    old = a[r, j]
-                    c[r, j] = e[j] * inv * inv
-                    a[r, j] = fa
+                    old = ar[j]
+                    cr[j] = e[j] * inv * inv
+                    ar[j] = fa
                     sq[j] = (fa - old) * (fa - old)
             diff[r] += _sum(sq)
         return
     for r in range(n):
         acc = 0.0
-        for j in range(m):
+        for j in range(j0, j1):
             A = -np.float64(S[r, j])
             old = np.float64(a[r, j])
             u = U[j] + field[r, j] if has_field else U[j]
@@ -607,6 +624,44 @@ def _half_step(code, G, S, a, c, U, V, rho, lo, hi, field, has_field, damping, d
             c[r, j] = fc
             acc += (fa - old) * (fa - old)
         diff[r] += acc
+
+
+COL_UNIT = 16  # column blocks start at multiples of this (whole SIMD / GEMM micro-tiles)
+COL_BLOCK = 256  # columns of W per parallel block, about
+
+
+@njit(cache=True, nogil=True)
+def col_blocks(m):
+    """The number of blocks m columns are split into: ceil(m / COL_BLOCK) made even (two
+    threads get equal shares), at most one per COL_UNIT columns -- set by m alone."""
+    units = (m + COL_UNIT - 1) // COL_UNIT
+    nb = (m + COL_BLOCK - 1) // COL_BLOCK
+    nb += nb % 2
+    return max(1, min(nb, units))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def col_block(m, nb, b):
+    """Columns [j0, j1) of block b of :func:`col_blocks` (whole COL_UNITs, as equal as possible)."""
+    units = (m + COL_UNIT - 1) // COL_UNIT
+    return min(m, COL_UNIT * (b * units // nb)), min(m, COL_UNIT * ((b + 1) * units // nb))
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _layer_blocks(code, X, Y, Wm, W2m, G, S, a, c, U, V, rho, lo, hi, field, has_field, damping, n, part, scratch):
+    """One half-step of Algorithm 1 on the first n chains by blocks of the layer's columns, in
+    parallel: per block G = X Wm and S = Y W2m on its columns (BLAS on the blocks of Wm and
+    W2m in place: nothing copied, each block packs only its share of the matrices), then
+    :func:`_half_step` on those columns, its squared changes summed into part[block]."""
+    m = G.shape[1]
+    nb = col_blocks(m)
+    for b in prange(nb):
+        j0, j1 = col_block(m, nb, b)
+        matmul(X[:n], Wm[:, j0:j1], G[:n, j0:j1])
+        matmul(Y[:n], W2m[:, j0:j1], S[:n, j0:j1])
+        d = part[b]
+        d[:n] = 0.0
+        _half_step(code, G, S, a, c, U, V, rho, lo, hi, field, has_field, damping, d, scratch, n, j0, j1)
 
 
 @njit(cache=True, nogil=True)
@@ -626,20 +681,43 @@ def tap_iterate(W, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_
     Precision: the products and the moments run in the dtype of W (av, cv, ah, ch share it:
     float32 products run about twice as fast); every buffer is allocated once per call.
     """
-    WT = np.ascontiguousarray(W.T)
-    W2 = W * W
-    W2T = np.ascontiguousarray(W2.T)
-    _tap_iterate(W, WT, W2, W2T, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h, field, has_field,
-                 av, cv, ah, ch, damping, tol, max_iter, iters, converged)
+    _iterate(W, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h, field, has_field,
+             av, cv, ah, ch, damping, tol, max_iter, iters, converged, False)
+
+
+def tap_iterate_blocks(W, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h, field, has_field,
+                       av, cv, ah, ch, damping, tol, max_iter, iters, converged):
+    """:func:`tap_iterate` on the calling thread's numba threads (:mod:`boltzlab.engine.threads`).
+
+    On one thread it is :func:`tap_iterate` itself: one product per matrix, no fork.  On
+    more, each half-step is split into blocks of columns (:func:`col_blocks` of the layer:
+    hidden units for the hidden half-step, visible units for the visible one) run in
+    parallel: two forks per sweep, every block multiplying all active chains by its columns
+    of W (or W^T, W^2, (W^2)^T) in place, so each thread packs only its share of the matrices.
+
+    What the thread count changes: blocks are set by the shapes alone, so on 2, 3, ... threads
+    the moments, iteration counts and convergence flags are the same bits.  Against one
+    thread, the float32 products round differently in the last bits (scipy's OpenBLAS SGEMM
+    rounds a block of columns differently from the same columns of the whole product; its
+    DGEMM does not: float64 moments are the same bits on any thread count), and a chain's
+    squared change is summed per column block, which can move a convergence decision when
+    it lands within rounding of ``tol``.
+    """
+    _iterate(W, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h, field, has_field,
+             av, cv, ah, ch, damping, tol, max_iter, iters, converged, get_num_threads() > 1)  # read in Python
 
 
 @njit(cache=True, nogil=True)
-def _tap_iterate(W, WT, W2, W2T, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h, field, has_field,
-                 av, cv, ah, ch, damping, tol, max_iter, iters, converged):
-    """:func:`tap_iterate` given W^T, W^2 and (W^2)^T (contiguous), shared by the blocks."""
+def _iterate(W, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h, field, has_field,
+             av, cv, ah, ch, damping, tol, max_iter, iters, converged, blocks):
+    """:func:`tap_iterate` (``blocks`` False: one product per matrix) or
+    :func:`tap_iterate_blocks` (True: column blocks in parallel)."""
     K, Nv = av.shape
     Nh = ah.shape[1]
     dt = W.dtype
+    WT = np.ascontiguousarray(W.T)
+    W2 = W * W
+    W2T = np.ascontiguousarray(W2.T)
     idx = np.arange(K)
     xav = av.copy()
     xcv = cv.copy()
@@ -650,20 +728,38 @@ def _tap_iterate(W, WT, W2, W2T, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh,
     Sh = np.empty((K, Nh), dt)
     Gv = np.empty((K, Nv), dt)
     Sv = np.empty((K, Nv), dt)
-    scratch = np.empty((5, max(Nv, Nh)))
+    scratch = np.empty((5, max(Nv, Nh)))  # column blocks use disjoint columns of it
+    nbh = col_blocks(Nh)
+    nbv = col_blocks(Nv)
+    part_h = np.empty((nbh, K))
+    part_v = np.empty((nbv, K))
     diff = np.empty(K)
     n = K
     t = 0
     scale = 1.0 / (Nv + Nh)
     while n > 0 and t < max_iter:
         t += 1
-        diff[:n] = 0.0
-        np.dot(xav[:n], W, Gh[:n])
-        np.dot(xcv[:n], W2, Sh[:n])
-        _half_step(code_h, Gh[:n], Sh[:n], xah, xch, Uh, Vh, Rh, lo_h, hi_h, xf, False, damping, diff, scratch)
-        np.dot(xah[:n], WT, Gv[:n])
-        np.dot(xch[:n], W2T, Sv[:n])
-        _half_step(code_v, Gv[:n], Sv[:n], xav, xcv, Uv, Vv, Rv, lo_v, hi_v, xf, has_field, damping, diff, scratch)
+        if blocks:
+            _layer_blocks(code_h, xav, xcv, W, W2, Gh, Sh, xah, xch, Uh, Vh, Rh, lo_h, hi_h, xf, False, damping, n,
+                          part_h, scratch)
+            _layer_blocks(code_v, xah, xch, WT, W2T, Gv, Sv, xav, xcv, Uv, Vv, Rv, lo_v, hi_v, xf, has_field,
+                          damping, n, part_v, scratch)
+            for r in range(n):
+                total = 0.0
+                for b in range(nbh):
+                    total += part_h[b, r]
+                for b in range(nbv):
+                    total += part_v[b, r]
+                diff[r] = total
+        else:
+            diff[:n] = 0.0
+            np.dot(xav[:n], W, Gh[:n])
+            np.dot(xcv[:n], W2, Sh[:n])
+            _half_step(code_h, Gh, Sh, xah, xch, Uh, Vh, Rh, lo_h, hi_h, xf, False, damping, diff, scratch, n, 0, Nh)
+            np.dot(xah[:n], WT, Gv[:n])
+            np.dot(xch[:n], W2T, Sv[:n])
+            _half_step(code_v, Gv, Sv, xav, xcv, Uv, Vv, Rv, lo_v, hi_v, xf, has_field, damping, diff, scratch, n, 0,
+                       Nv)
         m = 0
         for r in range(n):
             if diff[r] * scale < tol:
@@ -693,45 +789,6 @@ def _tap_iterate(W, WT, W2, W2T, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh,
         ch[k] = xch[r]
         iters[k] = t
         converged[k] = False
-
-
-CHAIN_BLOCK = 64  # TAP chains per parallel block at most (blocks are as equal as possible)
-
-
-@njit(cache=True, nogil=True)
-def chain_blocks(K):
-    """The number of blocks K chains are split into: ceil(K / CHAIN_BLOCK), whatever the threads.
-
-    Fewer, larger blocks keep each block's products efficient (every product packs the
-    whole W again); a block of ~50 chains costs a few % against one product of 100, and
-    blocks fixed by K make a chain's arithmetic the same on any number of threads.
-    """
-    return max(1, (K + CHAIN_BLOCK - 1) // CHAIN_BLOCK)
-
-
-@njit(cache=True, nogil=True, parallel=True)
-def tap_iterate_blocks(W, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h, field, has_field,
-                       av, cv, ah, ch, damping, tol, max_iter, iters, converged):
-    """:func:`tap_iterate` on the :func:`chain_blocks` blocks of chains, in parallel.
-
-    Block b holds chains [b K // n, (b + 1) K // n); each runs Algorithm 1 alone (its own
-    compaction of converged chains, buffers and products), so the moments, iteration
-    counts and convergence flags are identical on 1 or n threads.  Against one block of all
-    K chains they differ at rounding level (a product's rows round differently when BLAS
-    tiles it differently), as they already did between BLAS thread counts.
-    """
-    K = av.shape[0]
-    nb = chain_blocks(K)
-    WT = np.ascontiguousarray(W.T)
-    W2 = W * W
-    W2T = np.ascontiguousarray(W2.T)
-    for b in prange(nb):
-        lo = b * K // nb
-        hi = (b + 1) * K // nb
-        f = field[lo:hi] if has_field else field
-        _tap_iterate(W, WT, W2, W2T, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h, f, has_field,
-                    av[lo:hi], cv[lo:hi], ah[lo:hi], ch[lo:hi], damping, tol, max_iter, iters[lo:hi],
-                    converged[lo:hi])
 
 
 # -------------------------------------------------- free energy and likelihood
