@@ -30,7 +30,7 @@ import numpy as np
 from numba import njit, prange
 
 from boltzlab.engine.kernels.rbm import (_advance, _draw_row, _draw_row_at, _sample_fields_into, _sample_row_at, _sigmoid_row,
-                                         _uniform, gibbs_chains, new_state, parallel_here, scratch, sigmoid, softplus,
+                                         _uniform, gibbs_chains, new_state, parallel_here, sigmoid, softplus,
                                          used_row_blocks)
 
 

@@ -28,8 +28,7 @@ import math
 import numpy as np
 from numba import get_num_threads, njit, prange
 
-from boltzlab.engine.kernels.common import matmul
-from boltzlab.engine.kernels.tap import F32, _fdiv, exp_nonpositive, sigmoid32
+from boltzlab.engine.kernels.common import F32, _fdiv, exp_nonpositive, matmul, sigmoid, sigmoid32, softplus
 
 LOG2 = math.log(2.0)
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # splitmix64's increment
@@ -69,23 +68,6 @@ def uniforms(n, seed):
 
 
 @njit(cache=True, nogil=True)
-def softplus(x):
-    """log(1 + e^x) without overflow: max(x, 0) + log1p(e^-|x|)."""
-    if x > 0.0:
-        return x + math.log1p(math.exp(-x))
-    return math.log1p(math.exp(x))
-
-
-@njit(cache=True, nogil=True)
-def sigmoid(x):
-    """1 / (1 + e^-x) without overflow."""
-    if x >= 0.0:
-        return 1.0 / (1.0 + math.exp(-x))
-    e = math.exp(x)
-    return e / (1.0 + e)
-
-
-@njit(cache=True, nogil=True)
 def scratch(m):
     """Scratch rows for :func:`_sigmoid_row` of rows up to m long (allocate once, reuse)."""
     return np.empty((4, m))
@@ -96,10 +78,10 @@ def _sigmoid_row(x, bias, p, S):
     """p[j] = sigmoid(x[j] + bias[j]) for one row (p may be x), in vectorisable passes.
 
     float64 p: sigmoid(t) = 1 / (1 + e) for t >= 0 and e / (1 + e) below, e = exp(-|t|),
-    with the polynomial exp of :func:`boltzlab.engine.kernels.tap.exp_nonpositive` (float64,
+    with the polynomial exp of :func:`boltzlab.engine.kernels.common.exp_nonpositive` (float64,
     relative error < 3e-16) and a select instead of a branch: a branch on the sign of a
     random field is mispredicted half the time, which cost more than the exp itself.
-    float32 p: the same formula in float32 (:func:`boltzlab.engine.kernels.tap.sigmoid32`, error
+    float32 p: the same formula in float32 (:func:`boltzlab.engine.kernels.common.sigmoid32`, error
     < 3 ulp), t = x + bias rounded to float32, in one fused loop.
     """
     m = x.shape[0]

@@ -57,11 +57,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from llvmlite import ir
-from numba import get_num_threads, njit, prange, types
-from numba.extending import intrinsic
+from numba import get_num_threads, njit, prange
 
-from boltzlab.engine.kernels.common import matmul
+from boltzlab.engine.kernels.common import (F32, HALF_32, ONE_32, ZERO_32, _fdiv, exp_nonpositive,  # noqa: F401
+                                            exp_nonpositive32, logaddexp, matmul, sigmoid32)
 
 BERNOULLI = 0
 SPIN = 1
@@ -75,33 +74,6 @@ MILLS_CF_FROM = 2.0  # Mills ratios by continued fraction from this argument on
 MILLS_CF_DEPTH = 90
 DAWSON_SERIES_TO = 6.5  # Dawson's function: Erfi series below, asymptotic series above
 SQRT_HALF_PI = math.sqrt(0.5 * math.pi)
-# exp on arrays without a libm call per element (numba has no SVML here): Cody-Waite
-# reduction y = k ln 2 + r, |r| <= ln2/2, a degree-13 Taylor polynomial (error < 5e-18),
-# and 2^k assembled in the exponent bits; LLVM vectorises every step (AVX2: 4 at a time)
-LOG2E = 1.4426950408889634
-LN2_HI = 0.6931471803691238
-LN2_LO = 1.9082149292705877e-10
-EXP_MAGIC = 6755399441055744.0  # 1.5 * 2^52: y log2(e) + EXP_MAGIC holds round(k) in its low bits
-EXP_MAGIC_BITS = np.int64(0x4338000000000000)
-EXP_FLOOR = -708.0  # keeps 2^k normal; exp(-708) = 3e-308 stands in for anything smaller
-_E = [1.0 / math.factorial(k) for k in range(14)]
-E0, E1, E2, E3, E4, E5, E6, E7, E8, E9, E10, E11, E12, E13 = _E
-# the same in float32 (sigmoids of float32 RBM / TAP rows): Cody-Waite with a 9-bit ln2_hi
-# (k ln2_hi exact for |k| <= 126), a degree-7 Taylor polynomial (truncation < 6e-9 relative
-# on |r| <= ln2/2, below half a float32 ulp), everything in float32 so a vector holds twice
-# the lanes; total error measured < 2 ulp (tests/engine/test_tap_dtype.py)
-F32 = np.float32
-LOG2E_32 = F32(LOG2E)
-LN2_HI_32 = F32(0.693359375)
-LN2_LO_32 = F32(math.log(2.0) - 0.693359375)
-EXP_MAGIC_32 = F32(12582912.0)  # 1.5 * 2^23
-EXP_BIAS_32 = 127 - 0x4B400000  # bits of (t = k + EXP_MAGIC_32) - 0x4B400000 + 127: 2^k's exponent field
-EXP_FLOOR_32 = F32(-87.0)  # keeps 2^k normal in float32 (exp(-87) = 1.6e-38)
-ZERO_32 = F32(0.0)
-ONE_32 = F32(1.0)
-HALF_32 = F32(0.5)
-_F = [F32(1.0 / math.factorial(k)) for k in range(8)]
-F0, F1, F2, F3, F4, F5, F6, F7 = _F
 SQRT2 = math.sqrt(2.0)
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(24)
 GL_NODES = 0.5 * (_GL_X + 1.0)  # Gauss-Legendre on [0, 1]
@@ -109,127 +81,6 @@ GL_WEIGHTS = 0.5 * _GL_W
 
 
 # ------------------------------------------------------------------ scalar helpers
-
-
-@njit(cache=True, nogil=True)
-def logaddexp(x, y):
-    """log(e^x + e^y) without overflow."""
-    if x == -math.inf:
-        return y
-    if y == -math.inf:
-        return x
-    if x > y:
-        return x + math.log1p(math.exp(y - x))
-    return y + math.log1p(math.exp(x - y))
-
-
-@njit(cache=True, nogil=True)
-def exp_nonpositive(y, out, work):
-    """out[j] = exp(y[j]) for y[j] <= 0 (relative error < 3e-16; y below EXP_FLOOR gives
-    exp(EXP_FLOOR)).  ``work`` is scratch of the same length; loops vectorise."""
-    n = y.shape[0]
-    for j in range(n):
-        v = max(y[j], EXP_FLOOR)
-        t = v * LOG2E + EXP_MAGIC
-        k = t - EXP_MAGIC
-        r = (v - k * LN2_HI) - k * LN2_LO
-        p = E13
-        p = p * r + E12
-        p = p * r + E11
-        p = p * r + E10
-        p = p * r + E9
-        p = p * r + E8
-        p = p * r + E7
-        p = p * r + E6
-        p = p * r + E5
-        p = p * r + E4
-        p = p * r + E3
-        p = p * r + E2
-        p = p * r + E1
-        p = p * r + E0
-        out[j] = p
-        work[j] = t
-    bits = work.view(np.int64)
-    for j in range(n):
-        bits[j] = (bits[j] - EXP_MAGIC_BITS + 1023) << 52
-    scale = bits.view(np.float64)
-    for j in range(n):
-        out[j] *= scale[j]
-
-
-@intrinsic
-def _f32_bits(typingctx, x):
-    """The bits of a float32 as an int32 (a register bitcast; vectorises)."""
-    if x != types.float32:
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.IntType(32))
-
-    return types.int32(types.float32), codegen
-
-
-@intrinsic
-def _f32_from_bits(typingctx, i):
-    """The float32 whose bits are the low 32 bits of the integer i."""
-    if not isinstance(i, types.Integer):
-        return None
-
-    def codegen(context, builder, signature, args):
-        v = args[0]
-        if i.bitwidth > 32:
-            v = builder.trunc(v, ir.IntType(32))
-        elif i.bitwidth < 32:
-            v = builder.sext(v, ir.IntType(32))
-        return builder.bitcast(v, ir.FloatType())
-
-    return types.float32(i), codegen
-
-
-@intrinsic
-def _fdiv(typingctx, a, b):
-    """a / b of two floats of one type as the bare IEEE division (numba's ``/`` adds a check
-    for b == 0 that raises, a branch that keeps a loop from vectorising; the callers divide
-    by 1 + e >= 1)."""
-    if not (isinstance(a, types.Float) and a == b):
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.fdiv(args[0], args[1])
-
-    return a(a, b), codegen
-
-
-@njit(cache=True, nogil=True)
-def exp_nonpositive32(y):
-    """exp(y) of a float32 y <= 0 in float32 (error < 2 ulp; y below -87 gives exp(-87)).
-
-    A scalar function for fused, vectorisable loops: :func:`exp_nonpositive` in single
-    precision, with 2^k assembled by bit casts in registers instead of a pass over memory.
-    """
-    v = max(F32(y), EXP_FLOOR_32)
-    t = v * LOG2E_32 + EXP_MAGIC_32
-    k = t - EXP_MAGIC_32
-    r = (v - k * LN2_HI_32) - k * LN2_LO_32
-    p = F7
-    p = p * r + F6
-    p = p * r + F5
-    p = p * r + F4
-    p = p * r + F3
-    p = p * r + F2
-    p = p * r + F1
-    p = p * r + F0
-    return p * _f32_from_bits((_f32_bits(t) + EXP_BIAS_32) << 23)
-
-
-@njit(cache=True, nogil=True)
-def sigmoid32(x):
-    """1 / (1 + e^-x) of a float32 x in float32: e = exp(-|x|), 1 / (1 + e) or e / (1 + e)
-    branch-free (max(e, [x >= 0]) picks the numerator), so loops of it vectorise."""
-    x = F32(x)
-    e = exp_nonpositive32(-abs(x))
-    inv = _fdiv(ONE_32, ONE_32 + e)
-    return max(e, F32(x >= ZERO_32)) * inv  # inv for x >= 0 (max(e, 1) = 1), e inv below
 
 
 @njit(cache=True, nogil=True)
