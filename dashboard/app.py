@@ -70,6 +70,20 @@ class Fast(pn.theme.Fast):
     _resources = {kind: value for kind, value in pn.theme.Fast._resources.items() if kind != "font"}
 
 
+class Template(pn.template.FastListTemplate):
+    """The page's template, attached to its document in one go: Bokeh re-walks every model
+    of a document each time its graph changes, and attaching a lab's page changed it 12
+    times (one walk over ~1,000 models each); frozen, it walks once at the end.  Measured
+    with cProfile on building a TAP page (python calls: 7.6 M plain, 4.8 M frozen)."""
+
+    def server_doc(self, doc=None, title=None, location=True):
+        doc = doc or pn.state.curdoc
+        if doc is None:
+            return super().server_doc(doc, title=title, location=location)
+        with doc.models.freeze():
+            return super().server_doc(doc, title=title, location=location)
+
+
 def create_app(only: str | None = None) -> pn.template.FastListTemplate:
     """Build the app for one browser session: a tab per lab of :data:`boltzlab.dashboard.labs.LABS`
     (or only the lab whose key is ``only``, served at ``/<key>``) and an About page.
@@ -114,7 +128,7 @@ def create_app(only: str | None = None) -> pn.template.FastListTemplate:
     except ValueError:
         first = 0
     build(first if 0 <= first < len(classes) else 0)
-    template = pn.template.FastListTemplate(
+    template = Template(
         title=TITLE if only is None else f"{TITLE}: {classes[0].title}", main=[tabs],
         header_background="#1f3a5f", accent_base_color="#1f77b4", main_layout=None,
         theme_toggle=False, busy_indicator=None, font_url="", header=[present], design=Fast,

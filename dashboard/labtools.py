@@ -25,6 +25,7 @@ import csv
 import io
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -204,10 +205,14 @@ class Checkpoint:
     settings: dict[str, str]
     states: dict[str, dict[str, Any]]
     history: History = field(default_factory=History)
+    #: (SHA-256, name) of the data the runs were trained on, for labs whose data a user may
+    #: bring (``Lab.data_identity``); None for the other labs and for older checkpoints
+    data: tuple[str, str] | None = None
 
 
 def write_checkpoint(ckpt: Checkpoint) -> bytes:
-    """``.npz`` bytes: ``lab``, ``settings`` (JSON text), ``runs``, then per run ``i``
+    """``.npz`` bytes: ``lab``, ``settings`` (JSON text), ``runs``, ``data_sha256`` and
+    ``data_name`` (when the lab reports its data, see :class:`Checkpoint`), then per run ``i``
     ``state/i/<key>``, ``history/i/<column>`` (+ ``.present`` masks: a Record need not
     carry every column), ``count/i`` and the newest arrays ``arrays/i/<key>``."""
     runs = list(ckpt.states)
@@ -217,6 +222,8 @@ def write_checkpoint(ckpt: Checkpoint) -> bytes:
         "settings": np.asarray(json.dumps(ckpt.settings)),
         "runs": np.asarray(runs, dtype=str),
     }
+    if ckpt.data is not None:
+        out["data_sha256"], out["data_name"] = np.asarray(ckpt.data[0]), np.asarray(ckpt.data[1][:MAX_TEXT])
     for i, name in enumerate(runs):
         for key, value in ckpt.states[name].items():
             array = np.asarray(value)
@@ -257,6 +264,8 @@ def checkpoint_spec(limit: int = MAX_CHECKPOINT_BYTES) -> ArchiveSpec:
             Member("lab", kinds="U", max_ndim=0, max_bytes=4 * MAX_TEXT),
             Member("settings", kinds="U", max_ndim=0, max_bytes=2**20),
             Member("runs", kinds="U", max_ndim=1, max_bytes=2**16),
+            Member("data_sha256", kinds="U", max_ndim=0, max_bytes=4 * 64),
+            Member("data_name", kinds="U", max_ndim=0, max_bytes=4 * MAX_TEXT),
             Member(r"state/\d+/.+", kinds="biufU", max_ndim=3, max_bytes=MAX_CHECKPOINT_ARRAY),
             Member(r"history/\d+/.+", kinds="bf", max_ndim=1, max_bytes=MAX_HISTORY_COLUMN),
             Member(r"count/\d+", kinds="iu", max_ndim=0),
@@ -346,7 +355,23 @@ def read_checkpoint(content: bytes, *, lab: str, limit: int = MAX_CHECKPOINT_BYT
         if not states[name]:
             raise ValueError(f"The checkpoint holds no state for run {name!r}.")
         _refuse_non_finite(name, states[name])
-    return Checkpoint(saved_lab, settings, states, history)
+    data = None
+    if "data_sha256" in files:
+        sha = str(files["data_sha256"].item())
+        if not re.fullmatch(r"[0-9a-f]{64}", sha):
+            raise ValueError("The checkpoint's data hash is not a SHA-256: the file is damaged.")
+        data = (sha, str(files["data_name"].item()) if "data_name" in files else "")
+    return Checkpoint(saved_lab, settings, states, history, data)
+
+
+def check_same_data(saved: tuple[str, str] | None, now: tuple[str, str] | None) -> None:
+    """Refuse (``ValueError``) to load a checkpoint trained on other data than the lab's run
+    now has; a checkpoint or a lab that does not say what its data are is not checked."""
+    if saved is None or now is None or saved[0] == now[0]:
+        return
+    raise ValueError(f"The checkpoint was trained on other data ({saved[1] or 'unnamed'}, SHA-256 "
+                     f"{saved[0][:12]}…) than this lab has now ({now[1]}, SHA-256 {now[0][:12]}…). "
+                     "Choose or upload the images it was trained on, then load it again.")
 
 
 def _refuse_non_finite(run: str, state: Mapping[str, np.ndarray]) -> None:
@@ -551,7 +576,7 @@ class LabTools:
     # -------------------------------------------------------------- checkpoints
     def checkpoint(self) -> Checkpoint:
         states, history, _ = self.lab.runner.snapshot()
-        return Checkpoint(self.lab.key, self.settings_text(), states, history)
+        return Checkpoint(self.lab.key, self.settings_text(), states, history, self.lab.data_identity())
 
     def _checkpoint_file(self) -> io.BytesIO:
         try:
@@ -590,6 +615,7 @@ class LabTools:
         backup = self.checkpoint()
         try:
             self.lab.apply_settings(values)
+            check_same_data(ckpt.data, self.lab.data_identity())  # before the states meet the trainers
             self.lab.runner.restore(ckpt.states, ckpt.history)
         except Exception as exc:  # a state that does not fit these trainers, ...
             self.lab.apply_settings(self.decode(backup.settings, strict=True)[0])

@@ -29,6 +29,26 @@ from boltzlab.engine.stepping import ACTIVE_STATUSES, Record, Trainer
 TrainerFactory = Callable[[], Mapping[str, Trainer]]
 
 
+@dataclass(frozen=True)
+class Build:
+    """A factory whose runs' names are known now and whose trainers the runner's own thread
+    builds: building takes tens of milliseconds (data, initial weights), which a click or
+    a page being built on the server's event loop must not wait for.
+
+    ``build()`` returns ``{name: trainer}`` with exactly ``names``; a plain callable given
+    to the :class:`Runner` instead is called at once, by its caller.
+    """
+
+    names: tuple[str, ...]
+    build: TrainerFactory
+
+    def __call__(self) -> Mapping[str, Trainer]:
+        trainers = self.build()
+        if tuple(trainers) != tuple(self.names):
+            raise ValueError(f"The factory built the runs {list(trainers)}; it declared {list(self.names)}.")
+        return trainers
+
+
 class ServerBusy(RuntimeError):
     """Raised by :meth:`Runner.play` when the server's cap on training runs is reached."""
 
@@ -143,7 +163,9 @@ class Runner:
     Parameters
     ----------
     factory
-        Builds the trainers, ``{name: trainer}``; called now and on every :meth:`reset`.
+        Builds the trainers, ``{name: trainer}``; called now and on every :meth:`reset`, by
+        the runner's thread when it is a :class:`Build` (see :meth:`reset`), by the caller
+        otherwise.
     buffer_size
         Maximum number of Records kept between two :meth:`drain` calls; older ones are
         dropped (and counted in :attr:`dropped`), so memory stays bounded.  Each run's
@@ -179,11 +201,16 @@ class Runner:
         self._generation = 0
         self.dropped = 0  # Records evicted before any drain saw them (exact after each drain)
         self._batch: dict[str, int] = {}
-        self._shipping: tuple[int, dict[str, Trainer]] | None = None  # (generation, trainers) to ship
-        self.trainers: dict[str, Trainer] = {}
+        # (generation, trainers to ship or None: still to build, the Build): the thread's next job
+        self._shipping: tuple[int, dict[str, Trainer] | None, Build | None] | None = None
+        # the runs a Build in flight replaces: back in place if it cannot build (trainers, states, history)
+        self._previous: tuple[dict[str, Trainer], dict[str, TrainerState], History] | None = None
+        self._refused: BaseException | None = None  # why the newest Build could not build
+        self._trainers: dict[str, Trainer] = {}
+        self._names: tuple[str, ...] = ()
         self.states: dict[str, TrainerState] = {}
         self.history = History()
-        self._install(factory())
+        self._install(factory if isinstance(factory, Build) else factory())
         self._thread = threading.Thread(target=self._work, name="boltzlab-runner", daemon=True)
         self._thread.start()
 
@@ -191,6 +218,47 @@ class Runner:
     @property
     def playing(self) -> bool:
         return self._playing
+
+    @property
+    def names(self) -> list[str]:
+        """The current runs' names, known before their trainers are built (never waits)."""
+        return list(self._names)
+
+    @property
+    def trainers(self) -> dict[str, Trainer]:
+        """The current runs' trainers (or their stand-ins on a worker); while the runner's
+        thread is building new ones, waits for that (:meth:`wait_built`): code on the event
+        loop asks for :attr:`names` instead."""
+        self.wait_built()
+        with self._cond:
+            return self._trainers
+
+    @property
+    def building(self) -> bool:
+        """True while the runner's thread builds a :class:`Build`'s trainers."""
+        with self._cond:
+            return self._building()
+
+    def _building(self) -> bool:
+        return self._shipping is not None and self._shipping[1] is None
+
+    def wait_built(self, timeout: float = 60.0) -> bool:
+        """Block until no build is in flight (False on timeout)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._building() and not self._closed:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+        return True
+
+    def take_refusal(self) -> BaseException | None:
+        """Why the newest :class:`Build` could not build (once; None if it did); the runs it
+        was to replace are back in place (their trainers, states and history)."""
+        with self._cond:
+            refused, self._refused = self._refused, None
+            return refused
 
     @property
     def generation(self) -> int:
@@ -251,16 +319,24 @@ class Runner:
             self._cond.notify_all()
 
     def reset(self, factory: TrainerFactory | None = None) -> None:
-        """Pause, drop everything buffered and build fresh trainers.
+        """Pause, drop everything buffered and start fresh trainers.
 
-        Raises whatever ``factory`` raises; the old trainers are then kept (paused).
+        A :class:`Build` returns at once: its runs are in place by name (``"starting"``)
+        and the runner's thread builds them; if that raises, the runs it replaced come back
+        (generation raised again, history kept) and :meth:`take_refusal` says why.  Any
+        other factory is called here, and whatever it raises leaves the old trainers in place.
         """
         self.pause()
-        trainers = (factory or self._factory)()
+        factory = factory or self._factory
+        made = factory if isinstance(factory, Build) else factory()
         with self._cond:
-            if factory is not None:
-                self._factory = factory
-            self._install(trainers)
+            self._factory = factory
+            self._refused = None
+            if isinstance(made, Build) and self._previous is None and self._trainers:
+                self._previous = (self._trainers, self.states, self.history)
+            elif not isinstance(made, Build):
+                self._previous = None
+            self._install(made)
             self._cond.notify_all()
 
     def snapshot(self) -> tuple[dict[str, dict[str, Any]], History, dict[str, TrainerState]]:
@@ -270,7 +346,7 @@ class Runner:
         self.wait_idle(30.0)
         with self._cond:
             states = {n: {k: (v.copy() if hasattr(v, "copy") else v)
-                          for k, v in t.state_dict().items()} for n, t in self.trainers.items()}
+                          for k, v in t.state_dict().items()} for n, t in self._trainers.items()}
             return states, self.history.copy(), {n: TrainerState(s.status, s.message, s.steps)
                                                 for n, s in self.states.items()}
 
@@ -284,17 +360,17 @@ class Runner:
         self.pause()
         self.wait_idle(30.0)
         with self._cond:
-            if set(states) != set(self.trainers):
+            if set(states) != set(self._trainers):
                 raise ValueError(f"The checkpoint holds the runs {sorted(states)}; these settings "
-                                 f"make the runs {sorted(self.trainers)}.")
-            for name, trainer in self.trainers.items():
+                                 f"make the runs {sorted(self._names)}.")
+            for name, trainer in self._trainers.items():
                 trainer.load_state_dict(states[name])
             self._generation += 1
             self._clear_buffer()
             self._batch = {}
             self.history = history.copy() if history is not None else History()
             self.states = {}
-            for name, trainer in self.trainers.items():
+            for name, trainer in self._trainers.items():
                 self.states[name] = TrainerState(steps=self.history.counts.get(name, 0))
                 if getattr(trainer, "done", False):
                     self._finish(name, trainer)
@@ -375,38 +451,61 @@ class Runner:
         self._latest_arrays.clear()
         self._drained = self._seq
 
-    def _install(self, trainers: Mapping[str, Trainer]) -> None:
+    def _install(self, made: Mapping[str, Trainer] | Build) -> None:
         """A new generation of runs (the caller holds the lock, or the thread has not started).
 
-        Under :data:`BACKEND` the trainers still have to be shipped to a worker process: a
-        network round trip that must not block the caller (a click on the event loop), so the
-        runner's thread does it (:meth:`_ship`); meanwhile the runs say ``"starting"`` and a
-        Play or Step waits for them.
+        Two things must not block the caller (a click, or a page being built, on the event
+        loop), so the runner's thread does them (:meth:`_ship`): building a :class:`Build`'s
+        trainers, and under :data:`BACKEND` shipping them to a worker process (a network round
+        trip).  Meanwhile the runs say ``"starting"`` and a Play or Step waits for them.
         """
         self._generation += 1
         self._clear_buffer()
         self._stop_playing()
         self._pending = 0
-        self.trainers = dict(trainers)
+        building = isinstance(made, Build)
+        self._names = tuple(made.names if building else made)
+        self._trainers = {} if building else dict(made)
         self.history = History(self.history.limit)
         self._batch = {}
-        if BACKEND is not None:
-            self._shipping = (self._generation, self.trainers)
-            self.states = {name: TrainerState(status="starting") for name in self.trainers}
+        if building or BACKEND is not None:
+            self._shipping = (self._generation, None if building else self._trainers, made if building else None)
+            self.states = {name: TrainerState(status="starting") for name in self._names}
         else:
             self._shipping = None
             self._installed()
 
     def _installed(self) -> None:
         """The trainers are where they step: every run ready (or done already)."""
-        self.states = {name: TrainerState() for name in self.trainers}
-        for name, trainer in self.trainers.items():
+        self.states = {name: TrainerState() for name in self._trainers}
+        for name, trainer in self._trainers.items():
             if getattr(trainer, "done", False):
                 self._finish(name, trainer)
 
-    def _ship(self, generation: int, trainers: dict[str, Trainer]) -> None:
-        """Hand ``trainers`` to :data:`BACKEND` (called by the runner's thread, lock not held)
-        and put its stand-ins in their place, unless a newer generation came meanwhile."""
+    def _ship(self, generation: int, trainers: dict[str, Trainer] | None, build: Build | None) -> None:
+        """Build the trainers (a :class:`Build`), then hand them to :data:`BACKEND`, and put
+        its stand-ins in their place (called by the runner's thread, lock not held), unless
+        a newer generation came meanwhile."""
+        if trainers is None:
+            try:
+                trainers, error = dict(build()), None
+            except Exception as exc:  # a bad setting the lab's checks let through: said, not raised
+                trainers, error = None, exc
+            with self._cond:
+                if generation != self._generation:
+                    return
+                if error is not None:
+                    self._refused = error
+                    self._take_back(f"{type(error).__name__}: {error}")
+                    return
+                self._previous = None
+                self._trainers = trainers
+                if BACKEND is None:
+                    self._shipping = None
+                    self._installed()
+                    return
+                self._shipping = (generation, trainers, None)
+                self._cond.notify_all()  # wake a wait for the trainers
         try:
             remote, error = BACKEND(trainers, self.owner), None
         except Exception as exc:  # e.g. DaskUnavailable: the runs say why, the app lives on
@@ -414,14 +513,32 @@ class Runner:
         with self._cond:
             if generation != self._generation:
                 return  # superseded; the stand-ins go with their last reference
-            self._shipping = None
             if error is not None:
-                for state in self.states.values():
-                    state.status, state.message = "error", error
-                self._stop_playing()
+                self._failed(error)
                 return
-            self.trainers = dict(remote)
+            self._shipping = None
+            self._trainers = dict(remote)
             self._installed()
+
+    def _take_back(self, error: str) -> None:
+        """A Build could not build (the caller holds the lock): the runs it replaced come
+        back as they were (a new generation: the views draw them again), or, for the first
+        runs, each says why."""
+        if self._previous is None:
+            self._failed(error)
+            return
+        self._trainers, self.states, self.history = self._previous
+        self._names = tuple(self._trainers)
+        self._previous = None
+        self._shipping = None
+        self._generation += 1
+        self._clear_buffer()
+
+    def _failed(self, error: str) -> None:
+        """The runs could not start (the caller holds the lock): each says why."""
+        self._shipping = None
+        self.states = {name: TrainerState(status="error", message=error) for name in self._names}
+        self._stop_playing()
 
     def _has_work(self) -> bool:
         return self._shipping is None and (self._playing or self._pending > 0) and self.active
@@ -449,7 +566,7 @@ class Runner:
                     if single:
                         self._pending -= 1
                     generation = self._generation
-                    todo = [(n, t) for n, t in self.trainers.items() if self.states[n].active]
+                    todo = [(n, t) for n, t in self._trainers.items() if self.states[n].active]
                 self._busy = True
             try:
                 if ship is not None:

@@ -8,6 +8,9 @@ with :func:`numpy.packbits`; they are read with ``allow_pickle=False`` and cache
 * :func:`digits`: scikit-learn's 1,797 8 x 8 digits binarised at pixel > 7, split about
   70 / 10 / 20 % per class (1,259 / 179 / 359).
 * :func:`load_binary_images`: a user's ``.npz`` or ``.csv`` of 0/1 images, validated.
+* :func:`read_upload`: what the labs train on from a user's file: validated within the upload
+  limits, [0, 1] values thresholded, split like the bundled sets (:func:`split_images`).
+* :func:`fingerprint`: a hash of an image set's pixels (what a checkpoint was trained on).
 * :func:`tile_images`: the columns of a weight matrix as an image grid (receptive fields).
 
 Rebuild the assets with::
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import functools
 import gzip
+import hashlib
 import io
 import json
 import math
@@ -46,6 +50,13 @@ DIGITS_THRESHOLD = 7  # pixel > 7 -> 1 (0..16), i.e. at least half of the 4x4 bl
 MAX_UPLOAD_BYTES = 50 * 1024 * 1024  # a user's file, as read from disk / the browser
 MAX_UNCOMPRESSED_BYTES = 4 * MAX_UPLOAD_BYTES  # an .npz member once decompressed
 SPLITS = ("train", "valid", "test")
+# what the labs accept from a user (read_upload): enough rows for three splits, at most the
+# rows and pixels below (the work budget then bounds what a step does with them)
+MIN_UPLOAD_IMAGES = 20
+MAX_UPLOAD_IMAGES = 20_000
+MAX_UPLOAD_PIXELS = 4096  # e.g. 64 x 64
+MAX_UPLOAD_VALUES = 10_000_000  # images x pixels: 80 MB as the labs' float64
+UPLOAD_THRESHOLD = 0.5  # a value in [0, 1] above this is a 1
 
 
 @dataclass
@@ -261,14 +272,21 @@ _CSV_VALUES = {"0": 0, "1": 1, "0.0": 0, "1.0": 1}
 
 
 def load_binary_images(source: str | os.PathLike | bytes, *, image_shape: tuple[int, int] | None = None,
-                       name: str = "upload") -> ImageSet:
+                       name: str = "upload", threshold: float | None = None, max_images: int | None = None,
+                       max_pixels: int | None = None) -> ImageSet:
     """Read and validate a user's binary images from ``.npz`` or ``.csv``.
 
     ``.npz`` (read with ``allow_pickle=False``): an array ``X`` or ``images`` of shape
     (n, n_pixels) or (n, height, width) with values 0/1 (bool, integer or float), and an
     optional ``y`` of n integer labels.  ``.csv``: one image per row, values 0 or 1
     (``0.0``/``1.0`` allowed), separated by commas, semicolons, tabs or spaces, an optional
-    header row.  Bytes are sniffed: a zip archive is an ``.npz``, anything else CSV.
+    header row.  Bytes are sniffed: a zip archive is an ``.npz``, anything else CSV (a
+    ``name`` ending in ``.npz`` or ``.csv`` says which, so a damaged ``.npz`` is said to be one).
+
+    ``threshold``: None, values must be 0 or 1; a number t in [0, 1), values may be anything
+    in [0, 1] and those above t become 1.  ``max_images`` / ``max_pixels``: refuse more rows /
+    columns, checked before the values are read (a CSV) or converted (an ``.npz``, whose
+    size the archive reader has bounded before decompressing).
 
     ``image_shape`` (height, width) must match the number of pixels (and a 3-d array's
     image shape); without it a 3-d array gives its own, and a square number of pixels a
@@ -280,10 +298,16 @@ def load_binary_images(source: str | os.PathLike | bytes, *, image_shape: tuple[
     """
     raw, label, suffix = _read_source(source)
     label = name if name != "upload" or label is None else label
+    if suffix is None and isinstance(name, str):
+        suffix = {".npz": ".npz", ".csv": ".csv", ".txt": ".csv"}.get(Path(name).suffix.lower())
+    if threshold is not None and not (isinstance(threshold, (int, float)) and 0 <= threshold < 1):
+        raise ValueError(f"The 'threshold' parameter of load_binary_images must be a number in [0, 1) or None. "
+                         f"Got {threshold!r}.")
+    limits = (max_images, max_pixels)
     if suffix == ".npz" or (suffix is None and raw[:4] == b"PK\x03\x04"):
-        X, y, own_shape = _parse_npz(raw)
+        X, y, own_shape = _parse_npz(raw, threshold, limits)
     else:
-        X, own_shape = _parse_csv(raw)
+        X, own_shape = _parse_csv(raw, threshold, limits)
         y = None
     if X.shape[0] < 2:
         raise ValueError(f"The image set must have at least 2 images (rows). Got {X.shape[0]}.")
@@ -293,7 +317,8 @@ def load_binary_images(source: str | os.PathLike | bytes, *, image_shape: tuple[
     empty = np.zeros((0, X.shape[1]), dtype=np.uint8)
     y_empty = None if y is None else np.zeros(0, dtype=np.int64)
     return ImageSet(X, empty, empty.copy(), y, y_empty, None if y is None else y_empty.copy(),
-                    image_shape=shape, name=label, origin="user upload")
+                    image_shape=shape, name=label, origin="user upload",
+                    meta={"own_shape": list(own_shape)} if own_shape is not None else {})
 
 
 def _read_source(source) -> tuple[bytes, str | None, str | None]:
@@ -326,7 +351,33 @@ IMAGE_SPEC = ArchiveSpec(
     max_members=64, max_total_bytes=MAX_UNCOMPRESSED_BYTES, unknown="skip", what="an image set")
 
 
-def _parse_npz(raw: bytes) -> tuple[np.ndarray, np.ndarray | None, tuple[int, int] | None]:
+def _check_limits(n_images: int, n_pixels: int, limits: tuple[int | None, int | None]) -> None:
+    max_images, max_pixels = limits
+    if max_images is not None and n_images > max_images:
+        raise ValueError(f"The image set has {n_images:,} images (rows); at most {max_images:,} are allowed.")
+    if max_pixels is not None and n_pixels > max_pixels:
+        raise ValueError(f"The images have {n_pixels:,} pixels each; at most {max_pixels:,} are allowed "
+                         "(e.g. 64 x 64).")
+
+
+def _binary(X: np.ndarray, threshold: float | None, what: str) -> np.ndarray:
+    """X as uint8 0/1: only 0 and 1 allowed, or (``threshold``) anything in [0, 1], thresholded."""
+    if threshold is None:
+        bad = (X != 0) & (X != 1)
+        allowed = "only 0 and 1"
+    else:
+        bad = ~((X >= 0) & (X <= 1))  # NaN too
+        allowed = "values in [0, 1] (binary, or grey levels scaled to [0, 1]: divide 0..255 by 255)"
+    if bad.any():
+        i, j = np.unravel_index(int(np.argmax(bad)), X.shape)
+        raise ValueError(f"{what} must hold {allowed}: row {i} (0-based), pixel column {j} "
+                         f"holds {X[i, j].item()!r}.")
+    return (X > threshold).astype(np.uint8) if threshold is not None else X.astype(np.uint8)
+
+
+def _parse_npz(raw: bytes, threshold: float | None = None,
+               limits: tuple[int | None, int | None] = (None, None)) -> tuple[np.ndarray, np.ndarray | None,
+                                                                                tuple[int, int] | None]:
     if not raw.startswith(b"PK"):  # what numpy.load would take for a single .npy or a pickle
         if raw.startswith(b"\x93NUMPY"):
             raise ValueError("The image file is a single .npy array; save it with numpy.savez as an .npz "
@@ -351,12 +402,8 @@ def _parse_npz(raw: bytes) -> tuple[np.ndarray, np.ndarray | None, tuple[int, in
     elif X.ndim != 2:
         raise ValueError(f"The array {key!r} must be 2-d (n_images, n_pixels) or 3-d (n_images, height, width). "
                          f"Got shape {X.shape}.")
-    bad = (X != 0) & (X != 1)
-    if bad.any():
-        i, j = np.unravel_index(int(np.argmax(bad)), X.shape)
-        raise ValueError(f"The array {key!r} must hold only 0 and 1: row {i} (0-based), pixel column {j} "
-                         f"holds {X[i, j].item()!r}.")
-    X = X.astype(np.uint8)
+    _check_limits(X.shape[0], X.shape[1], limits)
+    X = _binary(X, threshold, f"The array {key!r}")
     if y is not None:
         if y.ndim != 1 or len(y) != len(X) or y.dtype.kind not in "biu":
             raise ValueError(f"The array 'y' must be 1-d integer labels, one per image ({len(X)}). "
@@ -365,7 +412,8 @@ def _parse_npz(raw: bytes) -> tuple[np.ndarray, np.ndarray | None, tuple[int, in
     return X, y, own_shape
 
 
-def _parse_csv(raw: bytes) -> tuple[np.ndarray, None]:
+def _parse_csv(raw: bytes, threshold: float | None = None,
+               limits: tuple[int | None, int | None] = (None, None)) -> tuple[np.ndarray, None]:
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -389,6 +437,7 @@ def _parse_csv(raw: bytes) -> tuple[np.ndarray, None]:
         n_cols = len(head)
     else:
         n_cols = len(head)
+    _check_limits(len(lines), n_cols, limits)
     X = np.empty((len(lines), n_cols), dtype=np.uint8)
     for i, (line_no, line) in enumerate(lines):
         parts = fields(line)
@@ -403,11 +452,23 @@ def _parse_csv(raw: bytes) -> tuple[np.ndarray, None]:
                 continue
         for j, tok in enumerate(parts):
             value = _CSV_VALUES.get(tok)
+            if value is None and threshold is not None:
+                value = _thresholded(tok, threshold)
             if value is None:
-                raise ValueError(f"Line {line_no}, column {j + 1} of the image file holds {tok!r}; "
-                                 "only 0 and 1 are allowed.")
+                allowed = "only 0 and 1 are allowed" if threshold is None else "only values in [0, 1] are allowed"
+                raise ValueError(f"Line {line_no}, column {j + 1} of the image file holds {tok[:20]!r}; "
+                                 f"{allowed}.")
             X[i, j] = value
     return X, None
+
+
+def _thresholded(token: str, threshold: float) -> int | None:
+    """1 / 0 for a number in [0, 1] above / not above ``threshold``; None for anything else."""
+    try:
+        value = float(token)
+    except ValueError:
+        return None
+    return None if not 0 <= value <= 1 else int(value > threshold)
 
 
 def _is_number(token: str) -> bool:
@@ -438,6 +499,104 @@ def _resolve_shape(image_shape, n_pixels: int, own_shape) -> tuple[int, int] | N
     if own_shape is not None and shape != own_shape:
         raise ValueError(f"The 'image_shape' parameter {shape} does not match the images' own shape {own_shape}.")
     return shape
+
+
+# ------------------------------------------------------------ a user's set, for the labs
+
+
+def split_images(images: ImageSet, *, seed: int = SPLIT_SEED,
+                 fractions: tuple[float, float, float] = SPLIT_FRACTIONS) -> ImageSet:
+    """All the rows of ``images`` split into train / validation / test as the bundled sets are:
+    stratified by label (:func:`stratified_split`) when every label has rows enough for a
+    validation and a test row (10 at the default fractions), else one seeded permutation
+    (about 70 / 10 / 20 %, at least one row in validation and in test).  Rows keep their values; the split is the
+    same for the same rows and seed."""
+    X = np.concatenate([images.X_train, images.X_valid, images.X_test])
+    y = images.y_train
+    if y is not None and len(images.X_valid) + len(images.X_test):
+        y = np.concatenate([images.y_train, images.y_valid, images.y_test])
+    n = len(X)
+    if n < 3:
+        raise ValueError(f"The image set must have at least 3 images to split. Got {n}.")
+    stratify = y is not None and np.unique(y, return_counts=True)[1].min() * min(fractions[1:]) >= 1
+    if stratify:
+        parts = stratified_split(y, seed, fractions)
+    else:
+        perm = np.random.default_rng(seed).permutation(n)
+        n_valid = max(1, int(round(fractions[1] * n)))
+        n_test = max(1, int(round(fractions[2] * n)))
+        parts = (np.sort(perm[n_valid + n_test:]), np.sort(perm[:n_valid]), np.sort(perm[n_valid:n_valid + n_test]))
+    Xs = [X[idx] for idx in parts]
+    ys = [None] * 3 if y is None else [y[idx] for idx in parts]
+    how = "stratified by label" if stratify else "a seeded permutation"
+    meta = dict(images.meta, split=f"{how}, fractions {'/'.join(f'{f:g}' for f in fractions)}, seed {seed}")
+    return ImageSet(*Xs, *ys, image_shape=images.image_shape, name=images.name, origin=images.origin, meta=meta)
+
+
+def fingerprint(images: ImageSet) -> str:
+    """A SHA-256 (hex) of the image set's pixels, split by split (the data a model was
+    trained and evaluated on): the same rows in the same splits give the same hash,
+    whatever their dtype or image shape."""
+    digest = hashlib.sha256(b"boltzlab image set v1")
+    for X in (images.X_train, images.X_valid, images.X_test):
+        X = np.ascontiguousarray(np.asarray(X) != 0, dtype=np.uint8)
+        digest.update(np.asarray(X.shape, dtype=np.int64).tobytes())
+        digest.update(X.tobytes())
+    return digest.hexdigest()
+
+
+def read_upload(content: bytes, filename: str = "upload", *, threshold: float = UPLOAD_THRESHOLD,
+                max_images: int = MAX_UPLOAD_IMAGES, max_pixels: int = MAX_UPLOAD_PIXELS,
+                max_values: int = MAX_UPLOAD_VALUES, dtype=np.float64) -> ImageSet:
+    """A user's image file as the labs train on it: read and validated by
+    :func:`load_binary_images` (``.npz`` through :mod:`boltzlab.engine.archive`, or CSV;
+    values in [0, 1], those above ``threshold`` becoming 1), within the upload limits
+    (at least MIN_UPLOAD_IMAGES images, at most ``max_images`` of at most ``max_pixels``
+    pixels and ``max_values`` values in all), split by :func:`split_images`, its
+    :func:`fingerprint` in ``meta["sha256"]``.  ``image_shape`` is the file's own (a 3-d
+    array, or a square), else None: :func:`with_width` gives one.  ``ValueError`` with one
+    sentence for anything else."""
+    if not isinstance(content, (bytes, bytearray, memoryview)):
+        raise ValueError(f"The 'content' parameter of read_upload must be bytes. Got {type(content).__name__}.")
+    name = Path(str(filename or "upload")).name[:120]
+    if not len(content):
+        raise ValueError(f"The file {name!r} is empty.")
+    images = load_binary_images(bytes(content), name=name, threshold=threshold, max_images=max_images,
+                                max_pixels=max_pixels)
+    n, n_pixels = images.X_train.shape
+    if n < MIN_UPLOAD_IMAGES:
+        raise ValueError(f"The image set must have at least {MIN_UPLOAD_IMAGES} images (rows), for training, "
+                         f"validation and test splits. Got {n}.")
+    if n * n_pixels > max_values:
+        raise ValueError(f"The image set has {n:,} images of {n_pixels:,} pixels ({n * n_pixels:,} values); "
+                         f"at most {max_values:,} values are allowed.")
+    images = split_images(images)
+    images = ImageSet(*(np.ascontiguousarray(X, dtype=dtype) for X in (images.X_train, images.X_valid, images.X_test)),
+                      images.y_train, images.y_valid, images.y_test, image_shape=images.image_shape,
+                      name=name, origin="user upload", meta=images.meta)
+    images.meta["sha256"] = fingerprint(images)
+    return images
+
+
+def with_width(images: ImageSet, width: int) -> ImageSet:
+    """``images`` with the image shape of ``width`` pixels per row (0: its own shape, which
+    must be known); ``ValueError`` when ``width`` does not divide the pixels."""
+    n_pixels = images.n_pixels
+    if not width:
+        if images.image_shape is None:
+            raise ValueError(f"The images have {n_pixels:,} pixels, which is no square: set their width "
+                             "(the 'image_width' setting).")
+        return images
+    if n_pixels % width:
+        raise ValueError(f"The 'image_width' setting must divide the images' {n_pixels:,} pixels. Got {width}.")
+    shape = (n_pixels // width, int(width))
+    if images.image_shape is not None and images.image_shape != shape and images.meta.get("own_shape"):
+        raise ValueError(f"The 'image_width' setting {width} contradicts the file's own image shape "
+                         f"{images.image_shape}: set it to 0 or {images.image_shape[1]}.")
+    if images.image_shape == shape:
+        return images
+    return ImageSet(images.X_train, images.X_valid, images.X_test, images.y_train, images.y_valid, images.y_test,
+                    image_shape=shape, name=images.name, origin=images.origin, meta=images.meta)
 
 
 # ----------------------------------------------------------------------- tiling

@@ -79,3 +79,10 @@ def in_own_thread(fn: Callable[[], T], timeout: float = 600.0) -> T:
     if "error" in out:
         raise out["error"]  # type: ignore[misc]
     return out["value"]  # type: ignore[return-value]
+
+
+def tick(lab) -> None:
+    """One tick of a page's periodic callback, once the lab's runner has built the run a
+    change or reset asked for (its thread builds it; the page's next ticks would show it)."""
+    assert lab.runner.wait_built(120), "the runner's thread did not build the new run in 120 s"
+    lab.on_records(lab.runner.drain())

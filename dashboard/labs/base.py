@@ -49,6 +49,7 @@ from boltzlab.engine.stepping import Record
 
 RADIO = dict(color="primary", variant="outline")
 PREPARE = "prepare"  # the job key of a slow preparation (see Lab.prepare_later)
+UPLOAD_JOB = "upload"  # the job key of reading an uploaded file (kept when a new run starts)
 IDLE_REFRESH_SECONDS = 1.0  # an idle lab (nothing new, nothing in flight) redraws once a second
 STATUS_SECONDS = 0.3  # text panes re-layout the page: at most ~3 times a second while training
 # the stage fills the viewport below what stands above it (the page header, the lab's one
@@ -161,6 +162,13 @@ class Lab(pn.viewable.Viewer):
         self.build_views()
         self.runner = Runner(self.trainer_factory(), watch=self.watch_scalar, owner=self.owner)
         self._built = self._run_inputs()  # the settings the runner's run was made from
+        self._kept = self._built  # ... the run a build in flight replaced (back if it is refused)
+        if given:  # TAPLab(K=...) from Python: a setting only the trainer refuses raises here too
+            self.runner.wait_built()
+            refused = self.runner.take_refusal()
+            if refused is not None:
+                self.runner.close()
+                raise ValueError(str(refused)) from refused
         self.runner.set_speed(self.speeds[self.speed])
         self.tools = LabTools(self)
         self.param.watch(self._on_settings, names)
@@ -200,6 +208,12 @@ class Lab(pn.viewable.Viewer):
 
     def trainer_factory(self) -> Callable[[], Mapping[str, Any]]:
         raise NotImplementedError
+
+    def data_identity(self) -> tuple[str, str] | None:
+        """``(sha256, name)`` of the data the current run trains on, for labs whose data a
+        user may bring (a checkpoint records the hash and refuses to load onto other
+        data); None: the settings alone say what the data are."""
+        return None
 
     def build_views(self) -> None:
         """Create the lab's plots (attributes of ``self``)."""
@@ -376,9 +390,11 @@ class Lab(pn.viewable.Viewer):
             self._given = set()
         if self._refused is None and self.jobs.running(PREPARE):
             self.jobs.wait()  # a link or checkpoint needs its run now (states are restored into it)
+        self._adopt_build(wait=True)
         if self._refused is None and (self._built != self._run_inputs() or (
                 fresh and self.runner.generation == generation and set(values) - self.view_settings - {"speed"})):
             self.rebuild(set(values))  # unchanged values, but the run was made before a refused change
+            self._adopt_build(wait=True)
         if self._refused is None:
             self.check_work()  # values equal to the current ones rebuild nothing: the budget holds all the same
         if self._refused is not None:
@@ -416,10 +432,26 @@ class Lab(pn.viewable.Viewer):
             self.runner.reset(self.trainer_factory())
         except ValueError as exc:
             return self._refuse(exc, strict)
-        self._built = self._run_inputs()
+        self._kept, self._built = self._built, self._run_inputs()
         self.settings_msg.pane.visible = False
         self._restart_views()
+        self._adopt_build(wait=strict)
         return True
+
+    def _adopt_build(self, wait: bool = False) -> None:
+        """Say why the runner's thread could not build the newest run, if it could not: the
+        run it replaced is back (drawn again from its history) and the settings stay moved.
+        ``wait`` for a build in flight (from Python and links), else look on the next tick."""
+        if wait:
+            self.runner.wait_built()
+        refused = self.runner.take_refusal()
+        if refused is None:
+            return
+        self._built = self._kept
+        self.build_refused()
+        self._restart_views()
+        self.on_records(self.runner.history.records())
+        self._prepare_failed(refused)
 
     def _run_inputs(self) -> dict[str, Any]:
         """The settings a run is made from (not the speed, not the view settings)."""
@@ -430,6 +462,10 @@ class Lab(pn.viewable.Viewer):
         if strict:
             raise ValueError(exc.link) if isinstance(exc, NotReady) else exc
         return False
+
+    def build_refused(self) -> None:
+        """A trainer refused the newest settings and the run before is back: put back what
+        :meth:`trainer_factory` recorded about the run (its data), if anything."""
 
     def prepare_later(self, changed: set[str]) -> tuple[Callable, tuple, str] | None:
         """``(fn, args, note)`` when preparing for ``changed`` is too slow for a click (more
@@ -457,7 +493,7 @@ class Lab(pn.viewable.Viewer):
 
     def _restart_views(self) -> None:
         self._explaining = None
-        self.jobs.cancel(keep=(PREPARE,))  # a data set being prepared is for the next run
+        self.jobs.cancel(keep=(PREPARE, UPLOAD_JOB))  # a data set being prepared or read is for the next run
         self.clear_highlight()
         self.tools.changed.object = ""
         self.clear()
@@ -583,6 +619,7 @@ class Lab(pn.viewable.Viewer):
         An idle lab (nothing new, nothing in flight: most tabs of most sessions) redraws
         once a second, not five times: idle ticks competed for the GIL with the labs
         that were training."""
+        self._adopt_build()
         records = self.runner.drain()
         now = time.monotonic()
         active = (records or self.runner.playing or self.jobs.running() or self._explaining is not None
@@ -615,7 +652,7 @@ class Lab(pn.viewable.Viewer):
 
     def on_records(self, records: list[tuple[str, Record]]) -> None:
         """One tick's work: draw the Records, hand finished jobs over, update the status."""
-        names = set(self.runner.trainers)
+        names = set(self.runner.names)
         records = [(n, r) for n, r in records if n in names]  # from runs replaced by a reset
         if records:
             self.show(records)
@@ -640,7 +677,7 @@ class Lab(pn.viewable.Viewer):
     @property
     def runs(self) -> list[str]:
         """The names of the current runs (one, or several in a race), e.g. ``["BSLM"]``."""
-        return list(self.runner.trainers)
+        return self.runner.names
 
     @property
     def statuses(self) -> dict[str, str]:
@@ -680,6 +717,7 @@ class Lab(pn.viewable.Viewer):
     def _draw_now(self, deadline: float = math.inf) -> None:
         """What a tick does, now: draw what is new, wait for the analyses it started and
         hand them over (their results are drawn too)."""
+        self._adopt_build(wait=True)
         with self._batch():
             self.on_records(self.runner.drain())
         if not self.jobs.wait(max(0.0, min(deadline - time.monotonic(), 3600.0))):

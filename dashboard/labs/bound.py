@@ -546,7 +546,7 @@ class BoundLab(Lab):
         return [self.monotone.pane]
 
     def clear(self) -> None:
-        names = list(self.runner.trainers)
+        names = self.runner.names
         self.step_src.data = {"s": [], "J": [], "Q": []}
         self.step_marks.data = {"s": [], "y": [], "color": []}
         self.step_fig.title.text = "The bound at this step (Theorem 1)"

@@ -26,12 +26,11 @@ from boltzlab.dashboard.labs.base import RADIO, Lab, held, label, speed_setting
 from boltzlab.dashboard.labs.frankwolfe_setup import (CD_EPOCHS, CD_K, DATASETS, DEFAULTS, EVALUATIONS, SAMPLE_CHAINS,
                                                       cd_factory,
                                              fw_curves, fw_factory, log_likelihood_of, train_log_likelihood)
-from boltzlab.dashboard.labs.tap_setup import describe_images
+from boltzlab.dashboard.labs.image_data import ImageData, describe_images, image_width_setting
 from boltzlab.dashboard.labtools import Preset
 from boltzlab.dashboard.runner import Runner, play_or_tell
 from boltzlab.dashboard.views import LiveCurve, StatusBadge
 from boltzlab.dashboard.views.image_grid import ImageGrid
-from boltzlab.engine.images import load_images
 
 SPEEDS = {"1 unit/s": 1.0, "2 units/s": 2.0, "5 units/s": 5.0, "as fast as possible": None}
 DEFAULT_DATA = "mnist"
@@ -147,7 +146,9 @@ class FrankWolfeLab(Lab):
     # ------------------------------------------------------------------ settings (URL keys)
     _d = DEFAULTS[DEFAULT_DATA]
     data = param.Selector(default=DEFAULT_DATA, objects=DATASETS, label="Data",
-                          doc="The bundled binary digits (train, validation for the §4 stopping rule, test).")
+                          doc="The bundled binary digits or your own images, an .npz or CSV upload (train, "
+                              "validation for the §4 stopping rule, test).")
+    image_width = image_width_setting()
     reg = param.Number(_d["reg"], bounds=(0.0, 100.0), step=0.01, label="Regularization λ",
                        doc="λ of eq. 9: the penalty on a new unit's weights.")
     bias_lr = param.Number(_d["bias_lr"], bounds=(0.0, 10.0), step=0.005, label="Bias step η",
@@ -170,37 +171,58 @@ class FrankWolfeLab(Lab):
     speed = speed_setting(SPEEDS, "as fast as possible")
     del _d
     widget_options = {"data": dict(type=pn.widgets.RadioButtonGroup, **RADIO), "evaluate": dict(width=290),
+                      "image_width": dict(width=160),
                       "cd_epochs": dict(width=100), "speed": dict(width=190),
                       **{k: dict(width=140) for k in ("reg", "bias_lr", "samples", "bias_steps", "max_hidden",
                                                       "eval_every", "seed")}}
 
     def build_controls(self) -> None:
         self._loading = False  # a checkpoint load in progress: the CD fork stays until it succeeds
-        self._run_settings: dict[str, Any] = {}  # data, seed, evaluate, eval_every of the current run
+        self._run_settings: dict[str, Any] = {}  # data (+ its images, ref), seed, evaluate, eval_every of the run
+        self._kept_run: dict[str, Any] = {}  # ... of the run a build in flight replaces (back if refused)
+        self.uploads = ImageData(self)  # "Your images": the upload widget, its job, the run's data hash
+        self._images = None  # the images the settings choose (prepare)
         self._fork: dict[str, Any] | None = None
         self.cd_runner: Runner | None = None
         self.data_info = pn.pane.Markdown("", styles={"font-size": "0.9em"})
-        self._described: str | None = None  # the data set data_info describes
+        self._described: tuple | None = None  # the data set data_info describes
         self.fork = pn.widgets.Button(label="Train CD from here", color="primary", width=180, disabled=True)
         self.cd_status = StatusBadge(CD_IDLE, "idle")
         self.fork.on_click(lambda e: self._fork_cd())
 
     def controls_panel(self) -> pn.viewable.Viewable:
         w = self.widgets
-        data_card = pn.Card(label("Data"), w["data"], self.data_info, title="1. Data", collapsible=False,
-                            sizing_mode="stretch_width")
+        data_card = pn.Card(label("Data"), w["data"], *self.uploads.widgets(), w["image_width"], self.data_info,
+                            title="1. Data", collapsible=False, sizing_mode="stretch_width")
         model_card = pn.Card(pn.Row(w["reg"], w["bias_lr"]), pn.Row(w["samples"], w["bias_steps"]),
                              pn.Row(w["max_hidden"], w["seed"]), w["evaluate"], w["eval_every"], w["away"],
                              title="2. Frank-Wolfe (Algorithm 1)", collapsible=False, sizing_mode="stretch_width")
         return pn.Column(data_card, model_card, sizing_mode="stretch_width", margin=0)
 
     def prepare(self, changed: set[str], strict: bool = False) -> None:
-        """Describe the chosen data set (bundled, loaded once per process)."""
-        if self._described == self.data:
+        """The chosen data set (bundled, loaded once per process; or the uploaded images in
+        the shape ``image_width`` gives them), described."""
+        self.uploads.update_visibility()
+        images = self.uploads.chosen()  # NotReady before a file is uploaded
+        self._images = images
+        key = (self.data, images.meta.get("sha256"), images.image_shape)
+        if self._described == key:
             return
-        self._described = self.data
-        images = load_images(self.data)
+        self._described = key
         self.data_info.object = describe_images(images, "validation (the stopping rule)")
+
+    def use_upload(self, content: bytes, filename: str) -> None:
+        """Train on your own images: read ``content`` (the bytes of an ``.npz`` or CSV file
+        named ``filename``) as a job; once read it is the data of "Your images"
+        (``data="upload"``; non-square images from a CSV need ``image_width``).  A bad file is
+        refused with its reason and the current data stay."""
+        self.uploads.use(content, filename)
+
+    def script_data(self) -> list[str]:
+        return self.uploads.script_lines()
+
+    def data_identity(self) -> tuple[str, str] | None:
+        return self.uploads.identity()
 
     def implied(self, values) -> dict[str, Any]:
         """A change of data set brings that set's default settings (the given values win)."""
@@ -211,7 +233,10 @@ class FrankWolfeLab(Lab):
 
     def check_work(self) -> None:
         """The work budget, on the slowest step: the last, with T units, always evaluated."""
-        rows, n_visible = load_images(self.data).X_train.shape
+        images = self.uploads.for_budget()
+        if images is None:
+            return  # nothing uploaded yet: prepare says so
+        rows, n_visible = images.X_train.shape
         evaluate = self.evaluate
         if evaluate == "exact" and min(n_visible, self.max_hidden) > budget.EXACT_UNITS:
             return  # not enumerable at all: the trainer factory says so
@@ -232,14 +257,24 @@ class FrankWolfeLab(Lab):
                        extra)
 
     def trainer_factory(self):
-        factory = fw_factory(self.data, reg=self.reg, bias_lr=self.bias_lr,
+        images = self._images
+        ref = self.uploads.ref(images)
+        factory = fw_factory(ref, reg=self.reg, bias_lr=self.bias_lr,
                              samples=self.samples, max_hidden=self.max_hidden,
                              bias_steps=self.bias_steps, evaluate=self.evaluate, eval_every=self.eval_every,
                              away_steps=self.away, seed=self.seed)
-        # valid: these settings make the run (a refused change leaves the widgets, not the run, moved)
-        self._run_settings = {"data": self.data, "seed": self.seed, "evaluate": self.evaluate,
-                              "eval_every": self.eval_every}
+        # these settings make the run (a refused change leaves the widgets, not the run, moved;
+        # a trainer that refuses them brings the run before back: build_refused)
+        if not (hasattr(self, "runner") and self.runner.building):
+            self._kept_run = self._run_settings
+        self._run_settings = {"data": self.data, "images": images, "ref": ref, "seed": self.seed,
+                              "evaluate": self.evaluate, "eval_every": self.eval_every}
+        self.uploads.set_run(images)
         return factory
+
+    def build_refused(self) -> None:
+        self._run_settings = self._kept_run
+        self.uploads.set_run(self._run_settings.get("images"))
 
     # ------------------------------------------------------------------ views
     def build_views(self) -> None:
@@ -279,7 +314,7 @@ class FrankWolfeLab(Lab):
                                       "(Algorithm 1, step 1; white 0, black 1)", kind="pixels",
                                       name="fw-samples", height=560, width=560, tile_label="chain")
         self.cd_curve = LiveCurve(f"CD-{CD_K} after the fork (§4)", "CD epoch",
-                                  "train log-likelihood per digit (nats)", name="fw-cd", height=340)
+                                  "train log-lik. per digit (nats)", name="fw-cd", height=340)
         self.cd_curve.add_line("fw", "CD from Frank-Wolfe", "#1f77b4")
         self.cd_curve.add_line("random", "CD from random", "#d62728")
         self.fork_line = self.cd_curve.add_hline(None, color="#555", text="Frank-Wolfe at the fork")
@@ -310,7 +345,7 @@ class FrankWolfeLab(Lab):
         self.inner_curve.clear()
         self.selected_span.visible = self.selected_label.visible = False
         self._mark(None)
-        self.fields.image_shape = load_images(self._run_settings["data"]).image_shape
+        self.fields.image_shape = self._run_settings["images"].image_shape
         self.samples_grid.image_shape = self.fields.image_shape
         self._draw_fields(None, None)
         self.samples_grid.update(None)
@@ -435,12 +470,12 @@ class FrankWolfeLab(Lab):
         params = (W, self._last["b_vis"], self._last["b_hid"])
         epochs = self.cd_epochs
         try:
-            rows, n_visible = load_images(run["data"]).X_train.shape
+            rows, n_visible = run["images"].X_train.shape
             budget.require(lambda s: budget.cd_epoch(n_visible=n_visible, n_hidden=s["n_hidden"], rows=rows, k=CD_K),
                            [budget.Knob("n_hidden", "hidden units", W.shape[1], 1,
                                         "fork a model of ≤ {value:,} hidden units (earlier in a run)")],
                            f"two CD-{CD_K} epochs of {W.shape[1]:,} hidden units on {rows:,} digits")
-            factory = cd_factory(run["data"], params, epochs=epochs, seed=run["seed"])
+            factory = cd_factory(run["ref"], params, epochs=epochs, seed=run["seed"])
         except ValueError as exc:
             self.cd_status.set("error", f"**Cannot start CD:** {exc}")
             return
@@ -451,7 +486,7 @@ class FrankWolfeLab(Lab):
         # comparison needs the likelihood of every epoch (an epoch is long enough anyway)
         self.cd_runner.max_batch = 1
         iteration = self._last.get("arrays_iteration", self._last.get("iteration", 0))
-        fork = {"n_hidden": W.shape[1], "iteration": iteration, "epochs": epochs, "epoch": 0, "data": run["data"],
+        fork = {"n_hidden": W.shape[1], "iteration": iteration, "epochs": epochs, "epoch": 0, "data": run["ref"],
                 "evaluate": run["evaluate"], "seed": run["seed"], "params": params, "ll": None, "finished": False,
                 "busy": None}
         self._fork = fork

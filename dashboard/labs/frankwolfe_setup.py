@@ -9,16 +9,17 @@ reference) or a thread, never on the UI thread.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
+from boltzlab.dashboard.runner import Build
 from boltzlab.engine import frankwolfe, rbm
 from boltzlab.engine.kernels import rbm as rbm_kernels
-from boltzlab.engine.images import load_images
+from boltzlab.dashboard.labs.image_setup import DATASETS, UPLOAD, DataRef, images_of
 from boltzlab.engine.stepping import Record
 
-DATASETS = {"MNIST 28×28": "mnist", "8×8 digits": "digits"}
+__all__ = ["DATASETS"]  # re-exported for the lab
 EVALUATIONS = {"auto: exact while cheap, then AIS": "auto", "exact": "exact",
                "AIS (20 runs, 1,001 βs)": "ais", "none": "none"}
 # Per data set starting settings, measured with seed 0 (notes in docs/frankwolfe.md).  Eq. 10
@@ -32,6 +33,7 @@ EVALUATIONS = {"auto: exact while cheap, then AIS": "auto", "exact": "exact",
 DEFAULTS = {
     "mnist": dict(reg=0.1, bias_lr=0.5, samples=2000, bias_steps=200, max_hidden=100, eval_every=5),
     "digits": dict(reg=0.05, bias_lr=0.5, samples=2000, bias_steps=200, max_hidden=60, eval_every=2),
+    UPLOAD: dict(reg=0.05, bias_lr=0.5, samples=2000, bias_steps=200, max_hidden=60, eval_every=2),  # as the digits
 }
 SAMPLE_CHAINS = 16  # of the S persistent chains, drawn as the model's samples
 CD_K = 10  # the paper trains its CD runs with CD-10 (§4)
@@ -45,18 +47,18 @@ CD_EPOCHS = 20
 AIS_RUNS = 20  # the fork's log-likelihood job: AIS runs (as the trainers' live AIS)
 
 
-def splits(data_key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(train, validation, test) rows of the bundled set ``data_key``."""
-    images = load_images(data_key)
+def splits(data: DataRef) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(train, validation, test) rows of ``data`` (a bundled set's key, or uploaded images)."""
+    images = images_of(data)
     return images.X_train, images.X_valid, images.X_test
 
 
-def fw_factory(data_key: str, *, reg: float, bias_lr: float, samples: int, max_hidden: int,
+def fw_factory(data: DataRef, *, reg: float, bias_lr: float, samples: int, max_hidden: int,
                bias_steps: int = 200, evaluate: str = "auto", eval_every: int = 1, away_steps: bool = False,
-               seed: int = 0) -> Callable[[], dict]:
-    """A factory of ``{"FW": FrankWolfeTrainer}`` on the bundled data (validation data for
+               seed: int = 0) -> Build:
+    """A factory of ``{"FW": FrankWolfeTrainer}`` on ``data`` (validation data for
     the §4 stopping rule, test data for the curve); the trainer validates the settings when the runner builds it."""
-    X, X_valid, X_test = splits(data_key)
+    X, X_valid, X_test = splits(data)
 
     def build() -> dict:
         trainer = frankwolfe.FrankWolfeTrainer(
@@ -65,7 +67,7 @@ def fw_factory(data_key: str, *, reg: float, bias_lr: float, samples: int, max_h
             record_samples=SAMPLE_CHAINS)
         return {"FW": trainer}
 
-    return build  # built once, by the runner (a bad setting raises there)
+    return Build(("FW",), build)  # built once, by the runner's thread
 
 
 class ForkedCD:
@@ -74,13 +76,13 @@ class ForkedCD:
     Building an :class:`boltzlab.engine.rbm.RBMTrainer` checks and copies the training data and
     computes its base rates: 0.1-0.3 s on MNIST, twice for the pair, and the fork is made
     by a click.  So the trainer is built on its first ``step()``: in the CD runner's
-    thread, or on the Dask worker the runner ships it to (which then loads the bundled
-    data itself instead of receiving it pickled).  ``done``/``status``/``message`` answer
+    thread, or on the Dask worker the runner ships it to (which then loads a bundled
+    set itself instead of receiving it pickled; uploaded images travel with it).  ``done``/``status``/``message`` answer
     without building; any other attribute builds the trainer and reads it.
     """
 
-    def __init__(self, data_key: str, n_hidden: int, init_params: tuple | None, options: Mapping[str, Any]) -> None:
-        self.data_key = data_key
+    def __init__(self, data: DataRef, n_hidden: int, init_params: tuple | None, options: Mapping[str, Any]) -> None:
+        self.data = data
         self.n_hidden = n_hidden
         self.init_params = init_params
         self.options = dict(options)
@@ -89,7 +91,7 @@ class ForkedCD:
     @property
     def trainer(self) -> rbm.RBMTrainer:
         if self._trainer is None:
-            X, _, _ = splits(self.data_key)
+            X, _, _ = splits(self.data)
             self._trainer = rbm.RBMTrainer(X, self.n_hidden, init_params=self.init_params, **self.options)
         return self._trainer
 
@@ -123,14 +125,14 @@ class ForkedCD:
         return getattr(self.trainer, name)
 
 
-def cd_factory(data_key: str, params: tuple[np.ndarray, np.ndarray, np.ndarray], *, epochs: int = CD_EPOCHS,
-               seed: int = 0) -> Callable[[], dict]:
+def cd_factory(data: DataRef, params: tuple[np.ndarray, np.ndarray, np.ndarray], *, epochs: int = CD_EPOCHS,
+               seed: int = 0) -> Build:
     """``{"CD (FW init)", "CD (random init)"}``: CD-10 from the Frank-Wolfe model and from a
     random start with as many hidden units, one epoch per step (§4, Fig. 1).
 
     Validates at once (cheaply: the trainers themselves are built on their first step,
     see :class:`ForkedCD`)."""
-    n_visible = load_images(data_key).X_train.shape[1]
+    n_visible = images_of(data).X_train.shape[1]
     W, b_vis, b_hid = (np.array(a, dtype=np.float64) for a in params)
     if W.ndim != 2 or W.shape[0] != n_visible or W.shape[1] < 1:
         raise ValueError(f"The forked W must have shape ({n_visible}, n_hidden >= 1). Got {W.shape}.")
@@ -148,10 +150,10 @@ def cd_factory(data_key: str, params: tuple[np.ndarray, np.ndarray, np.ndarray],
                   seed=seed)
 
     def build() -> dict:
-        return {"CD (FW init)": ForkedCD(data_key, n_hidden, (W, b_vis, b_hid), common),
-                "CD (random init)": ForkedCD(data_key, n_hidden, None, common)}
+        return {"CD (FW init)": ForkedCD(data, n_hidden, (W, b_vis, b_hid), common),
+                "CD (random init)": ForkedCD(data, n_hidden, None, common)}
 
-    return build
+    return Build(("CD (FW init)", "CD (random init)"), build)
 
 
 def log_likelihood_of(record: Record) -> float | None:
@@ -177,10 +179,10 @@ def fw_curves(record: Record) -> Mapping[str, Any]:
 
 
 # ---------------------------------------------------------------------- analysis job
-def train_log_likelihood(data_key: str, W: np.ndarray, b_vis: np.ndarray, b_hid: np.ndarray,
+def train_log_likelihood(data: DataRef, W: np.ndarray, b_vis: np.ndarray, b_hid: np.ndarray,
                          evaluate: str = "auto", seed: int = 0) -> dict[str, Any]:
     """Job: the mean log-likelihood per training digit of the RBM (W, b_vis, b_hid) on the
-    bundled set ``data_key``, with the estimator a Frank-Wolfe run with ``evaluate`` uses
+    set ``data`` (a bundled key or uploaded images), with the estimator a Frank-Wolfe run with ``evaluate`` uses
     (exact log Z for "exact", or for "auto"/"none" while enumerating is cheap; else AIS with
     20 runs on the live schedule and the data's base rates).
 
@@ -188,7 +190,7 @@ def train_log_likelihood(data_key: str, W: np.ndarray, b_vis: np.ndarray, b_hid:
     iteration was evaluated (every ``eval_every``).  Exact on small models; AIS takes 0.05-0.5 s
     (digits to MNIST at 100 units).  Returns ``{"value": float, "exact": bool}``.
     """
-    X, _, _ = splits(data_key)
+    X, _, _ = splits(data)
     W, b_vis, b_hid = (np.ascontiguousarray(a, dtype=np.float64) for a in (W, b_vis, b_hid))
     n_visible, n_hidden = W.shape
     m = min(n_visible, n_hidden)

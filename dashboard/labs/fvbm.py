@@ -264,14 +264,14 @@ class FVBMLab(Lab):
     def period(self) -> int:
         """Every line costs the browser work on each repaint; measured in headless Chromium
         on 2 cores, 5 racing trainers at 10 Hz made the page unresponsive."""
-        return int(self.period_ms * max(1.0, len(self.runner.trainers) / 2))
+        return int(self.period_ms * max(1.0, len(self.runner.names) / 2))
 
     # ------------------------------------------------------------------ views
     def build_views(self) -> None:
         # 3 legend columns: a race's long names ("Bound (Jebara–Choromanska)") fit the
         # half-width plots (4 pushed the last column past the right edge)
         self.logpl = LiveCurve("Log-pseudo-likelihood per sweep", "sweep",
-                               "log-pseudo-likelihood Pₙ(θ), nats (solid)",
+                               "log-PL Pₙ(θ), nats (solid)",
                                y2_label="log₁₀ increase (dashed)",
                                name="logpl", height=380, plain_ticks=True, legend_cols=3)
         self.logpl.add_target("MPLE (target)")
@@ -335,7 +335,7 @@ class FVBMLab(Lab):
 
     def clear(self) -> None:
         """New lines for the current runs (one model-graph update), all of them empty."""
-        names = list(self.runner.trainers)
+        names = self.runner.names
         if names != self._line_names:  # Reset keeps the same runs: keep their lines
             self._add_lines(names)
         for curve in (self.logpl, self.loglik, self.mse):
@@ -466,7 +466,7 @@ class FVBMLab(Lab):
 
     # ------------------------------------------------------------------ status
     def counter(self) -> str:
-        names = list(self.runner.trainers)
+        names = self.runner.names
         return f"Sweep {self._sweeps.get(names[0], 0) if names else 0}"
 
     def refresh_badges(self) -> None:
@@ -492,7 +492,7 @@ class FVBMLab(Lab):
         target = self.data.mple_logpl
         states = self.runner.states
         rows = ["| run | sweep | log-PL | gap to MPLE | status |", "|---|---|---|---|---|"]
-        for n in self.runner.trainers:
+        for n in self.runner.names:
             value = self._last_logpl.get(n)
             gap = "–" if value is None or target is None else f"{target - value:.3g}"
             shown = "–" if value is None else f"{value:,.4f}"

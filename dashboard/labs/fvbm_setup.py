@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from boltzlab.dashboard import budget
+from boltzlab.dashboard.runner import Build
 from boltzlab.engine import data as fvbm_data
 from boltzlab.engine import fvbm, fvbm_bound
 
@@ -173,7 +174,7 @@ def guaranteed_by_label(label: str) -> bool:
 
 def trainer_factory(dataset: DataSet, *, algorithm: str = "bslm", mu: float = 1.0,
                     tol: float = 1e-5, init: str = "zeros", seed: int = 0,
-                    race_mus: list[float] | None = None) -> Callable[[], dict]:
+                    race_mus: list[float] | None = None) -> Build:
     """A factory of ``{label: trainer}`` for the runner (one trainer, or a race).
 
     The race is BSLM, gradient ascent with each μ of ``race_mus``, the quadratic-bound MM
@@ -204,7 +205,7 @@ def trainer_factory(dataset: DataSet, *, algorithm: str = "bslm", mu: float = 1.
     def build() -> dict:
         return {label: make(alg, m) for label, alg, m in specs}
 
-    return build  # built once, by the runner (a bad setting raises there)
+    return Build(tuple(label for label, _, _ in specs), build)  # built once, by the runner's thread
 
 
 def check_work(dataset: DataSet, *, race_mus: list[float] | None, source: str = "simulated") -> None:

@@ -25,9 +25,10 @@ from bokeh.models import ColumnDataSource, HoverTool, LassoSelectTool, TapTool
 from bokeh.plotting import figure
 
 from boltzlab.dashboard.labs.base import RADIO, Lab, held, label, speed_setting
+from boltzlab.dashboard.labs.image_data import UPLOAD, ImageData, image_width_setting
 from boltzlab.dashboard.labs.tap_setup import (DATASETS, EXACT_LIMIT, SAMPLE_CHAINS, SAMPLE_SWEEPS, History,
                                                check_work, data_embedding, denoise_curve,
-                                      denoise_digit, describe_images, isomap_rows, load_images,
+                                      denoise_digit, describe_images, isomap_rows,
                                       solution_embedding)
 from boltzlab.dashboard.labs.tap_setup import trainer_factory as build_trainers
 from boltzlab.dashboard.labtools import Preset
@@ -50,8 +51,11 @@ DENOISE_ROWS = 200  # held-out digits in the live MCC curve
 # training at gamma = 0.05 (10x Table 1, as `boltzlab reproduce tap`; at Table 1's 0.005 the
 # weights barely move in the first minutes).  The 8x8 digits are small enough for exact
 # answers (the ground-truth panel) but their 16-unit models reach only a few solutions.
+# A user's images (at most 20,000, often a few hundred) start as the small digits do: 16
+# hidden units keep the exact answer when the images have few pixels.
 DEFAULTS = {"mnist": dict(n_hidden=100, gamma=0.05, batch=100),
-            "digits": dict(n_hidden=16, gamma=0.05, batch=20)}
+            "digits": dict(n_hidden=16, gamma=0.05, batch=20),
+            UPLOAD: dict(n_hidden=16, gamma=0.05, batch=20)}
 DEFAULT_DATA = "mnist"
 
 INTRO = """
@@ -123,6 +127,8 @@ FIELDS_SECONDS = 1.0  # images re-layout parts of the page in the browser: at mo
 EMBED_SECONDS = 5.0  # while training, the solutions' Isomap (~3 s on MNIST) is refitted at most this often
 COMPUTING = "Computing…"
 SOLUTIONS_SHOWN = 36  # TAP solutions drawn as images at most (the lowest free energies, or the selected)
+ACTIVE_UNITS = 5  # hidden units outlined in the receptive fields: the most active in the solutions selected
+FIELDS_TITLE = "Receptive fields, the columns of W (Fig. 4)"
 
 
 class TAPLab(Lab):
@@ -142,7 +148,9 @@ class TAPLab(Lab):
 
     # ------------------------------------------------------------------ settings (URL keys)
     data = param.Selector(default=DEFAULT_DATA, objects=DATASETS, label="Data",
-                          doc="The bundled binary digits: the paper's MNIST, or 8×8 digits small enough for exact answers.")
+                          doc="The bundled binary digits (the paper's MNIST, or 8×8 digits small enough for exact "
+                              "answers), or your own images (an .npz or CSV upload).")
+    image_width = image_width_setting()
     n_hidden = param.Integer(DEFAULTS[DEFAULT_DATA]["n_hidden"], bounds=(1, 1000), label="Hidden units Nh",
                              doc="Hidden units of the RBM.")
     prior_hid = param.Selector(default="bernoulli", objects={"Bernoulli {0,1}": "bernoulli", "Spin {−1,+1}": "spin"},
@@ -161,20 +169,24 @@ class TAPLab(Lab):
     speed = speed_setting(SPEEDS, "as fast as possible")
     widget_options = {"data": dict(type=pn.widgets.RadioButtonGroup, **RADIO),
                       "prior_hid": dict(type=pn.widgets.RadioButtonGroup, **RADIO),
-                      "n_hidden": dict(width=140), **{k: dict(width=100) for k in
+                      "n_hidden": dict(width=140), "image_width": dict(width=160),
+                      **{k: dict(width=100) for k in
                                                       ("gamma", "eps", "eta", "batch", "K", "damping", "seed")},
                       "speed": dict(width=190)}
 
     def build_controls(self) -> None:
         self.data_info = pn.pane.Markdown("", styles={"font-size": "0.9em"})
-        self._prepared: tuple[str, Any] | None = None  # the data set chosen: (key, tap_setup.load_images(key))
-        self._data_key: str | None = None  # ... and the current run's (the views', set by clear())
+        self.uploads = ImageData(self)  # "Your images": the upload widget, its job, the run's data hash
+        self._prepared: tuple[tuple, Any] | None = None  # the data chosen: ((data, hash, shape), ImageSet)
+        self._run_prepared: tuple[tuple, Any] | None = None  # ... and the current run's (trainer_factory)
+        self._data_key: str | None = None  # ... and the current run's data setting (set by clear())
+        self._data_ref: Any = None  # ... and what its jobs get (image_setup.DataRef)
         self.images = None
 
     def controls_panel(self) -> pn.viewable.Viewable:
         w = self.widgets
-        data_card = pn.Card(label("Data"), w["data"], self.data_info, title="1. Data", collapsible=False,
-                            sizing_mode="stretch_width")
+        data_card = pn.Card(label("Data"), w["data"], *self.uploads.widgets(), w["image_width"], self.data_info,
+                            title="1. Data", collapsible=False, sizing_mode="stretch_width")
         model_card = pn.Card(pn.Row(w["n_hidden"], w["seed"]), label("Hidden prior"), w["prior_hid"],
                              pn.Row(w["gamma"], w["eps"], w["eta"]), pn.Row(w["batch"], w["K"], w["damping"]),
                              title="2. Model and training (Table 1)", collapsible=False,
@@ -182,14 +194,31 @@ class TAPLab(Lab):
         return pn.Column(data_card, model_card, sizing_mode="stretch_width", margin=0)
 
     def prepare(self, changed: set[str], strict: bool = False) -> None:
-        """Load the data set when it changed (the views follow once the new run is installed,
-        in :meth:`clear`: a refused setting keeps the old run, drawn on its own data)."""
-        key = self.data
+        """Load the data set when it changed: a bundled set, or the uploaded images in the
+        shape ``image_width`` gives them (the views follow once the new run is installed, in
+        :meth:`clear`: a refused setting keeps the old run, drawn on its own data)."""
+        self.uploads.update_visibility()
+        images = self.uploads.chosen()  # NotReady before a file is uploaded
+        key = (self.data, images.meta.get("sha256"), images.image_shape)  # an upload: its hash
         if self._prepared is not None and self._prepared[0] == key:
             return
-        images = load_images(key)
         self._prepared = (key, images)
         self.data_info.object = describe_images(images)
+
+    def use_upload(self, content: bytes, filename: str) -> None:
+        """Train on your own images: read ``content`` (the bytes of an ``.npz`` or CSV file
+        named ``filename``) as a job; once read it is the data of "Your images"
+        (``data="upload"``; non-square images from a CSV need ``image_width``).  A bad file is
+        refused with its reason and the current data stay.  From Python: ``lab.use_upload(
+        Path("mine.npz").read_bytes(), "mine.npz"); lab.jobs.wait(); lab.apply_settings(
+        {"data": "upload"})``."""
+        self.uploads.use(content, filename)
+
+    def script_data(self) -> list[str]:
+        return self.uploads.script_lines()
+
+    def data_identity(self) -> tuple[str, str] | None:
+        return self.uploads.identity()
 
     def implied(self, values) -> dict[str, Any]:
         """A change of data set brings that set's default model settings."""
@@ -199,11 +228,23 @@ class TAPLab(Lab):
         return dict(DEFAULTS.get(data, {}))
 
     def check_work(self) -> None:
-        check_work(self.data, n_hidden=self.n_hidden, n_chains=self.K, batch_size=self.batch,
+        images = self.uploads.for_budget()
+        if images is None:
+            return  # nothing uploaded yet: prepare says so
+        check_work(images, n_hidden=self.n_hidden, n_chains=self.K, batch_size=self.batch,
                    prior_hid=self.prior_hid)
 
+    def build_refused(self) -> None:
+        self._run_prepared = self._kept_run
+        self.uploads.set_run(self._run_prepared[1])
+
     def trainer_factory(self):
-        return build_trainers(self.data, n_hidden=self.n_hidden, prior_hid=self.prior_hid,
+        if not (hasattr(self, "runner") and self.runner.building):  # a refused build brings it back
+            self._kept_run = getattr(self, "_run_prepared", self._prepared)
+        self._run_prepared = self._prepared  # the run's data: the views' and the checkpoint's
+        images = self._prepared[1]
+        self.uploads.set_run(images)
+        return build_trainers(self.uploads.ref(images), n_hidden=self.n_hidden, prior_hid=self.prior_hid,
                               learning_rate=self.gamma, weight_decay=self.eps, momentum=self.eta,
                               batch_size=self.batch, n_chains=self.K, damping=self.damping,
                               seed=self.seed)
@@ -216,13 +257,15 @@ class TAPLab(Lab):
         self._quiet = False  # set while the lab itself moves its sliders
         self.history = History()
         self.ll_curve = LiveCurve("TAP log-likelihood (Fig. 3)", "epoch",
-                                  "TAP log-likelihood per unit (nats)", y2_label="solutions (dashed)",
+                                  "TAP log-likelihood per unit (nats)", y2_label="unique solutions",
                                   name="tap-ll", height=330)
-        self.ll_curve.add_line("ll", "TAP log-likelihood / (Nv + Nh)", "#1f77b4")
+        self.ll_curve.add_line("ll", "TAP log-likelihood", "#1f77b4")
         # each count solves from K fresh random starts, so it jumps from point to point: the
         # raw counts faint, their running mean (the trend) solid
+        # (one legend entry for both: three entries overflowed the half-width plot at 1280x720)
         self.ll_curve.add_line("count", "unique solutions", "#98df8a", axis="right", dash="dashed", width=1.2)
-        self.ll_curve.add_line("count_trend", f"solutions, mean of {COUNT_WINDOW}", "#2ca02c", axis="right")
+        self.ll_curve.add_line("count_trend", f"solutions, mean of {COUNT_WINDOW}", "#2ca02c", axis="right",
+                               legend="unique solutions")
         # Figure 5, top: every solution's free energy per epoch, the Helmholtz estimate
         self.fe_points = ColumnDataSource({"x": [], "y": []}, name="fe-points")
         self.fe_line = ColumnDataSource({"x": [], "y": []}, name="fe-helmholtz")
@@ -232,15 +275,16 @@ class TAPLab(Lab):
         dots = fig.scatter("x", "y", source=self.fe_points, size=4, alpha=0.25, color="#1f77b4",
                            legend_label="one solution")
         mean = fig.line("x", "y", source=self.fe_line, color="#d62728", line_width=2,
-                        legend_label="Helmholtz estimate (mean)")
+                        legend_label="Helmholtz (mean)")
         fig.add_tools(HoverTool(renderers=[dots], tooltips=[("solution at epoch", "@x{0.00}"),
                                                             ("F_TAP (nats)", "@y{0,0.00}")]))
         fig.add_tools(HoverTool(renderers=[mean], mode="vline", tooltips=[("epoch", "@x{0.00}"),
                                                                           ("Helmholtz estimate (nats)", "@y{0,0.00}")]))
-        # the legend under the plot, never over the points (as in the other plots)
+        # the legend under the plot, never over the points, in Fig. 3's style (level with it)
         legend = fig.legend[0]
         fig.center.remove(legend)
         legend.update(orientation="horizontal", location="left", label_text_font_size="9pt",
+                      glyph_width=20, glyph_height=12, label_height=12, spacing=12, padding=2, margin=2,
                       border_line_alpha=0.0, background_fill_alpha=0.0)
         fig.add_layout(legend, "below")
         fig.title.text_font_size = "11pt"
@@ -249,21 +293,25 @@ class TAPLab(Lab):
         self.hist = HistogramSlices("Free energies at four epochs (Fig. 5, bottom)",
                                     x_label="TAP free energy F_TAP (nats)", y_label="density (per nat)",
                                     name="fe-hist")
-        self.embedding = EmbeddingScatter("Isomap of the TAP solutions (Fig. 6)", color_label="F_TAP (nats)",
+        self.embedding = EmbeddingScatter("TAP solutions (Fig. 6)", color_label="F_TAP (nats)",
                                           name="isomap")
         # select solutions in Fig. 6 (tap: one, shift-tap: more; lasso: a region) to draw them as images
         self.embedding.figure.add_tools(TapTool(), LassoSelectTool())
         self.embedding.source.selected.on_change("indices", self._on_select)
         self._scatter_rows = np.zeros(0, dtype=int)  # the snapshot's solution behind each point of Fig. 6
         self._selection: np.ndarray | None = None  # the solutions selected there (None: none)
-        self.data_embedding = EmbeddingScatter("Data by digit, and TAP solutions (Fig. 7)",
+        self._active: np.ndarray | None = None  # the hidden units most active in them (outlined in the fields)
+        self._isomap_text = ""  # what Fig. 6's fit was: said beside the slider
+        self.isomap_note = pn.pane.Markdown("", styles={"font-size": "0.9em"}, sizing_mode="stretch_width",
+                                            margin=(0, 10))
+        self.data_embedding = EmbeddingScatter("Data and solutions (Fig. 7)",
                                                color_label="digit", overlay_label="TAP solutions", name="isomap-data")
-        self.fields = ImageGrid("Receptive fields, the columns of W (Fig. 4)", name="fields", height=620, width=700,
+        self.fields = ImageGrid(FIELDS_TITLE, name="fields", height=620, width=700,
                                 tile_label="hidden unit")
         self.truth = LiveCurve("Ground truth (Nh ≤ 20): exact vs estimates", "epoch",
                                "log-likelihood per digit (nats)", name="truth", height=330, legend_cols=2)
         for key, text, color, dash in (("exact", "exact", "#000000", "solid"), ("tap", "TAP (eq. 39)", "#1f77b4", "solid"),
-                                       ("ais", "AIS (20 runs, 1,001 βs)", "#ff7f0e", "dashed"),
+                                       ("ais", "AIS (20 runs)", "#ff7f0e", "dashed"),
                                        ("pl", "pseudo-likelihood", "#2ca02c", "dotted")):
             self.truth.add_line(key, text, color, dash=dash)
         # a look inside (issue 26): what the model generates, and its TAP solutions as images
@@ -296,7 +344,7 @@ class TAPLab(Lab):
         self.epoch_slider.param.watch(self._on_epoch_slider, "value")
         self.denoise_index = w.IntSlider(label="Held-out digit", start=0, end=10, value=0, width=220)
         self.denoise_p = w.FloatSlider(label="Flip probability p", start=0.0, end=0.5, step=0.05, value=0.1, width=220)
-        self.denoise_curve_button = w.Button(label="Compute MCC vs p", color="primary", width=170)
+        self.denoise_curve_button = w.Button(label="Compute MCC vs p", color="primary", width=210)
         for widget in (self.denoise_index, self.denoise_p):
             widget.param.watch(lambda e: None if self._quiet else self._show_denoising(), "value")
         self.denoise_curve_button.on_click(lambda e: self._denoise_curve())
@@ -305,8 +353,9 @@ class TAPLab(Lab):
         return pn.Row(self.ll_curve.view, self.fe_pane, sizing_mode="stretch_width")
 
     def stage(self) -> dict[str, pn.viewable.Viewable]:
-        embed = pn.Column(self.epoch_slider, pn.Row(self.embedding.view, self.solutions_grid.view,
-                                                    self.data_embedding.view, sizing_mode="stretch_width"),
+        embed = pn.Column(pn.Row(self.epoch_slider, self.isomap_note, sizing_mode="stretch_width"),
+                          pn.Row(self.embedding.view, self.solutions_grid.view, self.data_embedding.view,
+                                 sizing_mode="stretch_width"),
                           sizing_mode="stretch_width")
         fields = pn.Column(self.rank_by, self.fields.view, sizing_mode="stretch_width")
         denoise = pn.Column(pn.Row(self.denoise_index, self.denoise_p, self.denoise_curve_button),
@@ -322,7 +371,9 @@ class TAPLab(Lab):
 
     def _show_data(self) -> None:
         """Point the data-dependent views at the data set of the run just installed."""
-        self._data_key, images = self._prepared
+        key, images = self._run_prepared  # not self._prepared: a refused change prepared data it never ran on
+        self._data_key = key[0]
+        self._data_ref = self.uploads.ref(images)
         if images is self.images:
             return
         self.images = images
@@ -351,6 +402,10 @@ class TAPLab(Lab):
         self._solutions_stale = False  # newer TAP solutions than the images drawn
         self._scatter_rows = np.zeros(0, dtype=int)
         self._selection = None
+        self._active = None
+        self._isomap_text = ""
+        self.isomap_note.object = ""
+        self.fields.figure.title.text = FIELDS_TITLE
         self.ll_curve.clear()
         self.truth.clear()
         self.mcc_curve.clear()
@@ -500,7 +555,7 @@ class TAPLab(Lab):
         self._computing(self.data_embedding, always=always)
         solutions_vis = snaps[self._shown_snapshot()].solutions_vis
         solutions_vis = solutions_vis[isomap_rows(len(solutions_vis))]
-        self.jobs.submit("isomap-data", data_embedding, self._data_key, solutions_vis,
+        self.jobs.submit("isomap-data", data_embedding, self._data_ref, solutions_vis,
                          then=self._draw_data_embedding, error=functools.partial(self._failed, self.data_embedding))
 
     def _draw_embedding(self, shown: list, result: tuple[list, int]) -> None:
@@ -517,13 +572,17 @@ class TAPLab(Lab):
         self._selection = None
         self.embedding.source.selected.indices = []  # new points: the old selection means nothing
         self.embedding.update(coords[index], free_energies, labels=[f"solution {i}" for i in rows])
-        some = f", {len(rows):,} of {total:,} shown" if len(rows) < total else ""
-        self.embedding.figure.title.text = f"TAP solutions at epoch {epoch:.2f} (Fig. 6{some})"
-        self.embedding.figure.xaxis[0].axis_label = f"Isomap 1 (fitted at epoch {shown[fit_index][0]:.2f})"
+        some = f" ({len(rows):,} of {total:,} solutions shown)" if len(rows) < total else ""
+        # the title and axis fit a third of the stage at 1280x720; the rest is said beside the slider
+        self.embedding.figure.title.text = f"Fig. 6 at epoch {epoch:.2f}"
+        self._isomap_text = f"Isomap fitted at epoch {shown[fit_index][0]:.2f}{some}."
+        self._show_isomap_note()
 
     def _draw_data_embedding(self, result: dict) -> None:
         digits = result["digits"]
-        self.data_embedding.update(result["data_coords"], digits, labels=[f"digit {d}" for d in digits],
+        labels = ([f"digit {d}" for d in digits] if digits is not None
+                  else [f"training image {i}" for i in result.get("rows", range(len(result["data_coords"])))])
+        self.data_embedding.update(result["data_coords"], digits, labels=labels,
                                    overlay_xy=result["solution_coords"])
 
     @held
@@ -564,7 +623,8 @@ class TAPLab(Lab):
         rank[order] = np.arange(len(order))
         labels = [f"hidden unit {j}, rank {rank[j] + 1} {what}" for j in range(W.shape[1])]
         highlight = self._highlight if self._highlight is not None and self._highlight < W.shape[1] else None
-        self.fields.update(W, order=order, limit=FIELDS_SHOWN, highlight=highlight, labels=labels)
+        self.fields.update(W, order=order, limit=FIELDS_SHOWN, highlight=highlight, labels=labels,
+                           outline=self._active)
 
     # ------------------------------------------------------------------ a look inside
     def _show_samples(self) -> None:
@@ -577,12 +637,35 @@ class TAPLab(Lab):
         epoch = self._last.get("epoch", 0.0)
         self.samples_grid.update(samples.T, labels=[f"chain {i}, epoch {epoch:.2f}" for i in range(len(samples))])
 
+    @held
     def _on_select(self, attr, old, new) -> None:
-        """Points selected in Fig. 6 (tap or lasso): draw those solutions (cheap: a tiling)."""
+        """Points selected in Fig. 6 (tap or lasso): draw those solutions and outline, in the
+        receptive fields, the hidden units most active in them (cheap: a tiling, a mean over
+        at most K x Nh magnetizations, and the outlines' boxes)."""
         rows = self._scatter_rows
         picked = [i for i in new if 0 <= i < len(rows)]
         self._selection = rows[picked] if picked else None
+        self._active = None
+        snaps = self.history.snapshots
+        if self._selection is not None and snaps:
+            self._active = most_active_units(snaps[self._shown_snapshot()].solutions_hid[self._selection])
+        self.fields.set_outline(self._active)
+        self.fields.figure.title.text = (FIELDS_TITLE if self._active is None else
+                                         "Receptive fields (Fig. 4); green: most active in the selection")
+        self._show_isomap_note()
         self._show_solutions()
+
+    def _show_isomap_note(self) -> None:
+        """Beside the slider: what Fig. 6's map was fitted on, and what a selection outlines
+        (short: it shares a row with the slider at 1280x720)."""
+        if self._active is not None:
+            n = len(self._selection)
+            units = ", ".join(str(j) for j in self._active)
+            text = (f"{n} selected; most active hidden unit{'s' if len(self._active) != 1 else ''}: {units} "
+                    "(outlined in Fields).")
+        else:
+            text = f"{self._isomap_text} Tap or lasso points to select." if self._isomap_text else ""
+        self.isomap_note.object = text
 
     def _show_solutions(self) -> None:
         """The TAP solutions of the snapshot the slider shows, drawn as images: their visible
@@ -619,7 +702,7 @@ class TAPLab(Lab):
         index, p = self.denoise_index.value, float(self.denoise_p.value)
         self._computing(self.denoise_grid)
         self.denoise_note.object = f"Denoising held-out digit {index} with p = {p:g}: computing…"
-        self.jobs.submit("denoise", denoise_digit, self._data_key, index, p, *self._model(),
+        self.jobs.submit("denoise", denoise_digit, self._data_ref, index, p, *self._model(),
                          then=functools.partial(self._draw_denoising, p),
                          error=functools.partial(self._failed, self.denoise_grid))
 
@@ -627,7 +710,8 @@ class TAPLab(Lab):
         self.denoise_grid.update(result["tiles"], n_cols=5, labels=[
             "clean test digit", f"noisy: pixels flipped with p = {p:g}", "TAP posterior mean",
             "optimal pointwise estimator (eq. 46)", "nearest training digit (1-NN)"])
-        self.denoise_note.object = (f"Digit {result['digit']} with p = {p:g}: posterior means ⟨x⟩ (white 0, black 1) "
+        what = f"Digit {result['digit']}" if result["digit"] is not None else f"Test image {self.denoise_index.value}"
+        self.denoise_note.object = (f"{what} with p = {p:g}: posterior means ⟨x⟩ (white 0, black 1) "
                                     "of the TAP machine with the channel field added to the visible prior, of the "
                                     "optimal pointwise estimator, and the nearest training digit.")
 
@@ -638,7 +722,7 @@ class TAPLab(Lab):
             return
         rows = min(len(self.images.X_test), DENOISE_ROWS)
         self._computing(self.mcc_curve)
-        self.jobs.submit("denoise-curve", denoise_curve, self._data_key, rows, list(DENOISE_PS), *self._model(),
+        self.jobs.submit("denoise-curve", denoise_curve, self._data_ref, rows, list(DENOISE_PS), *self._model(),
                          then=functools.partial(self._draw_mcc, rows, self._last["epoch"]),
                          error=functools.partial(self._failed, self.mcc_curve))
 
@@ -726,6 +810,14 @@ class TAPLab(Lab):
         if self._highlight is not None:
             self._highlight = None
             self._show_fields()
+
+
+def most_active_units(solutions_hid: np.ndarray, k: int = ACTIVE_UNITS) -> np.ndarray:
+    """The ``k`` hidden units most active in some TAP solutions: the largest mean hidden
+    magnetization a_h over those solutions (rows of ``solutions_hid``, (n, Nh)), most active
+    first (ties: the lower unit first)."""
+    mean = np.asarray(solutions_hid, dtype=float).mean(axis=0)
+    return np.argsort(-mean, kind="stable")[:k]
 
 
 def _moved_unit(before_arrays, after_arrays) -> tuple[int, float, bool] | None:

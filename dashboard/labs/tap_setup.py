@@ -9,21 +9,22 @@ run them in a worker process (they are pickled by reference) or a thread.
 
 from __future__ import annotations
 
-import functools
 import math
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from boltzlab.dashboard import budget
+from boltzlab.dashboard.runner import Build
 from boltzlab.engine import rbm, tap, tap_analysis
+from boltzlab.dashboard.labs.image_setup import DATASETS, DataRef, cache_key, describe_images, images_of
 from boltzlab.engine.images import ImageSet, load_images
 from boltzlab.engine.stepping import Record
 
-DATASETS = {"MNIST 28×28": "mnist", "8×8 digits": "digits"}
+__all__ = ["DATASETS", "DataRef", "ImageSet", "describe_images", "load_images"]  # re-exported for the lab
 STEPS_PER_EPOCH = 8  # evaluations per epoch in the lab: each costs about one mini-batch (more for ground truth)
 MAX_DAMPING = 0.9  # a stalled batch is redone with more damping, up to this
 EXACT_LIMIT = 20  # the ground-truth panel needs the smaller layer <= 20 units
@@ -31,14 +32,6 @@ AIS_RUNS = 20  # live AIS: 20 runs on the 1,001-beta schedule
 DATA_MAP_ROWS = 1000  # training digits in the data Isomap (Fig. 7)
 SAMPLE_CHAINS = 16  # persistent Gibbs chains drawn as the model's samples (a few ms a step in the worker)
 SAMPLE_SWEEPS = 5  # their block Gibbs sweeps per step
-
-
-def describe_images(images: ImageSet, validation: str = "validation") -> str:
-    """One line for a lab's data panel: the set's name and splits (Markdown)."""
-    n, v, t = images.split_sizes
-    rows, cols = images.image_shape
-    return (f"**{images.name}**: {n:,} training, {v:,} {validation} and {t:,} test digits of "
-            f"{rows}×{cols} binary pixels.")
 
 
 class GroundTruthTrainer:
@@ -93,11 +86,12 @@ class GroundTruthTrainer:
         return Record({**s, **extra}, a)
 
 
-def trainer_factory(data_key: str, *, n_hidden: int, prior_hid: str = "bernoulli", learning_rate: float = 0.005,
+def trainer_factory(data: DataRef, *, n_hidden: int, prior_hid: str = "bernoulli", learning_rate: float = 0.005,
                     weight_decay: float = 0.001, momentum: float = 0.5, batch_size: int = 100, n_chains: int = 100,
                     damping: float = 0.0, seed: int = 0, max_epochs: int = 100,
-                    batches_per_step: int | None = None, dtype: str = "float32") -> Callable[[], dict]:
-    """A factory of ``{"TAP": trainer}`` for the runner (the trainer validates the settings).
+                    batches_per_step: int | None = None, dtype: str = "float32") -> Build:
+    """A factory of ``{"TAP": trainer}`` on ``data`` (a bundled set's key or uploaded images)
+    for the runner (the trainer validates the settings).
 
     Each step trains ``batches_per_step`` mini-batches (default: about STEPS_PER_EPOCH
     steps per epoch) and then evaluates; a batch where no TAP chain converges is redone
@@ -106,8 +100,7 @@ def trainer_factory(data_key: str, *, n_hidden: int, prior_hid: str = "bernoulli
     likelihoods are evaluated in float64 all the same.  Every Record also carries ``samples``:
     SAMPLE_CHAINS persistent Gibbs chains of the current model, SAMPLE_SWEEPS sweeps a step.
     """
-    images = load_images(data_key)
-    X = images.X_train
+    X = images_of(data).X_train
     if batches_per_step is None:
         batches_per_step = default_batches_per_step(len(X), batch_size)
 
@@ -120,7 +113,7 @@ def trainer_factory(data_key: str, *, n_hidden: int, prior_hid: str = "bernoulli
                                  n_samples=SAMPLE_CHAINS, sample_sweeps=SAMPLE_SWEEPS)
         return {"TAP": GroundTruthTrainer(trainer, X) if trainer.exact else trainer}
 
-    return build  # built once, by the runner (a bad setting raises there)
+    return Build(("TAP",), build)  # built once, by the runner's thread
 
 
 def default_batches_per_step(n_rows: int, batch_size: int) -> int:
@@ -129,11 +122,11 @@ def default_batches_per_step(n_rows: int, batch_size: int) -> int:
     return max(1, round(per_epoch / STEPS_PER_EPOCH))
 
 
-def check_work(data_key: str, *, n_hidden: int, n_chains: int, batch_size: int, prior_hid: str = "bernoulli") -> None:
+def check_work(data: DataRef, *, n_hidden: int, n_chains: int, batch_size: int, prior_hid: str = "bernoulli") -> None:
     """Refuse (:class:`boltzlab.dashboard.budget.TooMuchWork`) settings whose step would take longer
     than the server allows: the lab's factory trains ``default_batches_per_step``
     mini-batches of K chains per step, then evaluates from min(n, K) rows."""
-    n, n_visible = load_images(data_key).X_train.shape
+    n, n_visible = images_of(data).X_train.shape
 
     def seconds(s) -> float:
         batch = min(s["batch"], n)
@@ -211,56 +204,62 @@ def solution_embedding(solutions: list[np.ndarray], seed: int = 0) -> tuple[list
 
 
 _DATA_MAP_LOCK = threading.Lock()
+_DATA_MAPS: dict[str, tap_analysis.DataMap] = {}  # by cache_key(data): the two newest data sets
+DATA_MAPS_KEPT = 2
 
 
-@functools.lru_cache(maxsize=2)
-def _data_map(data_key: str) -> tap_analysis.DataMap:
-    return tap_analysis.DataMap(load_images(data_key).X_train[:DATA_MAP_ROWS])
-
-
-def data_map(data_key: str) -> tap_analysis.DataMap:
-    """The Isomap of the first DATA_MAP_ROWS training digits of ``data_key``, fitted once
-    per data set and process (the costly part of Figure 7: about a second on MNIST)."""
+def data_map(data: DataRef) -> tap_analysis.DataMap:
+    """The Isomap of the first DATA_MAP_ROWS training images of ``data`` (a bundled key or
+    uploaded images), fitted once per data set and process (the costly part of Figure 7:
+    about a second on MNIST)."""
+    key = cache_key(data)
     with _DATA_MAP_LOCK:  # two jobs at once fit it once
-        return _data_map(data_key)
+        if key not in _DATA_MAPS:
+            _DATA_MAPS[key] = tap_analysis.DataMap(images_of(data).X_train[:DATA_MAP_ROWS])
+            while len(_DATA_MAPS) > DATA_MAPS_KEPT:
+                del _DATA_MAPS[next(iter(_DATA_MAPS))]
+        return _DATA_MAPS[key]
 
 
-def data_embedding(data_key: str, solutions_vis: np.ndarray) -> dict[str, np.ndarray]:
-    """Job, Figure 7: the training digits of ``data_key`` and the solutions' visible
+def data_embedding(data: DataRef, solutions_vis: np.ndarray) -> dict[str, np.ndarray | None]:
+    """Job, Figure 7: the training images of ``data`` and the solutions' visible
     magnetizations ``solutions_vis`` (n, Nv) in one Isomap space.
 
-    Returns ``{"data_coords": (m, 2), "digits": (m,) labels of those rows,
-    "solution_coords": (n, 2)}``.
+    Returns ``{"data_coords": (m, 2), "digits": (m,) labels of those rows (None for images
+    without labels), "rows": (m,) their rows, "solution_coords": (n, 2)}``.
     """
-    both = data_map(data_key).embed(np.asarray(solutions_vis, dtype=float))
-    y = load_images(data_key).y_train[:DATA_MAP_ROWS]
+    both = data_map(data).embed(np.asarray(solutions_vis, dtype=float))
+    y = images_of(data).y_train
     return {"data_coords": np.asarray(both.data_coords, dtype=float),
-            "digits": np.asarray(y[both.data_index]),
+            "digits": None if y is None else np.asarray(y[:DATA_MAP_ROWS][both.data_index]),
+            "rows": np.asarray(both.data_index),
             "solution_coords": np.asarray(both.solution_coords, dtype=float)}
 
 
-def denoise_digit(data_key: str, index: int, p: float, W: np.ndarray, b_vis: np.ndarray, b_hid: np.ndarray,
+def denoise_digit(data: DataRef, index: int, p: float, W: np.ndarray, b_vis: np.ndarray, b_hid: np.ndarray,
                   damping: float) -> dict[str, Any]:
-    """Job, §VII.4: held-out digit ``index`` of ``data_key`` through a binary symmetric
+    """Job, §VII.4: held-out image ``index`` of ``data`` through a binary symmetric
     channel with flip probability ``p``, denoised by the TAP machine (W, b_vis, b_hid), the
     optimal pointwise estimator (eq. 46) and the nearest training digit.
 
-    Returns ``{"tiles": (Nv, 5) clean, noisy, TAP, OPE, 1-NN; "digit": its label}``.
+    Returns ``{"tiles": (Nv, 5) clean, noisy, TAP, OPE, 1-NN; "digit": its label (None
+    without labels)}``.
     """
-    images = load_images(data_key)
+    images = images_of(data)
     x = images.X_test[index: index + 1]
     y = tap_analysis.binary_symmetric_channel(x, p, seed=index)
     tap_est = tap_analysis.tap_denoiser(W, b_vis, b_hid, damping=damping)(y, p)
     ope = tap_analysis.ope_denoise(y, images.X_train.mean(0), p)
     nn = tap_analysis.nearest_neighbour_denoise(y, images.X_train)
-    return {"tiles": np.vstack([x, y, tap_est, ope, nn]).T, "digit": int(images.y_test[index])}
+    label = None if images.y_test is None else int(images.y_test[index])
+    return {"tiles": np.vstack([x, y, tap_est, ope, nn]).T, "digit": label}
 
 
-def denoise_curve(data_key: str, rows: int, ps: list[float], W: np.ndarray, b_vis: np.ndarray, b_hid: np.ndarray,
+def denoise_curve(data: DataRef, rows: int, ps: list[float], W: np.ndarray, b_vis: np.ndarray, b_hid: np.ndarray,
                   damping: float) -> dict[str, list]:
     """Job, Figure 8: MCC against the flip probability for the first ``rows`` held-out
-    digits of ``data_key``: TAP (this model), OPE and 1-NN (see
+    images of ``data``: TAP (this model), OPE and 1-NN (see
     :func:`boltzlab.engine.tap_analysis.denoising_curve`, whose dict of lists it returns)."""
-    images = load_images(data_key)
+    images = images_of(data)
     return tap_analysis.denoising_curve(images.X_test[:rows], images.X_train, list(ps), seed=0,
                                         tap_denoiser=tap_analysis.tap_denoiser(W, b_vis, b_hid, damping=damping))

@@ -1,9 +1,10 @@
 """An image grid: receptive fields (columns of W) or digits, tiled into one Bokeh image.
 
 The tiling itself is :func:`boltzlab.engine.images.tile_images` (shared by every lab); this view
-only draws the tiled array, optionally outlines one tile (the newest hidden unit in the
-Frank-Wolfe lab, the unit that changed most in the TAP lab's presentation mode) and names
-each tile on hover (which column it shows, its largest |value|).
+only draws the tiled array, optionally outlines one tile in orange (the newest hidden unit in the
+Frank-Wolfe lab, the unit that changed most in the TAP lab's presentation mode) and a set of
+tiles in green (the hidden units most active in the TAP solutions selected in the Isomap), and
+names each tile on hover (which column it shows, its largest |value|).
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from boltzlab.engine.images import tile_images
 
 DIVERGING = [to_hex(c) for c in colormaps["RdBu_r"](np.linspace(0, 1, 256))]
 GRAYS = [to_hex(c) for c in colormaps["gray_r"](np.linspace(0, 1, 256))]  # 0 white, 1 black
+HIGHLIGHT_COLOR = "#f0a000"  # one tile: orange
+OUTLINE_COLOR = "#00a000"  # a set of tiles (update's / set_outline's ``outline``): green, apart from red and blue
+NO_BOXES = {"left": [], "right": [], "top": [], "bottom": [], "color": []}
 
 
 class ImageGrid:
@@ -45,7 +49,7 @@ class ImageGrid:
         self.source = ColumnDataSource({"image": [np.full((1, 1), np.nan)], "x": [0], "y": [0], "dw": [1], "dh": [1]},
                                        name=name)
         self.tile_label = tile_label
-        self.box = ColumnDataSource({"left": [], "right": [], "top": [], "bottom": []}, name=f"{name}-box")
+        self.box = ColumnDataSource(dict(NO_BOXES), name=f"{name}-box")
         # one invisible rectangle per tile carries its hover text
         self.tiles = ColumnDataSource({"x": [], "y": [], "w": [], "h": [], "label": [], "peak": []},
                                       name=f"{name}-tiles")
@@ -59,7 +63,7 @@ class ImageGrid:
         fig.image(image="image", x="x", y="y", dw="dw", dh="dh", source=self.source, color_mapper=self.mapper)
         tiles = fig.rect("x", "y", "w", "h", source=self.tiles, fill_alpha=0.0, line_alpha=0.0)
         fig.quad(left="left", right="right", top="top", bottom="bottom", source=self.box, fill_alpha=0.0,
-                 line_color="#f0a000", line_width=3)
+                 line_color="color", line_width=3)
         peak = "max |w|" if kind == "weights" else "max value"
         fig.add_tools(HoverTool(renderers=[tiles], tooltips=[("", "@label"), (peak, "@peak{0.000}")]))
         if kind == "weights":
@@ -75,21 +79,26 @@ class ImageGrid:
         self.view = pn.Column(self.pane, sizing_mode="stretch_width" if width is None else None, margin=0)
         self.n_tiles = 0
         self.n_cols = 1
+        self._index = np.zeros(0, dtype=int)  # the original column behind each tile drawn
+        self._geometry = (0, 1, 1)  # the tiled image's height and one tile's (height, width)
+        self._highlight: int | None = None
 
     def update(self, columns: np.ndarray | None, *, order: np.ndarray | None = None, highlight: int | None = None,
-               n_cols: int | None = None, limit: int | None = None, labels=None) -> None:
+               n_cols: int | None = None, limit: int | None = None, labels=None, outline=None) -> None:
         """Show the columns of ``columns`` (n_visible, n_tiles), in ``order`` if given.
 
-        ``limit`` keeps the first ``limit`` tiles (after ordering); ``highlight`` outlines
-        the tile that shows column ``highlight`` of the original array; ``labels`` (one per
-        column of the original array) are the tiles' hover texts (default: "<tile_label> j").
+        ``limit`` keeps the first ``limit`` tiles (after ordering); ``highlight`` outlines in
+        orange the tile that shows column ``highlight`` of the original array, ``outline`` (columns
+        of the original array) in green the tiles that show them; ``labels`` (one per column of
+        the original array) are the tiles' hover texts (default: "<tile_label> j").
         """
         if columns is None or np.size(columns) == 0:
             self.source.data = {"image": [np.full((1, 1), np.nan)], "x": [0], "y": [0], "dw": [1], "dh": [1]}
-            self.box.data = {"left": [], "right": [], "top": [], "bottom": []}
+            self.box.data = dict(NO_BOXES)
             self.tiles.data = {"x": [], "y": [], "w": [], "h": [], "label": [], "peak": []}
             self._empty.visible = True
             self.n_tiles = 0
+            self._index = np.zeros(0, dtype=int)
             return
         columns = np.asarray(columns, dtype=float)
         index = np.arange(columns.shape[1]) if order is None else np.asarray(order, dtype=int)
@@ -113,14 +122,37 @@ class ImageGrid:
         self.tiles.data = {"x": cols * (tw + 1) + tw / 2, "y": h - rows * (th + 1) - th / 2,
                            "w": np.full(n, float(tw)), "h": np.full(n, float(th)), "label": texts,
                            "peak": peaks}
-        boxes = {"left": [], "right": [], "top": [], "bottom": []}
-        if highlight is not None and highlight in set(index.tolist()):
-            pos = int(np.flatnonzero(index == highlight)[0])
-            r, c = divmod(pos, n_cols)
+        self._index, self._geometry, self._highlight = index, (h, th, tw), highlight
+        self.set_outline(outline)
+
+    def set_outline(self, outline=None) -> None:
+        """Outline in green the tiles showing the columns ``outline`` (of the array last drawn;
+        the ones not drawn are skipped), keeping :meth:`update`'s ``highlight``: only the
+        boxes change (cheap: no tiling)."""
+        h, th, tw = self._geometry
+        position = {int(j): pos for pos, j in enumerate(self._index.tolist())}
+        marked = [] if self._highlight is None else [(self._highlight, HIGHLIGHT_COLOR)]
+        marked += [(j, OUTLINE_COLOR) for j in ([] if outline is None else np.asarray(outline, dtype=int).tolist())]
+        boxes = {key: [] for key in NO_BOXES}
+        for j, color in marked:
+            if j not in position:
+                continue
+            r, c = divmod(position[j], self.n_cols)
             left = c * (tw + 1)
             top = h - r * (th + 1)
-            boxes = {"left": [left - 0.5], "right": [left + tw + 0.5], "top": [top + 0.5], "bottom": [top - th - 0.5]}
+            for key, value in (("left", left - 0.5), ("right", left + tw + 0.5), ("top", top + 0.5),
+                               ("bottom", top - th - 0.5), ("color", color)):
+                boxes[key].append(value)
         self.box.data = boxes
+
+    def outlined(self) -> dict[str, list[int]]:
+        """The columns outlined now, by colour (``{"#00a000": [4, 9], ...}``), for tests."""
+        h, th, tw = self._geometry
+        out: dict[str, list[int]] = {}
+        for left, top, color in zip(self.box.data["left"], self.box.data["top"], self.box.data["color"]):
+            c, r = round((left + 0.5) / (tw + 1)), round((h - top + 0.5) / (th + 1))
+            out.setdefault(color, []).append(int(self._index[r * self.n_cols + c]))
+        return out
 
     def _tile_shape(self, n_visible: int) -> tuple[int, int]:
         if self.image_shape is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import panel as pn
-from bokeh.models import BasicTickFormatter, ColorBar, ColumnDataSource, HoverTool, Label, LinearColorMapper
+from bokeh.models import BasicTickFormatter, ColorBar, ColumnDataSource, HoverTool, Label, LinearColorMapper, NoOverlap
 from bokeh.palettes import Viridis256
 from bokeh.plotting import figure
 
@@ -40,6 +40,10 @@ class EmbeddingScatter:
                       border_line_alpha=0.0, background_fill_alpha=0.0, visible=False)
         fig.add_layout(legend, "below")
         fig.title.text_font_size = "11pt"
+        # a third of the stage at 1280x720 leaves the frame narrow: tick labels that would
+        # overlap are skipped
+        fig.xaxis.major_label_policy = NoOverlap()
+        fig.yaxis.major_label_policy = NoOverlap()
         self._empty = Label(x=10, y=10, x_units="screen", y_units="screen", text=empty_text,
                             text_color="#888", text_font_size="12pt")
         fig.add_layout(self._empty)

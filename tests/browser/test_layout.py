@@ -3,8 +3,10 @@
 
 Checked in a real Chromium: every visible plot canvas lies inside the viewport; no title,
 label, button or select overflows its box (scrollWidth > clientWidth; a badge cut with "…"
-on purpose, whose whole text is its hover title, excepted); every tab of the lab's stage can
-be brought into view, and its plots are drawn whole inside the viewport.  Screenshots of every
+on purpose, whose whole text is its hover title, excepted); no text drawn on a plot's canvas
+is cut by the canvas's edge (a title, an axis label, a legend: measured by BokehJS's own views,
+since canvas text is not in the DOM); every tab of the lab's stage can be brought into view,
+and its plots are drawn whole inside the viewport.  Screenshots of every
 state go to test-artifacts/layout-*.png.  Every wait is on a condition, never on the clock.
 """
 
@@ -64,6 +66,50 @@ JS_OVERFLOW = """() => {
   return out;
 }"""
 
+# text drawn on a visible plot's canvas that the canvas's edge cuts: a title (its text box, as
+# BokehJS laid it out), an axis label (its length, measured as BokehJS measures it, centred on
+# its axis) or a legend (its box).  Canvas text is not in the DOM, so JS_OVERFLOW cannot see it.
+JS_CLIPPED = """() => {
+  const out = [];
+  function walk(v) {
+    if (!v) return;
+    if (v.frame && v.model && v.model.renderers) {
+      const el = v.canvas_view ? v.canvas_view.el : v.el;
+      if (el.isConnected && el.checkVisibility({checkVisibilityCSS: true})) {
+        const W = v.canvas_view.bbox.width, H = v.canvas_view.bbox.height;
+        const plot = v.model.title ? String(v.model.title.text) : '';
+        const say = (what, text, lo, hi, limit) => out.push(`${plot}: ${what} "${text}" spans ${Math.round(lo)}..${Math.round(hi)} of 0..${Math.round(limit)}`);
+        for (const r of (v.all_renderer_views || v.computed_renderer_views || [])) {
+          const type = r.model && r.model.type;
+          if (!type || !r.model.visible) continue;
+          if (type === 'Title' && r._rect && String(r.model.text).trim()) {
+            const {sx, width} = r._rect;
+            if (sx < -1 || sx + width > W + 1) say('title', r.model.text, sx, sx + width, W);
+          } else if (r._axis_label_view && r.model.axis_label && r.bbox) {
+            const g = r._axis_label_view.graphics();
+            g.visuals = r.visuals.axis_label_text.values();
+            g.angle = 0;
+            g.base_font_size = v.base_font_size;
+            const length = g.size().width;
+            const horizontal = r.dimension == 0;
+            const centre = horizontal ? r.bbox.hcenter : r.bbox.vcenter;
+            const limit = horizontal ? W : H;
+            if (centre - length / 2 < -1 || centre + length / 2 > limit + 1)
+              say('axis label', r.model.axis_label, centre - length / 2, centre + length / 2, limit);
+          } else if (type === 'Legend' && r.bbox && r.model.items.length) {
+            const b = r.bbox;
+            if (b.width > 0 && (b.left < -1 || b.right > W + 1)) say('legend', '', b.left, b.right, W);
+            if (b.height > 0 && (b.top < -1 || b.bottom > H + 1)) say('legend (vertically)', '', b.top, b.bottom, H);
+          }
+        }
+      }
+    }
+    for (const c of (v.child_views || [])) walk(c);
+  }
+  for (const v of Bokeh.index) walk(v);
+  return out;
+}"""
+
 # the stage's tab headers: label and right edge
 JS_TABS = """(stage) => {
   const out = [];
@@ -113,10 +159,18 @@ def outside(page: Page, width: int, height: int) -> list[dict]:
             or p["y"] + p["h"] > height + 1]
 
 
-def check_first_screen(page: Page, width: int, height: int, where: str, tables: bool = False) -> list[dict]:
+# labs whose canvas text is still cut at one of the sizes: their clipping is collected and the
+# test ends as an expected failure that lists it (every other check still runs), until fixed
+KNOWN_CLIPPED = {"bound": "the Tightness tab's three plots and the per-second plot under the table are too "
+                          "narrow / short at 1280x720 for their titles and axis labels"}
+
+
+def check_first_screen(page: Page, width: int, height: int, where: str, tables: bool = False,
+                       clipped: list | None = None) -> list[dict]:
     """The visible plots, once there are some and all of them lie inside the viewport (the
-    layout may still be settling when a tab was just shown); no text overflows.  ``tables``:
-    a stage tab that may hold a table and no plot."""
+    layout may still be settling when a tab was just shown); no text overflows, none is cut
+    by its canvas (``clipped``: collect what is, instead of failing).  ``tables``: a stage
+    tab that may hold a table and no plot."""
     if tables:
         seen: list = [None]
 
@@ -132,6 +186,12 @@ def check_first_screen(page: Page, width: int, height: int, where: str, tables: 
         assert shown, f"{where}: plots outside {width}x{height}: {outside(page, width, height)}"
     assert all(p["w"] >= 120 and p["h"] >= 120 for p in shown), (where, shown)
     assert page.evaluate(JS_OVERFLOW) == [], where
+    # (a plot just shown may still be laying its text out)
+    if not wait_for(lambda: page.evaluate(JS_CLIPPED) == [], timeout=30):
+        cut = [f"{where}: {c}" for c in page.evaluate(JS_CLIPPED)]
+        assert clipped is not None or not cut, cut
+        if clipped is not None:
+            clipped.extend(cut)
     tabs = page.evaluate(JS_TABS)
     assert all(t["right"] <= width + 1 and t["bottom"] <= height for t in tabs), (where, tabs)
     return shown
@@ -145,6 +205,7 @@ def test_every_figure_is_on_the_first_screen(browser, app_url, lab, size):
     context = browser.new_context(viewport={"width": width, "height": height})
     context.set_default_timeout(ACTION_TIMEOUT_MS)
     page = context.new_page()
+    cut: list[str] | None = [] if lab in KNOWN_CLIPPED else None
     try:
         page.goto(f"{app_url}/{lab}" + ("?present=1" if present else ""), timeout=120_000)
         play = page.get_by_role("button", name="▶ Play")
@@ -152,7 +213,7 @@ def test_every_figure_is_on_the_first_screen(browser, app_url, lab, size):
         play.click()
         # the first tab's plots fill with the run's Records
         wait_until(lambda: any(p["rows"] > 2 for p in plots(page)), timeout=180)
-        check_first_screen(page, width, height, f"{lab} {size} after Play")
+        check_first_screen(page, width, height, f"{lab} {size} after Play", clipped=cut)
         page.screenshot(path=f"test-artifacts/layout-{lab}-{size}-play.png")
         page.get_by_role("button", name="❚❚ Pause").click()
         expect(play).to_be_enabled(timeout=120_000)
@@ -162,20 +223,22 @@ def test_every_figure_is_on_the_first_screen(browser, app_url, lab, size):
             said = wait_for(lambda: (text := page.evaluate(JS_CAPTION)) and "Computing" not in text and text,
                             timeout=120)
             assert said, "Next step said nothing"
-            after = check_first_screen(page, width, height, f"{lab} {size} after Next step")
+            after = check_first_screen(page, width, height, f"{lab} {size} after Next step", clipped=cut)
             assert [(p["x"], p["y"]) for p in after] == [(p["x"], p["y"]) for p in before]
         else:
             page.get_by_role("button", name="Step", exact=True).click()
             expect(play).to_be_enabled(timeout=120_000)
-            check_first_screen(page, width, height, f"{lab} {size} after Step")
+            check_first_screen(page, width, height, f"{lab} {size} after Step", clipped=cut)
         page.screenshot(path=f"test-artifacts/layout-{lab}-{size}-step.png")
         # every figure is one click away, drawn whole on the first screen
         labels = [t["text"] for t in page.evaluate(JS_TABS) if t["text"] != cls.title]
         assert len(labels) >= 2, labels
         for index, label in enumerate(labels):
             page.locator(".bk-tab").filter(has_text=label).first.click()
-            check_first_screen(page, width, height, f"{lab} {size} stage tab {label!r}", tables=True)
+            check_first_screen(page, width, height, f"{lab} {size} stage tab {label!r}", tables=True, clipped=cut)
             page.screenshot(path=f"test-artifacts/layout-{lab}-{size}-tab{index}.png")
+        if cut:
+            pytest.xfail(f"{KNOWN_CLIPPED[lab]}: " + "; ".join(cut))
     finally:
         context.close()
 

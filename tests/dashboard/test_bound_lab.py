@@ -14,6 +14,7 @@ import pytest
 from boltzlab.dashboard.labs import bound_setup as setup
 from boltzlab.dashboard.labs.bound import PLAY_HINT, REFERENCE_HINT, BoundLab
 from boltzlab.engine import bound
+from tests.waiting import tick
 
 
 def settle(lab, timeout=120):
@@ -26,7 +27,7 @@ def run(lab, k=1):
     for _ in range(k):
         lab.runner.step_once()
         assert lab.runner.wait_idle(60)
-    lab.on_records(lab.runner.drain())
+    tick(lab)
     settle(lab)
 
 
@@ -153,9 +154,9 @@ def test_the_race_streams_every_method_and_the_bound_stays_monotone(make_lab):
     for _ in range(1200):  # drain as the refresh tick would, until every method has stopped
         if lab.runner.wait_idle(0.1):
             break
-        lab.on_records(lab.runner.drain())
+        tick(lab)
     assert lab.runner.wait_idle(120) and not lab.runner.active
-    lab.on_records(lab.runner.drain())
+    tick(lab)
     settle(lab)
     J_star = lab.J_star
     for name, srcs in lab.sources.items():
@@ -223,7 +224,7 @@ def test_play_does_not_wait_for_the_reference_optimum(make_lab, monkeypatch):
         lab.tools.set_presenting(True)
         lab.next_step()  # returns at once, J* or not
         assert lab.runner.wait_idle(60)
-        lab.on_records(lab.runner.drain())
+        tick(lab)
         assert lab.counter() == "Step 1" and lab.J_star is None
         assert not lab.sources["Newton"]["by-iteration"].data["y"]  # nothing to draw against yet
         assert all(h.visible and h.text == REFERENCE_HINT for h in lab._hints)
@@ -234,7 +235,7 @@ def test_play_does_not_wait_for_the_reference_optimum(make_lab, monkeypatch):
         for _ in range(2):  # more steps while J* is computing
             lab.runner.step_once()
             assert lab.runner.wait_idle(60)
-        lab.on_records(lab.runner.drain())
+        tick(lab)
         assert lab.counter() == "Step 3" and lab.J_star is None
     finally:
         gate.set()
@@ -271,7 +272,7 @@ def test_the_empty_race_plots_say_how_to_start(make_lab):
     assert len(lab._hints) == 2 and all(h.visible and h.text == PLAY_HINT for h in lab._hints)
     lab._step()
     assert lab.runner.wait_idle(60)
-    lab.on_records(lab.runner.drain())
+    tick(lab)
     settle(lab)
     assert not any(h.visible for h in lab._hints)
     lab._reset()  # reset: empty again, hint back, J* kept (the same race)

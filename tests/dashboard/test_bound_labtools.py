@@ -13,6 +13,7 @@ import pytest
 from boltzlab.dashboard.labs.bound import RACE_COLORS, BoundLab
 from boltzlab.dashboard.labtools import write_checkpoint
 from boltzlab.engine import majorize
+from tests.waiting import tick
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -38,7 +39,7 @@ def steps(lab, k):
     for _ in range(k):
         lab.runner.step_once()
         assert lab.runner.wait_idle(60)
-        lab.on_records(lab.runner.drain())
+        tick(lab)
     assert lab.jobs.wait(120)
 
 
@@ -48,7 +49,7 @@ def explain(lab):
     lab.next_step()
     assert lab.tools.changed.object == "Computing this step…"
     assert lab.runner.wait_idle(60)
-    lab.on_records(lab.runner.drain())
+    tick(lab)
     assert lab.jobs.wait(120)
     return lab.tools.changed.object
 

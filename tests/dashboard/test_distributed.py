@@ -25,7 +25,7 @@ from boltzlab.engine.fvbm import FVBMTrainer
 from boltzlab.engine.stepping import Record, Trainer
 from fakes import FakeTrainer
 from tests.serving import start_server, stop_server
-from tests.waiting import wait_for
+from tests.waiting import wait_for, tick
 
 WALL_TIME_KEYS = {"wall_time", "elapsed"}
 
@@ -217,7 +217,7 @@ def test_the_fvbm_lab_steps_and_draws_on_the_cluster(dask_runners):
         assert all(isinstance(t, RemoteTrainer) for t in lab.runner.trainers.values())
         lab._step()
         assert lab.runner.wait_idle(20.0)
-        lab.on_records(lab.runner.drain())
+        tick(lab)
         lab._status_time = 0.0
         lab.on_records([])
         assert lab.logpl.n_points("BSLM/log_pl") == 1

@@ -16,6 +16,7 @@ from boltzlab.dashboard.labs.frankwolfe_setup import (DEFAULTS, cd_factory, fw_c
 from boltzlab.engine import rbm
 from boltzlab.engine.stepping import Record
 from tests.dashboard.test_fvbm_lab import pump
+from tests.waiting import tick
 
 
 @pytest.fixture
@@ -31,7 +32,7 @@ def steps(lab, k):
     for _ in range(k):
         lab.runner.step_once()
     assert lab.runner.wait_idle(60)
-    lab.on_records(lab.runner.drain())
+    tick(lab)
     assert lab.jobs.wait(60)
 
 
@@ -41,8 +42,8 @@ def tick_until(lab, until, timeout=120.0):
     while not until():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.1)
-        lab.on_records(lab.runner.drain())
-    lab.on_records(lab.runner.drain())
+        tick(lab)
+    tick(lab)
 
 
 def test_the_lab_opens_on_mnist_with_its_defaults(lab):

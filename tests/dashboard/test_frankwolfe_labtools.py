@@ -10,6 +10,7 @@ from bokeh.models import HoverTool
 from boltzlab import engine
 from boltzlab.dashboard.labs.frankwolfe import FrankWolfeLab
 from boltzlab.dashboard.labtools import write_checkpoint
+from tests.waiting import tick
 
 # small and fast: 8x8 digits, few chains, exact log-likelihoods (max_hidden <= 20)
 SMALL = {"data": "digits", "reg": 0.2, "bias_lr": 0.05, "samples": 60, "max_hidden": 12, "evaluate": "exact",
@@ -35,7 +36,7 @@ def steps(lab, k):
     for _ in range(k):
         lab.runner.step_once()
     assert lab.runner.wait_idle(60)
-    lab.on_records(lab.runner.drain())
+    tick(lab)
     assert lab.jobs.wait(60)
 
 
@@ -45,7 +46,7 @@ def explain(lab):
     lab.next_step()
     assert lab.tools.changed.object == "Computing this step…"
     assert lab.runner.wait_idle(60)
-    lab.on_records(lab.runner.drain())
+    tick(lab)
     assert lab.jobs.wait(60)
     return lab.tools.changed.object
 
@@ -147,9 +148,9 @@ def test_checkpoint_that_does_not_fit_the_trainer_is_rolled_back(make_lab):
     assert lab.cd_runner is cd  # a failed load leaves the CD fork alone
     # ... and its log-likelihood job (iteration 3 was not evaluated), cancelled by the redraw, starts again
     assert lab._fork is not None and lab._fork["ll"] is None
-    lab.on_records(lab.runner.drain())
+    tick(lab)
     assert lab.jobs.wait(60)
-    lab.on_records(lab.runner.drain())
+    tick(lab)
     assert lab.fork_line.visible and "Frank-Wolfe at the fork: -" in lab.cd_status.text
 
 

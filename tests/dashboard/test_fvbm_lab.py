@@ -12,6 +12,7 @@ from boltzlab import engine
 from boltzlab.dashboard.labs.fvbm import FVBMLab
 from boltzlab.dashboard.labs.fvbm_setup import (BOUND_LABEL, LBFGS_LABEL, SQUAREM_LABEL, load_data,
                                        monotone_guaranteed, parse_mus, trainer_factory)
+from tests.waiting import tick
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -31,13 +32,13 @@ def pump(lab, until=None, timeout=120.0):
     holds (an ``AssertionError`` if it does not within the generous ``timeout``)."""
     deadline = time.monotonic() + timeout
     while True:
-        lab.on_records(lab.runner.drain())
+        tick(lab)
         if until is None or until():
             break
         assert time.monotonic() < deadline, f"pump: condition not met within {timeout} s"
         time.sleep(0.05)
     lab._status_time = 0.0  # force the text panes to refresh
-    lab.on_records(lab.runner.drain())
+    tick(lab)
 
 
 def n_points(lab, name="BSLM"):
@@ -193,7 +194,7 @@ def test_data_switch_sends_the_heatmaps_in_one_held_message(lab):
     # the views draw Records only: M̂ fills with the first sweep of the new data
     lab.runner.step_once()
     assert lab.runner.wait_idle(60)
-    lab.on_records(lab.runner.drain())
+    tick(lab)
     lab.refresh_status()
     assert len(lab.heat_est.source.data["row"]) == len(lab.data.columns) ** 2
 
@@ -342,7 +343,7 @@ def _race_steps(lab, mus: str, steps: int) -> None:
     for _ in range(steps):
         lab.runner.step_once()
         assert lab.runner.wait_idle(120.0)
-        lab.on_records(lab.runner.drain())
+        tick(lab)
 
 
 def test_the_default_race_converges_and_its_axis_follows_the_data(lab):

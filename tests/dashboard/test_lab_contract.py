@@ -15,6 +15,7 @@ from boltzlab import engine
 from boltzlab.dashboard.labs import LABS
 from boltzlab.dashboard.labs.base import Lab
 from boltzlab.dashboard.labtools import Checkpoint, write_checkpoint
+from tests.waiting import tick
 
 #: settings small enough for a few steps in well under a second each (URL text)
 SMALL = {
@@ -48,7 +49,7 @@ def steps(lab: Lab, k: int) -> None:
     for _ in range(k):
         lab.runner.step_once()
     assert lab.runner.wait_idle(120)
-    lab.on_records(lab.runner.drain())
+    tick(lab)
     assert lab.jobs.wait(120)
 
 
@@ -80,7 +81,8 @@ def test_a_lab_declares_its_parts(cls, make_lab):
     assert "speed" in settings and set(lab.controls()) <= set(settings)
     for preset in cls.presets:
         assert set(preset.settings) <= set(settings), preset.title
-    assert lab.main_view() is not None and lab.runner.trainers
+    assert lab.main_view() is not None and lab.runner.trainers  # (waits for the runner's thread to build them)
+    tick(lab)
     assert lab.run_status.text == "Ready: press ▶ Play"
 
 
@@ -152,7 +154,7 @@ def test_next_step_returns_at_once_and_says_what_changed_on_a_later_tick(cls, ma
     lab.next_step()
     assert lab.tools.changed.object == "Computing this step…"
     assert lab.runner.wait_idle(120)
-    lab.on_records(lab.runner.drain())
+    tick(lab)
     text = lab.tools.changed.object
     assert text and text != "Computing this step…" and "Nothing changed" not in text
     assert sum(s.steps for s in lab.runner.states.values()) >= 1

@@ -14,6 +14,7 @@ from boltzlab.dashboard.labtools import (Checkpoint, history_csv, parse_setting,
                                          write_checkpoint)
 from boltzlab.dashboard.runner import History
 from boltzlab.engine.stepping import Record
+from tests.waiting import tick
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -39,7 +40,7 @@ def steps(lab, k):
     for _ in range(k):
         lab.runner.step_once()
     assert lab.runner.wait_idle(30)
-    lab.on_records(lab.runner.drain())
+    tick(lab)
 
 
 def comparable(rows):
@@ -205,7 +206,7 @@ def explain(lab) -> str:
     lab.next_step()
     assert lab.tools.changed.object == "Computing this step…"
     assert lab.runner.wait_idle(60)
-    lab.on_records(lab.runner.drain())
+    tick(lab)
     return lab.tools.changed.object
 
 

@@ -168,3 +168,50 @@ def test_selecting_points_in_the_isomap_shows_those_solutions():
         assert {"TapTool", "LassoSelectTool"} <= tools
     finally:
         lab.close()
+
+
+def test_selecting_points_outlines_the_hidden_units_most_active_in_those_solutions():
+    from boltzlab.dashboard.labs.tap import ACTIVE_UNITS, FIELDS_TITLE
+    from boltzlab.dashboard.labs.tap_setup import EpochSnapshot
+    from boltzlab.dashboard.views.image_grid import HIGHLIGHT_COLOR, OUTLINE_COLOR
+
+    lab = tap_lab()  # 8 hidden units, all drawn
+    try:
+        lab.run(steps=2)
+        rng = np.random.default_rng(1)
+        hid = rng.random((6, 8))  # six solutions' hidden magnetizations a_h
+        fe = np.arange(6, dtype=float)
+        lab.history.snapshots = [EpochSnapshot(1.0, fe, rng.random((6, 64)), hid, float(fe.mean()))]
+        lab._scatter_rows = np.array([5, 1, 3, 0])  # the points of Fig. 6 and the solutions behind them
+        lab.embedding.source.selected.indices = [0, 2]  # solutions 5 and 3
+        expected = np.argsort(-hid[[5, 3]].mean(axis=0), kind="stable")[:ACTIVE_UNITS]
+        assert list(lab._active) == list(expected)
+        outlined = lab.fields.outlined()
+        assert sorted(outlined[OUTLINE_COLOR]) == sorted(expected.tolist()) and len(expected) == ACTIVE_UNITS
+        # the boxes sit on those units' tiles: each box's centre is the centre of the tile labelled with the unit
+        tiles = lab.fields.tiles.data
+        for left, right, top, bottom in zip(*(lab.fields.box.data[k] for k in ("left", "right", "top", "bottom"))):
+            at = [i for i, (x, y) in enumerate(zip(tiles["x"], tiles["y"]))
+                  if abs(x - (left + right) / 2) < 1e-9 and abs(y - (top + bottom) / 2) < 1e-9]
+            assert len(at) == 1 and int(tiles["label"][at[0]].split()[2].rstrip(",")) in expected
+        assert "most active" in lab.fields.figure.title.text
+        assert ", ".join(map(str, expected)) in lab.isomap_note.object
+        # a redraw of the fields (new weights, another ranking) keeps the outlines
+        lab.rank_by.value = "activation"
+        assert sorted(lab.fields.outlined()[OUTLINE_COLOR]) == sorted(expected.tolist())
+        # presentation mode's orange outline and the selection's green ones together
+        lab._highlight = int(expected[0])
+        lab._show_fields()
+        outlined = lab.fields.outlined()
+        assert outlined[HIGHLIGHT_COLOR] == [int(expected[0])] and len(outlined[OUTLINE_COLOR]) == ACTIVE_UNITS
+        lab._highlight = None
+        # one point: its own most active units
+        lab.embedding.source.selected.indices = [1]
+        assert list(lab._active) == list(np.argsort(-hid[1], kind="stable")[:ACTIVE_UNITS])
+        # no selection: no outline, the plain title
+        lab.embedding.source.selected.indices = []
+        lab._show_fields()
+        assert lab._active is None and lab.fields.outlined() == {}
+        assert lab.fields.figure.title.text == FIELDS_TITLE
+    finally:
+        lab.close()

@@ -395,3 +395,93 @@ def test_a_backend_that_cannot_take_the_runs_says_why_in_their_status(make_runne
     assert runner.wait_started(60)
     assert runner.states["a"].status == "error" and runner.states["a"].message == "RuntimeError: no workers"
     assert not runner.active and not runner.playing
+
+
+# ---------------------------------------------------------------- Build: trainers built on the runner's thread
+def gated_build(names, gate: threading.Event, built_on: list[int], fail: str | None = None):
+    """A Build whose trainers wait for ``gate`` (a slow build) and record the building thread."""
+    from boltzlab.dashboard.runner import Build
+
+    def build():
+        built_on.append(threading.get_ident())
+        assert gate.wait(60)
+        if fail:
+            raise ValueError(fail)
+        return {n: FakeTrainer() for n in names}
+
+    return Build(tuple(names), build)
+
+
+def test_a_builds_trainers_are_made_on_the_runners_thread_and_its_names_known_at_once(make_runner):
+    gate, built_on = threading.Event(), []
+    runner = make_runner(gated_build(["a", "b"], gate, built_on))
+    # the first build: the runs exist by name, "starting", and a Step waits for them
+    assert runner.names == ["a", "b"] and [s.status for s in runner.states.values()] == ["starting"] * 2
+    assert runner.building
+    runner.step_once()
+    assert not runner.wait_built(0.05)
+    gate.set()
+    assert runner.wait_built(60) and not runner.building
+    assert set(runner.trainers) == {"a", "b"}
+    assert built_on and threading.get_ident() not in built_on
+    assert runner.wait_idle(60)
+    assert sorted((n, r["sweep"]) for n, r in runner.drain()) == [("a", 1), ("b", 1)]
+
+
+def test_a_reset_with_a_build_names_the_new_runs_at_once_and_steps_them_once_built(make_runner):
+    old = FakeTrainer()
+    runner = make_runner(lambda: {"a": old})
+    runner.step_once()
+    assert runner.wait_idle(60)
+    generation = runner.generation
+    gate, built_on = threading.Event(), []
+    runner.reset(gated_build(["b"], gate, built_on))  # returns at once
+    assert runner.building and runner.names == ["b"] and runner.generation == generation + 1
+    assert runner.states["b"].status == "starting" and runner.drain() == []
+    runner.step_once()  # asked for while building: steps the new run once it is built
+    gate.set()
+    assert runner.wait_built(60) and runner.wait_idle(60)
+    assert [(n, r["sweep"]) for n, r in runner.drain()] == [("b", 1)]
+    assert old.sweep == 1 and threading.get_ident() not in built_on
+
+
+def test_a_build_that_raises_brings_the_old_runs_back_and_says_why(make_runner):
+    old = FakeTrainer()
+    runner = make_runner(lambda: {"a": old})
+    runner.step_once()
+    assert runner.wait_idle(60)
+    generation = runner.generation
+    gate, built_on = threading.Event(), []
+    gate.set()
+    runner.reset(gated_build(["b"], gate, built_on, fail="The 'mu' parameter must be > 0. Got -1."))
+    assert runner.wait_built(60)
+    refused = runner.take_refusal()
+    assert isinstance(refused, ValueError) and "mu" in str(refused)
+    assert runner.take_refusal() is None  # said once
+    assert runner.names == ["a"] and runner.trainers["a"] is old and runner.generation == generation + 2
+    assert runner.states["a"].steps == 1 and runner.history.counts == {"a": 1}  # as they were
+    runner.step_once()
+    assert runner.wait_idle(60) and old.sweep == 2
+    assert [(n, r["sweep"]) for n, r in runner.drain()] == [("a", 2)]
+
+
+def test_the_first_build_that_raises_says_why_in_the_runs_status(make_runner):
+    gate, built_on = threading.Event(), []
+    gate.set()
+    runner = make_runner(gated_build(["b"], gate, built_on, fail="no good"))
+    assert runner.wait_built(60)
+    assert isinstance(runner.take_refusal(), ValueError)
+    assert runner.states["b"].status == "error" and "no good" in runner.states["b"].message
+
+
+def test_a_newer_reset_supersedes_a_build_in_flight(make_runner):
+    runner = make_runner(lambda: {"a": FakeTrainer()})
+    slow, built_on = threading.Event(), []
+    runner.reset(gated_build(["b"], slow, built_on))
+    assert wait_for(lambda: built_on)  # the thread is building "b"
+    quick = threading.Event()
+    quick.set()
+    runner.reset(gated_build(["c"], quick, built_on))
+    slow.set()
+    assert runner.wait_built(60) and runner.wait_idle(60)
+    assert runner.names == ["c"] and list(runner.trainers) == ["c"] and runner.take_refusal() is None

@@ -20,6 +20,7 @@ from boltzlab.dashboard.labs.tap_setup import GroundTruthTrainer, History, train
 from boltzlab.engine import rbm, tap_analysis
 from boltzlab.engine.stepping import Record
 from tests.dashboard.test_fvbm_lab import pump
+from tests.waiting import tick
 
 
 @pytest.fixture
@@ -35,7 +36,7 @@ def steps(lab, k):
     for _ in range(k):
         lab.runner.step_once()
     assert lab.runner.wait_idle(120)
-    lab.on_records(lab.runner.drain())
+    tick(lab)
     lab.refresh_status()
 
 
@@ -195,7 +196,7 @@ def test_heavy_analyses_never_run_on_the_ui_thread(lab, monkeypatch):
 
     for name in ("fit_solution_embedding", "DataMap", "denoising_curve", "tap_denoiser"):
         monkeypatch.setattr(tap_analysis, name, off_ui(getattr(tap_analysis, name)))
-    tap_setup._data_map.cache_clear()  # the data map is fitted in the job, once per data set
+    tap_setup._DATA_MAPS.clear()  # the data map is fitted in the job, once per data set
     lab.apply_settings(SMALL)
     steps(lab, 2)
     assert lab.jobs.running("isomap") and lab.jobs.running("isomap-data")  # submitted, not drawn ...
@@ -204,7 +205,7 @@ def test_heavy_analyses_never_run_on_the_ui_thread(lab, monkeypatch):
     assert lab.jobs.wait(120)  # ... until a later tick hands the results over
     assert len(lab.embedding.source.data["x"]) == len(lab.history.snapshots[-1].free_energies)
     assert len(lab.data_embedding.source.data["x"]) == 1000
-    assert "Isomap 1 (fitted at epoch" in lab.embedding.figure.xaxis[0].axis_label
+    assert "Isomap fitted at epoch" in lab.isomap_note.object and "Fig. 6" in lab.embedding.figure.title.text
     lab.epoch_slider.value = 0  # an earlier snapshot: drawn from the fit, its digits' map in a job
     assert lab.jobs.wait(120)
     lab._denoise_curve()

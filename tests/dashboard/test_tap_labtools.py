@@ -15,6 +15,7 @@ from boltzlab import engine
 from boltzlab.dashboard.labs.tap import TAPLab
 from boltzlab.dashboard.labtools import Checkpoint, write_checkpoint
 from boltzlab.dashboard.labs.tap_setup import GroundTruthTrainer
+from tests.waiting import tick
 
 SMALL = {"data": "digits", "n_hidden": 6, "batch": 50, "K": 20, "gamma": 0.05, "seed": 3}
 
@@ -46,7 +47,7 @@ def steps(lab, k):
     for _ in range(k):
         lab.runner.step_once()
     assert lab.runner.wait_idle(120)
-    lab.on_records(lab.runner.drain())
+    tick(lab)
     assert lab.jobs.wait(120)
     lab.refresh_status()
 
@@ -55,7 +56,7 @@ def next_step(lab):
     """Presentation mode's Next step: it returns at once; a later tick says what changed."""
     lab.next_step()
     assert lab.runner.wait_idle(120)
-    lab.on_records(lab.runner.drain())
+    tick(lab)
     assert lab.jobs.wait(120)
     return lab.tools.changed.object
 
@@ -179,7 +180,7 @@ def test_next_step_says_what_changed_and_outlines_the_unit(make_lab):
     k = next(i for i, label in enumerate(tiles["label"]) if label.startswith(f"hidden unit {unit},"))
     assert tiles["x"][k] == pytest.approx((box["left"][0] + box["right"][0]) / 2)
     assert tiles["y"][k] == pytest.approx((box["top"][0] + box["bottom"][0]) / 2)
-    lab.on_records(lab.runner.drain())
+    tick(lab)
     lab._show_fields()
     assert len(lab.fields.box.data["left"]) == 1  # the next redraw keeps it
     lab.clear_highlight()

@@ -23,6 +23,7 @@ from boltzlab.dashboard.labs.tap_setup import check_work as tap_check
 from boltzlab.dashboard.labs.tap_setup import isomap_rows
 from boltzlab.dashboard.labtools import Checkpoint, write_checkpoint
 from boltzlab.engine.stepping import Record
+from tests.waiting import tick
 
 LAB_IDS = [cls.key for cls in LABS]
 SMALL_TAP = {"data": "digits", "n_hidden": 6, "batch": 50, "K": 20, "seed": 3}
@@ -283,7 +284,7 @@ def test_the_cd_fork_is_checked_when_it_is_made(make_lab):
     for _ in range(3):
         lab.runner.step_once()
     assert lab.runner.wait_idle(120)
-    lab.on_records(lab.runner.drain())
+    tick(lab)
     budget.set_limits(step_seconds=1e-9)
     lab.fork.clicks += 1
     assert lab.cd_runner is None and lab.cd_status.level == "error"

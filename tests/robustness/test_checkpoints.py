@@ -19,6 +19,7 @@ from test_archives import checkpoint_bomb, decompressed, npy, raw_npy_header, zi
 from boltzlab import engine
 from boltzlab.dashboard.labs import LABS
 from boltzlab.dashboard.labtools import Checkpoint, read_checkpoint, write_checkpoint
+from tests.waiting import tick
 
 #: settings small enough for a few quick steps (as in tests/dashboard/test_lab_contract.py)
 SMALL = {
@@ -42,7 +43,7 @@ def lab(request):
     for _ in range(2):
         lab.runner.step_once()
     assert lab.runner.wait_idle(120)
-    lab.on_records(lab.runner.drain())
+    tick(lab)
     assert lab.jobs.wait(120)
     yield lab
     lab.close()
@@ -174,7 +175,7 @@ def test_the_labs_own_checkpoint_still_loads_and_the_run_goes_on(lab):
     assert_same(before, session(lab))
     lab.runner.step_once()
     assert lab.runner.wait_idle(120)
-    lab.on_records(lab.runner.drain())
+    tick(lab)
     assert sum(lab.runner.states[name].steps for name in lab.runner.states) > sum(before["steps"].values())
 
 

@@ -26,6 +26,7 @@ from boltzlab import engine
 from boltzlab.dashboard import cli
 from boltzlab.dashboard.labs.fvbm import FVBMLab
 from boltzlab.engine.data import MAX_CSV_BYTES, load_fvbm_csv
+from tests.waiting import tick
 
 MB = 2**20
 # every ±1 pattern of three votes (so the MPLE exists), p and q agreeing more often
@@ -146,7 +147,7 @@ def lab():
     lab.panel()
     lab.runner.step_once()  # a run with a history, which a bad upload must keep
     assert lab.runner.wait_idle(120)
-    lab.on_records(lab.runner.drain())
+    tick(lab)
     yield lab
     lab.close()
 

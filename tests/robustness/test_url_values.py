@@ -17,6 +17,7 @@ import pytest
 
 from boltzlab import engine
 from boltzlab.dashboard.labs import LABS
+from tests.waiting import tick
 
 #: settings small enough for a quick step (URL text), as in tests/dashboard/test_lab_contract.py
 SMALL = {
@@ -75,7 +76,7 @@ def make(cls):
     lab.apply_settings(lab.tools.decode(SMALL[cls.key], strict=True)[0])
     lab.runner.step_once()  # a run with a history, which a bad link must keep
     assert lab.runner.wait_idle(120)
-    lab.on_records(lab.runner.drain())
+    tick(lab)
     assert lab.jobs.wait(120)
     return lab
 

@@ -1,0 +1,144 @@
+"""A user's image set as the TAP and Frank-Wolfe labs take it (issue 26 item 1): read through
+the hardened archive reader or as CSV, [0, 1] values thresholded, the upload limits, the
+train / validation / test split and the hash a checkpoint records."""
+
+from __future__ import annotations
+
+import io
+import pickle
+
+import numpy as np
+import pytest
+
+from boltzlab.engine import images as im
+from boltzlab.engine.images import (MIN_UPLOAD_IMAGES, ImageSet, fingerprint, load_images, read_upload,
+                                    split_images, with_width)
+
+
+def npz(**arrays) -> bytes:
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    return buf.getvalue()
+
+
+def csv(X: np.ndarray, header: bool = False) -> bytes:
+    lines = ([",".join(f"p{j}" for j in range(X.shape[1]))] if header else [])
+    lines += [",".join(f"{v:g}" for v in row) for row in X]
+    return ("\n".join(lines) + "\n").encode()
+
+
+@pytest.fixture
+def pictures() -> np.ndarray:
+    """60 images of 10 x 12 pixels (height x width), binary."""
+    return (np.random.default_rng(1).random((60, 10, 12)) < 0.3).astype(np.uint8)
+
+
+def test_an_npz_of_3d_images_keeps_its_shape_and_is_split(pictures):
+    data = read_upload(npz(X=pictures), "mine.npz")
+    assert data.image_shape == (10, 12) and data.name == "mine.npz" and data.origin == "user upload"
+    assert data.split_sizes == (42, 6, 12) and data.X_train.dtype == np.float64
+    rows = np.concatenate([data.X_train, data.X_valid, data.X_test])
+    # every image once, in one split
+    assert sorted(map(bytes, rows.astype(np.uint8))) == sorted(map(bytes, pictures.reshape(60, -1)))
+    assert data.meta["sha256"] == fingerprint(data) and len(data.meta["sha256"]) == 64
+
+
+def test_a_csv_gives_the_same_split_and_hash_and_needs_a_width(pictures):
+    flat = pictures.reshape(60, -1)
+    from_npz = read_upload(npz(X=pictures), "mine.npz")
+    from_csv = read_upload(csv(flat, header=True), "mine.csv")
+    assert from_csv.image_shape is None  # 120 pixels: no square
+    assert from_csv.meta["sha256"] == from_npz.meta["sha256"]
+    np.testing.assert_array_equal(from_csv.X_test, from_npz.X_test)
+    with pytest.raises(ValueError, match="120 pixels, which is no square: set their width"):
+        with_width(from_csv, 0)
+    assert with_width(from_csv, 12).image_shape == (10, 12)
+    assert with_width(from_csv, 10).image_shape == (12, 10)
+    with pytest.raises(ValueError, match="'image_width' setting must divide the images' 120 pixels. Got 7"):
+        with_width(from_csv, 7)
+    with pytest.raises(ValueError, match=r"contradicts the file's own image shape \(10, 12\)"):
+        with_width(from_npz, 10)
+    assert with_width(from_npz, 12) is from_npz
+
+
+def test_grey_values_in_0_1_are_thresholded(pictures):
+    grey = np.where(pictures == 1, 0.8, 0.2)
+    a = read_upload(npz(images=grey.astype(np.float32)), "grey.npz")
+    b = read_upload(npz(X=pictures), "bin.npz")
+    assert a.meta["sha256"] == b.meta["sha256"]
+    c = read_upload(csv(grey.reshape(60, -1)), "grey.csv")
+    assert c.meta["sha256"] == b.meta["sha256"]
+
+
+def test_labels_split_stratified_and_the_split_is_reproducible(pictures):
+    y = np.repeat(np.arange(3), 20)
+    data = read_upload(npz(X=pictures, y=y), "labelled.npz")
+    assert data.split_sizes == (42, 6, 12)
+    assert np.bincount(data.y_valid).tolist() == [2, 2, 2] and np.bincount(data.y_test).tolist() == [4, 4, 4]
+    again = read_upload(npz(X=pictures, y=y), "labelled.npz")
+    assert again.meta["sha256"] == data.meta["sha256"]
+    np.testing.assert_array_equal(again.X_valid, data.X_valid)
+
+
+def test_split_images_keeps_every_row_and_has_a_row_in_each_split():
+    X = np.eye(5, 4)
+    data = split_images(ImageSet(X, X[:0], X[:0], None, None, None, image_shape=(2, 2), name="t", origin="t"))
+    assert sum(data.split_sizes) == 5 and min(data.split_sizes) >= 1
+    with pytest.raises(ValueError, match="at least 3 images"):
+        split_images(ImageSet(X[:2], X[:0], X[:0], None, None, None, image_shape=(2, 2), name="t", origin="t"))
+
+
+def test_the_hash_tells_data_apart():
+    digits = load_images("digits")
+    assert fingerprint(digits) == fingerprint(load_images("digits"))
+    assert fingerprint(digits) != fingerprint(load_images("mnist"))
+    X = digits.X_train.copy()
+    X[0, 0] = 1 - X[0, 0]
+    changed = ImageSet(X, digits.X_valid, digits.X_test, None, None, None, (8, 8), "x", "x")
+    assert fingerprint(changed) != fingerprint(digits)
+    moved = ImageSet(digits.X_valid, digits.X_train, digits.X_test, None, None, None, (8, 8), "x", "x")
+    assert fingerprint(moved) != fingerprint(digits)  # the same rows in other splits
+
+
+BAD_FILES = [
+    (npz(X=np.full((30, 16), 2.0)), "two.npz", r"must hold values in \[0, 1\].*row 0 \(0-based\), pixel column 0 holds 2.0"),
+    (npz(X=np.full((30, 16), 255, dtype=np.uint8)), "grey.npz", "divide 0..255 by 255"),
+    (b"0,1,0,1\n" * 29 + b"0,1,3,1\n", "bad.csv", r"Line 30, column 3 of the image file holds '3'; only values in \[0, 1\]"),
+    (b"0,1,0,1\n" * 29 + b"0,1,-0.5,1\n", "bad.csv", "holds '-0.5'"),
+    (npz(X=np.zeros((30, 2, 2, 2))), "4d.npz", "at most 3 are allowed"),
+    (npz(X=np.zeros(30)), "1d.npz", "2-d .* or 3-d"),
+    (b"0,1\n1,0,1\n", "ragged.csv", "Line 2 of the image file has 3 values"),
+    (npz(X=np.zeros((5, 16))), "few.npz", f"at least {MIN_UPLOAD_IMAGES} images"),
+    (b"", "empty.csv", "'empty.csv' is empty"),
+    (b"this is not a zip archive", "fake.npz", "not a readable .npz archive"),
+    (pickle.dumps(np.zeros((30, 4))), "pickled.npz", "pickled data, which is never loaded"),
+    (npz(X=np.zeros((30, 65, 65))), "large.npz", "4,225 pixels each; at most 4,096"),
+    (b"0,1\n" * (im.MAX_UPLOAD_IMAGES + 1), "rows.csv", "20,001 images .* at most 20,000"),
+    (npz(X=np.zeros((im.MAX_UPLOAD_IMAGES + 1, 2), dtype=np.uint8)), "rows.npz", "at most 20,000 are allowed"),
+    (npz(X=np.zeros((3000, 4000), dtype=np.uint8)), "values.npz", "at most 10,000,000 values"),
+]
+
+
+@pytest.mark.parametrize("content, name, match", BAD_FILES, ids=[name for _, name, _ in BAD_FILES])
+def test_bad_files_get_one_sentence(content, name, match):
+    with pytest.raises(ValueError, match=match):
+        read_upload(content, name)
+
+
+def test_a_pickled_object_array_is_never_unpickled(capsys):
+    class Boom:
+        def __reduce__(self):
+            return (print, ("unpickled!",))
+
+    obj = np.empty((30, 4), dtype=object)
+    obj[:] = Boom()
+    buf = io.BytesIO()
+    np.savez(buf, X=obj)
+    with pytest.raises(ValueError, match="dtype object .*never loaded"):
+        read_upload(buf.getvalue(), "objects.npz")
+    assert "unpickled!" not in capsys.readouterr().out
+
+
+def test_a_file_over_the_upload_limit_is_refused_before_it_is_read():
+    with pytest.raises(ValueError, match="at most 50 MB"):
+        read_upload(b"0" * (im.MAX_UPLOAD_BYTES + 1), "huge.csv")
