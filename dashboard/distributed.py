@@ -408,16 +408,16 @@ class DaskBackend:
             raise DaskUnavailable(f"The Dask workers at {self.address!r} could not load the engine "
                                   f"(is boltzlab installed on them?): {type(exc).__name__}: {exc}") from exc
 
-    def recycle_workers(self) -> dict:
+    def recycle_workers(self, timeout: float = 120.0) -> dict:
         """Restart every worker process through its nanny: what the processes kept (data
         caches, the heap of finished runs) goes back to the OS.  The plugins warm and renice
         the new ones before they take work.  For a cluster of this server's own, when no
         session uses it (an actor or a job on a restarted worker is lost).  Returns the
-        status of each worker (``"OK"``, ``"timed out"``, ...)."""
+        status of each worker (``"OK"``, ``"timed out"``: not back within ``timeout`` seconds, ...)."""
         workers = list(self.client.scheduler_info()["workers"])
         t0 = time.perf_counter()
         with RECYCLING:  # the nannies' "killing" and "Restarting worker" warnings: routine here
-            status = self.client.restart_workers(workers, timeout=120, raise_for_error=False)
+            status = self.client.restart_workers(workers, timeout=timeout, raise_for_error=False)
         ok = sum(value == "OK" for value in status.values())
         logging.getLogger(__name__).info(
             "Recycled %d of %d worker processes (their memory back to the OS) in %.1f s%s", ok, len(status),

@@ -180,7 +180,7 @@ class FrankWolfeLab(Lab):
         self._loading = False  # a checkpoint load in progress: the CD fork stays until it succeeds
         self._run_settings: dict[str, Any] = {}  # data (+ its images, ref), seed, evaluate, eval_every of the run
         self._kept_run: dict[str, Any] = {}  # ... of the run a build in flight replaces (back if refused)
-        self.uploads = ImageData(self)  # "Your images": the upload widget, its job, the run's data hash
+        self.uploads = ImageData(self)  # "Upload": the upload widget, its job, the run's data hash
         self._images = None  # the images the settings choose (prepare)
         self._fork: dict[str, Any] | None = None
         self.cd_runner: Runner | None = None
@@ -213,7 +213,7 @@ class FrankWolfeLab(Lab):
 
     def use_upload(self, content: bytes, filename: str) -> None:
         """Train on your own images: read ``content`` (the bytes of an ``.npz`` or CSV file
-        named ``filename``) as a job; once read it is the data of "Your images"
+        named ``filename``) as a job; once read it is the data of "Upload"
         (``data="upload"``; non-square images from a CSV need ``image_width``).  A bad file is
         refused with its reason and the current data stay."""
         self.uploads.use(content, filename)

@@ -43,7 +43,7 @@ UPLOAD_HELP = (
     "and test. Non-square images from a CSV or a 2-d array need their **image width**.")
 NEED_FILE = "Choose an .npz or CSV file of images to upload; the current data stay until then."
 NEED_FILE_LINK = ("These settings train on uploaded images, which a link or checkpoint does not contain: "
-                  "upload the file first (“Your images”), then load again.")
+                  "upload the file first (“Upload”), then load again.")
 
 def image_width_setting() -> param.Integer:
     """An image lab's ``image_width`` setting (used by uploads only)."""
@@ -119,7 +119,7 @@ class ImageData:
 
     def use(self, content: bytes, filename: str) -> None:
         """Read ``content`` (the bytes of ``filename``, an .npz or CSV) as a job; when ready
-        it is the lab's "Your images" data, else the reason is said and the data stay."""
+        it is the lab's "Upload" data, else the reason is said and the data stay."""
         self.filename = str(filename)
         limit = engine_images.MAX_UPLOAD_BYTES
         if len(content) > limit:  # before anything is copied or parsed
@@ -140,7 +140,7 @@ class ImageData:
         if self.lab.data == UPLOAD:
             self.lab.rebuild({"data"})
         else:
-            self.message.set("ok", f"Read {images.name}: choose “Your images” to train on it.")
+            self.message.set("ok", f"Read {images.name}: choose “Upload” to train on it.")
 
     def _failed(self, exc: BaseException) -> None:
         now = self.run_images.name if self.run_images is not None else "nothing"

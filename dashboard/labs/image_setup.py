@@ -15,7 +15,7 @@ from typing import Union
 from boltzlab.engine.images import ImageSet, fingerprint, load_images
 
 UPLOAD = "upload"
-DATASETS = {"MNIST 28×28": "mnist", "8×8 digits": "digits", "Your images": UPLOAD}
+DATASETS = {"MNIST 28×28": "mnist", "8×8 digits": "digits", "Upload": UPLOAD}
 
 #: what jobs and trainer factories get: a bundled set's key, or the uploaded images themselves
 DataRef = Union[str, ImageSet]

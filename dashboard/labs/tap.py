@@ -176,7 +176,7 @@ class TAPLab(Lab):
 
     def build_controls(self) -> None:
         self.data_info = pn.pane.Markdown("", styles={"font-size": "0.9em"})
-        self.uploads = ImageData(self)  # "Your images": the upload widget, its job, the run's data hash
+        self.uploads = ImageData(self)  # "Upload": the upload widget, its job, the run's data hash
         self._prepared: tuple[tuple, Any] | None = None  # the data chosen: ((data, hash, shape), ImageSet)
         self._run_prepared: tuple[tuple, Any] | None = None  # ... and the current run's (trainer_factory)
         self._data_key: str | None = None  # ... and the current run's data setting (set by clear())
@@ -207,7 +207,7 @@ class TAPLab(Lab):
 
     def use_upload(self, content: bytes, filename: str) -> None:
         """Train on your own images: read ``content`` (the bytes of an ``.npz`` or CSV file
-        named ``filename``) as a job; once read it is the data of "Your images"
+        named ``filename``) as a job; once read it is the data of "Upload"
         (``data="upload"``; non-square images from a CSV need ``image_width``).  A bad file is
         refused with its reason and the current data stay.  From Python: ``lab.use_upload(
         Path("mine.npz").read_bytes(), "mine.npz"); lab.jobs.wait(); lab.apply_settings(
@@ -259,13 +259,16 @@ class TAPLab(Lab):
         self.ll_curve = LiveCurve("TAP log-likelihood (Fig. 3)", "epoch",
                                   "TAP log-likelihood per unit (nats)", y2_label="unique solutions",
                                   name="tap-ll", height=330)
-        self.ll_curve.add_line("ll", "TAP log-likelihood", "#1f77b4")
+        # short legend entries: the title and the axes say "TAP" and "unique" (at 1280x720 in
+        # presentation mode the two long ones ran 7 px past the half-width plot's edge)
+        self.ll_curve.add_line("ll", "TAP log-likelihood", "#1f77b4", legend="log-likelihood")
         # each count solves from K fresh random starts, so it jumps from point to point: the
         # raw counts faint, their running mean (the trend) solid
         # (one legend entry for both: three entries overflowed the half-width plot at 1280x720)
-        self.ll_curve.add_line("count", "unique solutions", "#98df8a", axis="right", dash="dashed", width=1.2)
+        self.ll_curve.add_line("count", "unique solutions", "#98df8a", axis="right", dash="dashed", width=1.2,
+                               legend="solutions")
         self.ll_curve.add_line("count_trend", f"solutions, mean of {COUNT_WINDOW}", "#2ca02c", axis="right",
-                               legend="unique solutions")
+                               legend="solutions")
         # Figure 5, top: every solution's free energy per epoch, the Helmholtz estimate
         self.fe_points = ColumnDataSource({"x": [], "y": []}, name="fe-points")
         self.fe_line = ColumnDataSource({"x": [], "y": []}, name="fe-helmholtz")

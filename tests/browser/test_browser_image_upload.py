@@ -1,4 +1,4 @@
-"""Your own images in the TAP lab, in a real Chromium: choose "Your images", a bad file is
+"""Your own images in the TAP lab, in a real Chromium: choose "Upload", a bad file is
 refused and changes nothing, a good one (10 x 12 images) trains when Play is pressed and its
 receptive fields are drawn in its shape."""
 
@@ -38,7 +38,7 @@ def upload(page: Page, name: str, content: bytes) -> None:
 
 def test_tap_trains_on_uploaded_images(page: Page, app_url, shot):
     open_tap(page, app_url)
-    page.get_by_role("button", name="Your images", exact=True).click()
+    page.get_by_role("button", name="Upload", exact=True).click()
     expect(page.get_by_text("Choose an .npz or CSV file of images to upload")).to_be_visible(timeout=30_000)
     expect(page.locator("input[type=file][accept='.npz,.csv']")).to_be_attached()
 
