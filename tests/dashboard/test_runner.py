@@ -428,12 +428,17 @@ def test_a_builds_trainers_are_made_on_the_runners_thread_and_its_names_known_at
     assert sorted((n, r["sweep"]) for n, r in runner.drain()) == [("a", 1), ("b", 1)]
 
 
-def test_a_reset_with_a_build_names_the_new_runs_at_once_and_steps_them_once_built(make_runner):
+def stepped_once(make_runner):
+    """A runner whose one run ("a") has stepped once: (runner, its trainer, its generation)."""
     old = FakeTrainer()
     runner = make_runner(lambda: {"a": old})
     runner.step_once()
     assert runner.wait_idle(60)
-    generation = runner.generation
+    return runner, old, runner.generation
+
+
+def test_a_reset_with_a_build_names_the_new_runs_at_once_and_steps_them_once_built(make_runner):
+    runner, old, generation = stepped_once(make_runner)
     gate, built_on = threading.Event(), []
     runner.reset(gated_build(["b"], gate, built_on))  # returns at once
     assert runner.building and runner.names == ["b"] and runner.generation == generation + 1
@@ -446,11 +451,7 @@ def test_a_reset_with_a_build_names_the_new_runs_at_once_and_steps_them_once_bui
 
 
 def test_a_build_that_raises_brings_the_old_runs_back_and_says_why(make_runner):
-    old = FakeTrainer()
-    runner = make_runner(lambda: {"a": old})
-    runner.step_once()
-    assert runner.wait_idle(60)
-    generation = runner.generation
+    runner, old, generation = stepped_once(make_runner)
     gate, built_on = threading.Event(), []
     gate.set()
     runner.reset(gated_build(["b"], gate, built_on, fail="The 'mu' parameter must be > 0. Got -1."))
