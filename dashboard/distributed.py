@@ -576,9 +576,18 @@ THREADS_PER_WORKER = 4
 HTTP_ROUTES = ["distributed.http.health"]
 
 
+#: Seconds the local cluster's processes (and the server's client) wait for a connection to
+#: another of them.  Dask's default, 30 s, was overrun with 16 TAP sessions playing on 2 cores:
+#: a TLS handshake with a worker at niceness 10 that has every core busy waits its turn, and a
+#: new session's trainers failed to ship ("Timed out trying to connect ... after 30 s").  On
+#: the loopback a slow connection is a busy peer, not a lost one: waiting is the right answer.
+LOCAL_CONNECT_SECONDS = 180.0
+
+
 def closed_cluster_config() -> dict[str, Any]:
     """Dask configuration of the local cluster's processes (``dask.config.set`` keys)."""
-    return {"distributed.scheduler.http.routes": HTTP_ROUTES, "distributed.worker.http.routes": HTTP_ROUTES}
+    return {"distributed.scheduler.http.routes": HTTP_ROUTES, "distributed.worker.http.routes": HTTP_ROUTES,
+            "distributed.comm.timeouts.connect": f"{LOCAL_CONNECT_SECONDS:g}s"}
 
 
 #: Local workers run below the server's priority: they share the machine with the process
@@ -721,7 +730,9 @@ def start_local_cluster(n_workers: int, *, threads_per_worker: int = THREADS_PER
     restarted by its nanny (warmed again before it takes work), and the workers exit with
     this process, however it ends (a nanny's worker watches a pipe to its parent).  No Dask
     web dashboard (a second Bokeh server nobody reads, wanting port 8787); Dask's logs at
-    WARNING and above only.  The caller closes both: ``backend.close(); cluster.close()``.
+    WARNING and above only.  Its processes and the backend's client wait
+    :data:`LOCAL_CONNECT_SECONDS` for a connection (``timeout`` overrides the client's).  The
+    caller closes both: ``backend.close(); cluster.close()``.
     """
     if not isinstance(n_workers, int) or n_workers < 1:
         raise ValueError(f"A local Dask cluster needs n_workers >= 1. Got {n_workers!r}.")
@@ -744,7 +755,8 @@ def start_local_cluster(n_workers: int, *, threads_per_worker: int = THREADS_PER
                                dashboard_address=None, silence_logs=logging.WARNING,
                                scheduler_kwargs={"dashboard_address": "127.0.0.1:0"})
     try:
-        backend = DaskBackend(cluster.scheduler_address, timeout, security)
+        backend = DaskBackend(cluster.scheduler_address, LOCAL_CONNECT_SECONDS if timeout is None else timeout,
+                              security)
         try:
             backend.client.register_plugin(_renice_plugin(WORKER_NICENESS))
             cluster.scheduler.add_plugin(_deaths_plugin(backend))  # the scheduler runs in this process

@@ -22,7 +22,12 @@ import psutil
 import pytest
 from distributed import Security
 
-from boltzlab.dashboard.distributed import InsecureScheduler, scheduler_security, start_local_cluster
+from boltzlab.dashboard.distributed import (
+    LOCAL_CONNECT_SECONDS,
+    InsecureScheduler,
+    scheduler_security,
+    start_local_cluster,
+)
 from tests.serving import server_output, start_server, stop_server
 
 #: Pages Dask's HTTP servers serve by default: worker logs, call stacks, task state, metrics.
@@ -90,6 +95,24 @@ def test_the_local_cluster_needs_its_own_credentials():
         assert not runs_code(cluster.scheduler_address)
         assert not runs_code(cluster.scheduler_address.replace("tls://", "tcp://"))
         assert not runs_code(cluster.scheduler_address, Security.temporary())  # someone else's certificate
+    finally:
+        backend.close()
+        cluster.close()
+
+
+def test_the_local_cluster_waits_for_a_busy_peer():
+    """Every process of the local cluster, and the server's client, wait LOCAL_CONNECT_SECONDS for
+    a connection, not Dask's 30 s: on a saturated machine a worker's TLS handshake waits its turn
+    (issue 22: a new session's trainers failed to ship)."""
+    import dask
+
+    cluster, backend = start_local_cluster(1, warm=False)
+    try:
+        assert LOCAL_CONNECT_SECONDS > 30
+        assert backend.timeout == LOCAL_CONNECT_SECONDS
+        assert backend.client.rpc.timeout == LOCAL_CONNECT_SECONDS  # the client's connections to workers
+        seen = backend.client.run(lambda: dask.config.get("distributed.comm.timeouts.connect"))
+        assert list(seen.values()) == [f"{LOCAL_CONNECT_SECONDS:g}s"]
     finally:
         backend.close()
         cluster.close()
