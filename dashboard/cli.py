@@ -565,7 +565,7 @@ def _json_safe(value):
 def cmd_bench_fvbm(args: argparse.Namespace) -> int:
     from boltzlab.engine.experiments import bench_fvbm
 
-    result = bench_fvbm.run(min_seconds=args.seconds)
+    result = bench_fvbm.run(min_seconds=args.seconds, threads=args.threads)
     if args.json:
         print(json.dumps(result))
         return 0
@@ -576,6 +576,9 @@ def cmd_bench_fvbm(args: argparse.Namespace) -> int:
     print(f"  numba on the {result['distinct_rows']} distinct rows with counts (the engine's default here): "
           f"{result['numba_distinct_rows_sweeps_per_second']:.0f} sweeps/s")
     print(f"  goal         : <= {result['goal_ms_per_sweep']:.0f} ms per sweep: {'met' if result['meets_goal'] else 'NOT met'}")
+    for row in result["thread_rows"][1:]:
+        print(f"  {row['threads']} threads    : {row['numba_sweeps_per_second']:8.1f} sweeps/s ({row['speedup']:.2f}x 1 thread), "
+              f"batched {row['numba_batched_sweeps_per_second']:.1f} sweeps/s ({row['batched_speedup']:.2f}x), same run")
     return 0
 
 
@@ -583,13 +586,15 @@ def cmd_bench_rbm(args: argparse.Namespace) -> int:
     from boltzlab.engine.experiments import bench_rbm
 
     result = bench_rbm.run(hidden=tuple(args.hidden), repeats=args.repeats, ais_runs=args.ais_runs,
-                           ais_schedule=args.ais_schedule)
+                           ais_schedule=args.ais_schedule, threads=args.threads)
     if args.json:
         print(json.dumps(result))
         return 0
     print("PCD-1 epoch on binarised MNIST (train split), batch 100, every column measured in the same run:")
     print(bench_rbm.format_table(result))
     for row in result["rows"]:
+        if "ais_seconds" not in row:
+            continue
         print(f"  Nh = {row['n_hidden']:>4}: AIS ({row['ais_runs']} runs, {row['ais_schedule']} schedule) {row['ais_seconds']:.1f} s "
               f"= {row['ais_seconds_per_run']:.3f} s per run, log Z = {row['ais_log_z']:.2f} ± {row['ais_spread']:.2f}")
     return 0
@@ -605,9 +610,9 @@ def cmd_bench_tap(args: argparse.Namespace) -> int:
         print(json.dumps(_json_safe(result)))
         return 0
     print(f"TAP sweeps (Algorithm 1, hidden + visible half-step) on MNIST-sized binary RBMs, same run, "
-          f"BLAS threads: {'library default' if threads is None else threads}:")
+          f"threads: {'library default' if threads is None else ', '.join(str(r) for r in sorted({1, threads}))}:")
     for row in result["rows"]:
-        print(f"  K = {row['K']}, Nv = {row['n_visible']}, Nh = {row['n_hidden']:>4}: "
+        print(f"  K = {row['K']}, Nv = {row['n_visible']}, Nh = {row['n_hidden']:>4}, threads {row['threads']}: "
               f"engine {row['engine_sweeps_per_s']:7.1f} sweeps/s, NumPy/BLAS {row['numpy_sweeps_per_s']:7.1f} sweeps/s, "
               f"ratio {row['ratio']:.2f}x; engine at {100 * row['fraction_of_matmul']:.0f}% of the products' "
               f"matmul rate ({row['engine_gflops']:.1f} of {row['matmul_gflops']:.1f} GFLOPS); "
@@ -615,8 +620,12 @@ def cmd_bench_tap(args: argparse.Namespace) -> int:
         print(f"  {'':>24}float32: engine {row['engine_float32_sweeps_per_s']:7.1f} sweeps/s, NumPy/BLAS float32 "
               f"{row['numpy_float32_sweeps_per_s']:7.1f} sweeps/s; {row['float32_speedup']:.2f}x the float64 engine, "
               f"{row['float32_vs_numpy_float64']:.2f}x the float64 NumPy; at {100 * row['float32_fraction_of_sgemm']:.0f}% "
-              f"of SGEMM ({row['engine_float32_gflops']:.1f} of {row['sgemm_gflops']:.1f} GFLOPS); "
+              f"of SGEMM ({row['engine_float32_gflops']:.1f} of {row['sgemm_gflops']:.1f} GFLOPS: BLAS's threads "
+              f"{row['blas_sgemm_gflops']:.1f}, chain blocks {row['blocked_sgemm_gflops']:.1f}); "
               f"to tol 1e-8: {row['converge_float32_seconds']:.2f} s")
+        if row["threads"] not in (None, 1):
+            print(f"  {'':>24}{row['threads']} threads vs 1, same run: float32 {row['speedup_float32']:.2f}x, "
+                  f"float64 {row['speedup_float64']:.2f}x, SGEMM floor {row['sgemm_speedup']:.2f}x")
     return 0
 
 
@@ -628,7 +637,7 @@ def cmd_bench_frankwolfe(args: argparse.Namespace) -> int:
         "on the bundled MNIST (Nv = 784) ...")
     result = bench_frankwolfe.run(hidden=tuple(args.hidden), insertions=args.insertions, repeats=args.repeats,
                                   cd_k=args.cd_k, samples=args.samples, reg=args.reg, bias_lr=args.bias_lr,
-                                  cd_epochs=args.cd_epochs)
+                                  cd_epochs=args.cd_epochs, threads=args.threads)
     if args.json:
         print(json.dumps(_json_safe(result)))
         return 0
@@ -640,6 +649,10 @@ def cmd_bench_frankwolfe(args: argparse.Namespace) -> int:
     worst = max(r["ratio_fw_run_to_cd_run"] for r in result["rows"])
     print(f"The paper (§4): FW costs at most about 2x CD for the same number of hidden units. "
           f"Here growing to n units costs at most {worst:.2f}x {result['cd_epochs']} CD epochs at n.")
+    for row in result.get("thread_rows", []):
+        print(f"  {row['threads']} threads, Nh = {row['n_hidden']}: CD epoch {row['cd_seconds_per_epoch']:.3f} s "
+              f"({row['speedup_cd']:.2f}x 1 thread), FW insertion {row['fw_seconds_per_insertion']:.3f} s "
+              f"({row['speedup_insertion']:.2f}x), same run")
     return 0
 
 
@@ -900,6 +913,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench_fvbm.add_argument("--json", action="store_true", help="print the results as one JSON object")
     bench_fvbm.add_argument("--seconds", type=_positive_float, default=3.0, help="time to spend on each (default 3)")
+    bench_fvbm.add_argument("--threads", type=_positive_int, default=1,
+                            help="also time the engine on N threads, beside 1, in the same run (default 1)")
     bench_fvbm.set_defaults(func=cmd_bench_fvbm)
     bench_rbm = bench_sub.add_parser(
         "rbm", help="seconds per PCD-1 epoch on binarised MNIST: engine vs scikit-learn, float32 and float64; AIS time",
@@ -913,6 +928,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench_rbm.add_argument("--ais-runs", type=_positive_int, default=100, help="AIS runs (default 100)")
     bench_rbm.add_argument("--ais-schedule", choices=["default", "live"], default="default",
                            help="default: 14,500 betas (Frank-Wolfe paper); live: the cheap schedule of the app")
+    bench_rbm.add_argument("--threads", type=_positive_int, default=1,
+                           help="also time everything on N threads, beside 1, in the same run (default 1)")
     bench_rbm.add_argument("--json", action="store_true", help="print the results as one JSON object")
     bench_rbm.set_defaults(func=cmd_bench_rbm)
     bench_tap = bench_sub.add_parser(
@@ -926,7 +943,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench_tap.add_argument("--sweeps", type=_positive_int, default=40, help="sweeps per timing (default 40)")
     bench_tap.add_argument("--repeats", type=_positive_int, default=7, help="best of this many timings (default 7)")
     bench_tap.add_argument("--threads", type=int, default=1,
-                           help="BLAS threads for both sides (default 1; 0 keeps the libraries' defaults)")
+                           help="also measure on N threads, beside 1, in the same run: the engine's numba threads, "
+                                "BLAS threads for NumPy and the GEMM floor (default 1; 0 keeps the libraries' defaults)")
     bench_tap.add_argument("--json", action="store_true", help="print the results as one JSON object")
     bench_tap.set_defaults(func=cmd_bench_tap)
     bench_fw = bench_sub.add_parser(
@@ -944,6 +962,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench_fw.add_argument("--bias-lr", type=_positive_float, default=0.5, help="eta of eq. 10 (default 0.5, the lab's)")
     bench_fw.add_argument("--cd-epochs", type=_positive_int, default=200,
                           help="length of the CD run the FW growth is compared with (default 200, the paper's)")
+    bench_fw.add_argument("--threads", type=_positive_int, default=1,
+                          help="also run everything on N threads after 1, in the same process (default 1)")
     bench_fw.add_argument("--json", action="store_true", help="print the results as one JSON object")
     bench_fw.set_defaults(func=cmd_bench_frankwolfe)
     bench_bd = bench_sub.add_parser(

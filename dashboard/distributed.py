@@ -89,6 +89,7 @@ class TrainerActor:
     def __init__(self, trainers: Mapping[str, Trainer], name: str) -> None:
         self.trainer = trainers[name]
         self._lock = asyncio.Lock()  # binds to the worker's loop on first use
+        self._player: Any = None  # this run's claim on the machine's idle cores, made when it plays
 
     async def _run(self, fn: Callable[..., Any], *args: Any, playing: bool = False) -> Any:
         from distributed import get_worker
@@ -109,7 +110,7 @@ class TrainerActor:
     async def steps(self, k: int) -> tuple[list[Record], Status]:
         """``steps(k)`` and the trainer's status after it: a playing run's batch, run in the
         worker's play threads, below a Step click's priority (:data:`PLAY_NICENESS`)."""
-        return await self._run(lambda: (list(self.trainer.steps(k)), _status(self.trainer)), playing=True)
+        return await self._run(lambda: _steps_fairly(self, k), playing=True)
 
     async def state_dict(self) -> dict[str, Any]:
         return await self._run(self.trainer.state_dict)
@@ -145,6 +146,17 @@ class TrainerActor:
 
 #: Names a RemoteTrainer answers itself (never a round trip, even when missing).
 _LOCAL = frozenset({"done", "status", "message", "steps", "trainer_class"})
+
+
+def _steps_fairly(actor: TrainerActor, k: int) -> tuple[list[Record], Status]:
+    """A playing batch on the run's fair share of the machine's cores (issue 25:
+    :func:`boltzlab.engine.threads.fair_share`, counted over every worker process)."""
+    from boltzlab.engine import threads as engine_threads
+
+    if actor._player is None:
+        actor._player = engine_threads.Player()
+    with engine_threads.fair_share(actor._player):
+        return list(actor.trainer.steps(k)), _status(actor.trainer)
 
 
 class RemoteTrainer:

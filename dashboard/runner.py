@@ -596,7 +596,7 @@ class Runner:
                 # playing goes through steps() (a worker runs those below single steps'
                 # priority, dashboard/distributed.py); one step, a Step click, through step()
                 if not single and hasattr(trainer, "steps"):
-                    records = list(trainer.steps(k))
+                    records = _steps_fairly(self, name, trainer, k)
                 else:
                     records = [trainer.step()]
             except Exception as exc:  # a failing step stops this trainer, not the app
@@ -653,6 +653,23 @@ class Runner:
         status = getattr(trainer, "status", "done")
         state.status = status if status not in ACTIVE_STATUSES else "done"
         state.message = getattr(trainer, "message", "") or state.message
+
+
+def _steps_fairly(runner: Runner, name: str, trainer: Trainer, k: int) -> list[Record]:
+    """``trainer.steps(k)`` of a playing run: a trainer in this process (``--workers 0``, a
+    notebook) runs on its fair share of the machine's idle cores (issue 25,
+    :func:`boltzlab.engine.threads.fair_share`); a remote stand-in's actor does the same in
+    its worker."""
+    if getattr(trainer, "_actor", None) is not None or type(trainer).__name__.startswith("Remote"):
+        return list(trainer.steps(k))
+    from boltzlab.engine import threads as engine_threads
+
+    players = runner.__dict__.setdefault("_players", {})
+    player = players.get(name)
+    if player is None:
+        player = players[name] = engine_threads.Player()
+    with engine_threads.fair_share(player):
+        return list(trainer.steps(k))
 
 
 def play_or_tell(runner: Runner) -> str | None:

@@ -112,6 +112,7 @@ from boltzlab.engine.rbm import (
     log_partition_exact,
 )
 from boltzlab.engine.stepping import Record, as_scalar
+from boltzlab.engine.threads import single_blas
 
 #: Exact expectations enumerate the 2^Nv visible states: allowed up to this many visibles ...
 MAX_EXACT_EXPECTATION_UNITS = 16
@@ -755,6 +756,7 @@ class FrankWolfeTrainer:
         alpha_data = float(np.mean(self._unit_data - 0.5 * self.reg * self._penalties()))
         if self.exact_expectations:
             return (0, 0) + self._exact_bias_alpha_steps(alpha_data)
+        single_blas()
         alpha, acc, prop, updates, mismatch, converged = fwk.bias_alpha_updates(
             self._chains, self._sampler_weights(), self._b, self._c, self.alpha if self.fit_alpha else float(n),
             self._data_mean,

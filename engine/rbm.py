@@ -24,6 +24,7 @@ import numpy as np
 from boltzlab.engine.checks import check_choice, check_float, check_int, check_seed, derived_seed
 from boltzlab.engine.kernels import rbm as kernels
 from boltzlab.engine.stepping import Record, as_scalar
+from boltzlab.engine.threads import single_blas
 
 MAX_EXACT_UNITS = 20  # the smaller layer is enumerated: 2^20 states
 
@@ -282,6 +283,7 @@ def ais_log_partition(
     base_vis = np.asarray(base_vis, dtype=np.float64)
     if base_vis.shape != (W.shape[0],) or not np.all(np.isfinite(base_vis)):
         raise ValueError(f"The 'base_vis' parameter of {owner} must be a finite array of shape ({W.shape[0]},). Got shape {base_vis.shape}.")
+    single_blas()
     logw = kernels.ais_log_weights(W, b_vis, b_hid, base_vis, np.ascontiguousarray(betas), n_runs, derived_seed(seed, 13))
     log_z_base = W.shape[1] * math.log(2.0) + float(np.sum(np.logaddexp(0.0, base_vis)))
     top = logw.max()
@@ -570,6 +572,7 @@ class RBMTrainer:
             bounds.append(bounds[-1] + idx.shape[0])
             seeds.append(derived_seed(self.seed, 1, t))
         recon = np.empty(n_batches)
+        single_blas()
         t0 = time.perf_counter()
         kernels.train_batches(
             self._V_train, np.concatenate(rows), np.asarray(bounds, dtype=np.int64), np.asarray(seeds, dtype=np.int64),

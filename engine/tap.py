@@ -38,6 +38,7 @@ from boltzlab.engine.rbm import (
     log_partition_exact,
 )
 from boltzlab.engine.stepping import Record, as_scalar
+from boltzlab.engine.threads import single_blas
 
 PRIOR_CODES = {
     "bernoulli": kernels.BERNOULLI,
@@ -228,7 +229,8 @@ def tap_fixed_points(
     ch = np.zeros((K, n_hid), dtype)
     iters = np.zeros(K, dtype=np.int64)
     conv = np.zeros(K, dtype=np.bool_)
-    kernels.tap_iterate(*model.args(), av, cv, ah, ch, damping, tol, max_iter, iters, conv)
+    single_blas()
+    kernels.tap_iterate_blocks(*model.args(), av, cv, ah, ch, damping, tol, max_iter, iters, conv)
     return TAPResult(av, cv, ah, ch, iters, conv)
 
 
@@ -266,7 +268,8 @@ def refine_fixed_points(
         args = list(model.args())
         if model.has_field:
             args[-2] = np.ascontiguousarray(model.field[todo])
-        kernels.tap_iterate(*args, *sub, damping, tol, max_iter, it, ok)
+        single_blas()
+        kernels.tap_iterate_blocks(*args, *sub, damping, tol, max_iter, it, ok)
         for x, y in zip((av, cv, ah, ch), sub):
             x[todo] = y
         iters[todo] += it

@@ -34,8 +34,34 @@ import numpy as np
 def run(hidden: tuple[int, ...] = (100, 300, 500), *, insertions: int = 3, repeats: int = 2, cd_k: int = 10,
         batch_size: int = 100, learning_rate: float = 0.05, samples: int = 2000, bias_steps: int = 1000,
         bias_tol: float = 0.01, bias_lr: float = 0.5, gibbs_steps: int = 1, reg: float = 0.1, cd_epochs: int = 200, burn_in: int = 10,
-        seed: int = 0) -> dict:
-    """JSON-ready timings; see the module docstring.  Default run: about a minute on 2 cores."""
+        seed: int = 0, threads: int = 1) -> dict:
+    """JSON-ready timings; see the module docstring.  Default run: about a minute on 2 cores.
+
+    ``threads`` = n > 1 runs the whole measurement on 1 thread and then on n threads
+    (numba's and BLAS's, :mod:`boltzlab.engine.threads`) in the same process: the result's
+    ``rows`` are the 1-thread ones, ``thread_rows`` the n-thread ones with ``speedup_cd``
+    (CD epoch) and ``speedup_insertion`` (FW insertion) over 1 thread.
+    """
+    if int(threads) > 1:
+        from threadpoolctl import threadpool_limits
+
+        from boltzlab.engine import threads as engine_threads
+
+        kw = dict(hidden=hidden, insertions=insertions, repeats=repeats, cd_k=cd_k, batch_size=batch_size,
+                  learning_rate=learning_rate, samples=samples, bias_steps=bias_steps, bias_tol=bias_tol,
+                  bias_lr=bias_lr, gibbs_steps=gibbs_steps, reg=reg, cd_epochs=cd_epochs, burn_in=burn_in, seed=seed)
+        out = {}
+        for count in (1, int(threads)):
+            with threadpool_limits(limits=count), engine_threads.using(count):
+                out[count] = run(**kw, threads=1)
+        result = out[1]
+        many = out[int(threads)]["rows"]
+        for one, row in zip(result["rows"], many):
+            row["threads"] = int(threads)
+            row["speedup_cd"] = one["cd_seconds_per_epoch"] / row["cd_seconds_per_epoch"]
+            row["speedup_insertion"] = one["fw_seconds_per_insertion"] / row["fw_seconds_per_insertion"]
+        result["thread_rows"] = many
+        return result
     from boltzlab.engine.frankwolfe import FrankWolfeTrainer
     from boltzlab.engine.images import mnist
     from boltzlab.engine.rbm import RBMTrainer

@@ -9,7 +9,10 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
+
+from boltzlab.engine.kernels.common import matmul
+from boltzlab.engine.kernels.rbm import row_blocks, weight_blocks
 
 DTYPES = ("float32", "float64")
 
@@ -27,12 +30,54 @@ def _epoch_products(V, W, WT, n_batches, batch_size, recon_rows, L, R, H, Hs, Vr
         np.dot(L.T, R, G)  # the gradient of both phases
 
 
+@njit(cache=True, nogil=True, parallel=True)
+def _dot_blocks(A, B, out, nb):
+    """out = A B on nb fixed row blocks in parallel (single-threaded BLAS per block)."""
+    n = A.shape[0]
+    for b in prange(nb):
+        lo = b * n // nb
+        hi = (b + 1) * n // nb
+        np.dot(A[lo:hi], B, out[lo:hi])
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _gradient_blocks(L, R, G, nb):
+    """G = L^T R on nb fixed blocks of G's rows, each one product of L's columns in place."""
+    n = L.shape[1]
+    for b in prange(nb):
+        lo = b * n // nb
+        hi = (b + 1) * n // nb
+        matmul(L[:, lo:hi].T, R, G[lo:hi])
+
+
+@njit(cache=True, nogil=True)
+def _epoch_products_blocked(V, W, WT, n_batches, batch_size, recon_rows, L, R, H, Hs, Vr, G):
+    """:func:`_epoch_products` on the blocks of engine.kernels.rbm.train_batches, in parallel
+    (the engine's own way to run its products on n threads)."""
+    from_rows = row_blocks
+    nb = batch_size
+    for _ in range(n_batches):
+        _dot_blocks(V[:nb], W, H, from_rows(nb))
+        _dot_blocks(Hs, WT, Vr, from_rows(Hs.shape[0]))
+        _dot_blocks(H, WT, L[nb:], from_rows(nb))
+        _dot_blocks(L[nb:], W, H, from_rows(nb))
+        _gradient_blocks(L, R, G, weight_blocks(W.shape[0]))
+
+
 def product_flops(n_visible: int, n_hidden: int, batch_size: int, recon_rows: int) -> float:
     """FLOPs (2 per multiply-add) of the five products of one PCD-1 batch (see above)."""
     return 2.0 * n_visible * n_hidden * (5 * batch_size + recon_rows)
 
 
-def _floor_seconds(n_visible: int, n_hidden: int, batch_size: int, n_batches: int, dtype: str, repeats: int) -> float:
+def _floor_seconds(n_visible: int, n_hidden: int, batch_size: int, n_batches: int, dtype: str, repeats: int,
+                   threads: int | None = None, blocked: bool = False) -> float:
+    """Best time of an epoch's products alone: BLAS's own ``threads`` (None: its default) on
+    whole products, or (``blocked``) the engine's blocks on ``threads`` numba threads."""
+    from contextlib import nullcontext
+
+    from threadpoolctl import threadpool_limits
+
+    from boltzlab.engine import threads as engine_threads
     from boltzlab.engine.kernels.rbm import RECON_ROWS
 
     rng = np.random.default_rng(0)
@@ -46,18 +91,36 @@ def _floor_seconds(n_visible: int, n_hidden: int, batch_size: int, n_batches: in
     Vr = np.empty((Hs.shape[0], n_visible), dtype)
     G = np.empty((n_visible, n_hidden), dtype)
     args = (V, W, WT, n_batches, batch_size, RECON_ROWS, L, R, H, Hs, Vr, G)
-    _epoch_products(*args[:3], 1, *args[4:])  # compile / warm
+    if blocked:
+        fn = _epoch_products_blocked
+        limit = engine_threads.using(threads or engine_threads.threads())
+    else:
+        fn = _epoch_products
+        limit = nullcontext() if threads is None else threadpool_limits(limits=threads)
     best = np.inf
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        _epoch_products(*args)
-        best = min(best, time.perf_counter() - t0)
+    with limit:
+        if blocked:
+            engine_threads.single_blas()
+        fn(*args[:3], 1, *args[4:])  # compile / warm
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn(*args)
+            best = min(best, time.perf_counter() - t0)
     return best
 
 
 def run(hidden: tuple[int, ...] = (100, 500), *, batch_size: int = 100, learning_rate: float = 0.05,
-        repeats: int = 3, ais_runs: int = 100, ais_schedule: str = "default") -> dict:
+        repeats: int = 3, ais_runs: int = 100, ais_schedule: str = "default", threads: int = 1) -> dict:
     """JSON-ready timings; ``ais_schedule`` is "default" (14,501 betas) or "live" (1,001).
+
+    ``threads`` = n > 1 times every variant on 1 and on n threads in the same run (one row
+    per Nh and thread count, key ``threads``): the engine on n numba threads
+    (:mod:`boltzlab.engine.threads`), scikit-learn and the BLAS floor with n BLAS threads
+    (threadpoolctl).  The floor of a dtype on n threads is the faster of BLAS's own n threads
+    on whole products (``blas_sgemm_floor_seconds``, ...) and the engine's blocks on n numba
+    threads (``blocked_sgemm_floor_seconds``, ...); ``speedup_float32`` /
+    ``speedup_float64`` are the engine's 1-thread time over its n-thread time, same run,
+    ``sgemm_floor_speedup`` the floor's.  AIS (not threaded) is timed in the 1-thread row.
 
     The engine's epoch is timed as the trainer's own ``wall_time`` of its numba call (the
     35 mini-batch updates); the pseudo-likelihood and log-likelihood evaluations the
@@ -91,6 +154,17 @@ def run(hidden: tuple[int, ...] = (100, 500), *, batch_size: int = 100, learning
     inputs = {dtype: V.astype(dtype) for dtype in DTYPES}
     n, n_visible = V.shape
     n_batches = -(-n // batch_size)
+    from contextlib import nullcontext
+
+    from threadpoolctl import threadpool_limits
+
+    from boltzlab.engine import threads as engine_threads
+
+    counts = sorted({1, int(threads)})
+
+    def limits(count):
+        return threadpool_limits(limits=count), engine_threads.using(count)
+
     rows = []
     for n_hidden in hidden:
         trainers = {}
@@ -100,55 +174,85 @@ def run(hidden: tuple[int, ...] = (100, 500), *, batch_size: int = 100, learning
                 momentum=0.0, step_unit="epoch", evaluate="none", seed=0, max_epochs=10**6, dtype=dtype,
             )
             trainers[dtype].step()  # compile or load the kernels from the cache before timing
-        engine = {dtype: np.inf for dtype in DTYPES}
-        sklearn = {dtype: np.inf for dtype in DTYPES}
+        engine = {(c, dtype): np.inf for c in counts for dtype in DTYPES}
+        sklearn = {(c, dtype): np.inf for c in counts for dtype in DTYPES}
         for _ in range(repeats):
-            for dtype in DTYPES:
-                engine[dtype] = min(engine[dtype], trainers[dtype].step()["wall_time"])
-                t0 = time.perf_counter()
-                BernoulliRBM(n_components=n_hidden, batch_size=batch_size, learning_rate=learning_rate,
-                             n_iter=1, random_state=0).fit(inputs[dtype])
-                sklearn[dtype] = min(sklearn[dtype], time.perf_counter() - t0)
+            for count in counts:
+                blas, numba_threads = limits(count)
+                with blas, numba_threads:
+                    for dtype in DTYPES:
+                        engine[count, dtype] = min(engine[count, dtype], trainers[dtype].step()["wall_time"])
+                        t0 = time.perf_counter()
+                        with threadpool_limits(limits=count):
+                            BernoulliRBM(n_components=n_hidden, batch_size=batch_size, learning_rate=learning_rate,
+                                         n_iter=1, random_state=0).fit(inputs[dtype])
+                        sklearn[count, dtype] = min(sklearn[count, dtype], time.perf_counter() - t0)
         flops = n_batches * product_flops(n_visible, n_hidden, batch_size, RECON_ROWS)
-        floor = {dtype: _floor_seconds(n_visible, n_hidden, batch_size, n_batches, dtype, max(3, repeats))
-                 for dtype in DTYPES}
+        blas_floor, blocked_floor = {}, {}
+        for _ in range(2):  # interleaved, best of both passes
+            for count in counts:
+                for dtype in DTYPES:
+                    for store, blocked in ((blas_floor, False), (blocked_floor, True)):
+                        t = _floor_seconds(n_visible, n_hidden, batch_size, n_batches, dtype, max(2, repeats // 2),
+                                           threads=count, blocked=blocked)
+                        store[count, dtype] = min(store.get((count, dtype), np.inf), t)
+        floor = {key: min(blas_floor[key], blocked_floor[key]) for key in blas_floor}
         rbm = trainers["float64"].rbm
         schedule = None if ais_schedule == "default" else rbm_module.AIS_SCHEDULE_LIVE
         rbm_module.ais_log_partition(rbm.W, rbm.b_vis, rbm.b_hid, n_runs=2, schedule=rbm_module.AIS_SCHEDULE_LIVE, seed=0)
-        t0 = time.perf_counter()
-        estimate, spread = rbm_module.ais_log_partition(rbm.W, rbm.b_vis, rbm.b_hid, n_runs=ais_runs, schedule=schedule,
-                                                        seed=0, base_vis=trainers["float64"].base_vis)
-        ais_s = time.perf_counter() - t0
-        rows.append({
-            "n_hidden": n_hidden, "n_train": int(n), "batch_size": batch_size,
-            "engine_float32_seconds": engine["float32"], "engine_float64_seconds": engine["float64"],
-            "sklearn_float32_seconds": sklearn["float32"], "sklearn_float64_seconds": sklearn["float64"],
-            "speedup_vs_sklearn_float32": sklearn["float32"] / engine["float32"],
-            "product_gflop_per_epoch": flops / 1e9,
-            "sgemm_floor_seconds": floor["float32"], "dgemm_floor_seconds": floor["float64"],
-            "sgemm_gflops": flops / floor["float32"] / 1e9, "dgemm_gflops": flops / floor["float64"] / 1e9,
-            "float32_floor_fraction": floor["float32"] / engine["float32"],
-            "float64_floor_fraction": floor["float64"] / engine["float64"],
-            "engine_seconds_per_epoch": engine["float64"], "sklearn_seconds_per_epoch": sklearn["float64"],
-            "ratio": sklearn["float64"] / engine["float64"],
-            "ais_runs": ais_runs, "ais_schedule": ais_schedule, "ais_betas": int(
-                (rbm_module.AIS_SCHEDULE_DEFAULT if schedule is None else schedule).shape[0]),
-            "ais_seconds": ais_s, "ais_seconds_per_run": ais_s / ais_runs, "ais_log_z": estimate, "ais_spread": spread,
-        })
+        with nullcontext():
+            t0 = time.perf_counter()
+            estimate, spread = rbm_module.ais_log_partition(rbm.W, rbm.b_vis, rbm.b_hid, n_runs=ais_runs,
+                                                            schedule=schedule, seed=0,
+                                                            base_vis=trainers["float64"].base_vis)
+            ais_s = time.perf_counter() - t0
+        for count in counts:
+            e32, e64 = engine[count, "float32"], engine[count, "float64"]
+            s32, s64 = sklearn[count, "float32"], sklearn[count, "float64"]
+            f32, f64 = floor[count, "float32"], floor[count, "float64"]
+            row = {
+                "n_hidden": n_hidden, "n_train": int(n), "batch_size": batch_size, "threads": count,
+                "engine_float32_seconds": e32, "engine_float64_seconds": e64,
+                "sklearn_float32_seconds": s32, "sklearn_float64_seconds": s64,
+                "speedup_vs_sklearn_float32": s32 / e32,
+                "product_gflop_per_epoch": flops / 1e9,
+                "sgemm_floor_seconds": f32, "dgemm_floor_seconds": f64,
+                "blas_sgemm_floor_seconds": blas_floor[count, "float32"],
+                "blas_dgemm_floor_seconds": blas_floor[count, "float64"],
+                "blocked_sgemm_floor_seconds": blocked_floor[count, "float32"],
+                "blocked_dgemm_floor_seconds": blocked_floor[count, "float64"],
+                "sgemm_gflops": flops / f32 / 1e9, "dgemm_gflops": flops / f64 / 1e9,
+                "float32_floor_fraction": f32 / e32,
+                "float64_floor_fraction": f64 / e64,
+                "speedup_float32": engine[1, "float32"] / e32, "speedup_float64": engine[1, "float64"] / e64,
+                "sgemm_floor_speedup": floor[1, "float32"] / f32,
+                "engine_seconds_per_epoch": e64, "sklearn_seconds_per_epoch": s64,
+                "ratio": s64 / e64,
+            }
+            if count == 1:
+                row.update({
+                    "ais_runs": ais_runs, "ais_schedule": ais_schedule, "ais_betas": int(
+                        (rbm_module.AIS_SCHEDULE_DEFAULT if schedule is None else schedule).shape[0]),
+                    "ais_seconds": ais_s, "ais_seconds_per_run": ais_s / ais_runs, "ais_log_z": estimate,
+                    "ais_spread": spread,
+                })
+            rows.append(row)
     return {"rows": rows, "note": "engine time excludes the trainer's scheduled evaluations; AIS (float64) on the "
                                   "float64-trained model, base rates from the training data"}
 
 
 def format_table(result: dict) -> str:
     """The rows as a text table (milliseconds per epoch)."""
-    lines = [f"{'Nh':>5} {'eng f32':>8} {'eng f64':>8} {'skl f32':>8} {'skl f64':>8} {'vs skl32':>8} "
+    lines = [f"{'Nh':>5} {'thr':>3} {'eng f32':>8} {'eng f64':>8} {'skl f32':>8} {'skl f64':>8} {'vs skl32':>8} "
              f"{'SGEMM':>7} {'DGEMM':>7} {'f32 floor':>9} {'f64 floor':>9}  AIS s/run"]
     for r in result["rows"]:
         lines.append(
-            f"{r['n_hidden']:>5} {1e3 * r['engine_float32_seconds']:>8.1f} {1e3 * r['engine_float64_seconds']:>8.1f} "
+            f"{r['n_hidden']:>5} {r['threads']:>3} {1e3 * r['engine_float32_seconds']:>8.1f} {1e3 * r['engine_float64_seconds']:>8.1f} "
             f"{1e3 * r['sklearn_float32_seconds']:>8.1f} {1e3 * r['sklearn_float64_seconds']:>8.1f} "
             f"{r['speedup_vs_sklearn_float32']:>7.2f}x {r['sgemm_gflops']:>7.1f} {r['dgemm_gflops']:>7.1f} "
             f"{100 * r['float32_floor_fraction']:>8.0f}% {100 * r['float64_floor_fraction']:>8.0f}%  "
-            f"{r['ais_seconds_per_run']:.3f}")
+            + (f"{r['ais_seconds_per_run']:.3f}" if "ais_seconds_per_run" in r else
+               f"     {r['threads']} threads vs 1: f32 {r['speedup_float32']:.2f}x, f64 {r['speedup_float64']:.2f}x, "
+               f"SGEMM floor {r['sgemm_floor_speedup']:.2f}x"))
     lines.append("ms per PCD-1 epoch; SGEMM/DGEMM in GFLOP/s on the epoch's product shapes; floor = products alone / engine time")
     return "\n".join(lines)

@@ -16,6 +16,10 @@ import time
 
 import numpy as np
 import scipy.special
+from numba import njit, prange
+
+from boltzlab.engine.kernels.common import matmul
+from boltzlab.engine.kernels.tap import col_block, col_blocks
 
 
 def numpy_tap_sweeps(W: np.ndarray, b_vis: np.ndarray, b_hid: np.ndarray, init_vis: np.ndarray,
@@ -87,29 +91,58 @@ def _trained_rbm(n_hidden: int, V: np.ndarray, epochs: int) -> tuple[np.ndarray,
     return rbm.W, rbm.b_vis, rbm.b_hid
 
 
+@njit(cache=True, nogil=True)
+def _blocked_products(A, W, W2, H, WT, W2T, out_h, out_v, n_sweeps):
+    """The four products of ``n_sweeps`` sweeps on the engine's column blocks, in parallel:
+    the floor of :func:`boltzlab.engine.kernels.tap.tap_iterate_blocks` on more than one
+    thread (same blocks, same single-threaded BLAS calls, two forks per sweep)."""
+    for _ in range(n_sweeps):
+        _column_products(A, W, W2, out_h)
+        _column_products(H, WT, W2T, out_v)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _column_products(X, Wm, W2m, out):
+    """out = X Wm then X W2m on the :func:`col_blocks` of out's columns, in parallel."""
+    m = out.shape[1]
+    nb = col_blocks(m)
+    for b in prange(nb):
+        j0, j1 = col_block(m, nb, b)
+        matmul(X, Wm[:, j0:j1], out[:, j0:j1])
+        matmul(X, W2m[:, j0:j1], out[:, j0:j1])
+
+
 def run(hidden: tuple[int, ...] = (100, 500), K: int = 100, *, n_sweeps: int = 40, repeats: int = 7,
         train_epochs: int = 1, threads: int | None = 1) -> dict:
-    """JSON-ready sweep rates for each Nh in ``hidden``.
+    """JSON-ready sweep rates for each Nh in ``hidden`` and each thread count.
+
+    ``threads`` = n >= 1 measures every variant on 1 thread and, when n > 1, on n threads
+    too, interleaved in the same run (one row per Nh and thread count, key ``threads``): the
+    engine on n numba threads (:mod:`boltzlab.engine.threads`), the NumPy reference and the
+    GEMM floors with n BLAS threads (threadpoolctl).  ``threads=None`` is one pass with the
+    libraries' default threads.
 
     Per row, for the float64 engine (keys kept from before): ``engine_sweeps_per_s``,
     ``numpy_sweeps_per_s`` (the float64 NumPy reference), ``ratio`` (engine / NumPy),
-    ``matmul_gflops`` (= ``dgemm_gflops``: the best float64 rate of the four products of a
-    sweep, timed alone), ``engine_gflops`` (8 K Nv Nh flops per sweep over the engine's time),
+    ``matmul_gflops`` (= ``dgemm_gflops``: the float64 GEMM floor of the four products of a
+    sweep, see below), ``engine_gflops`` (8 K Nv Nh flops per sweep over the engine's time),
     ``fraction_of_matmul`` (engine_gflops / matmul_gflops: 1 would mean the sigmoids and
     bookkeeping cost nothing), ``max_abs_difference`` between the two implementations'
     magnetizations, and the engine's time to convergence at the paper's tol = 1e-8 from the
     same rows (``converge_seconds``, ``converge_sweeps_median``).  For float32:
-    ``engine_float32_sweeps_per_s``, ``numpy_float32_sweeps_per_s``, ``sgemm_gflops`` (the
-    same four products in float32), ``engine_float32_gflops``, ``float32_fraction_of_sgemm``,
-    ``float32_vs_numpy_float64`` (float32 engine rate / float64 NumPy rate),
+    ``engine_float32_sweeps_per_s``, ``numpy_float32_sweeps_per_s``, ``sgemm_gflops``,
+    ``engine_float32_gflops``, ``float32_fraction_of_sgemm``, ``float32_vs_numpy_float64``,
     ``float32_speedup`` (float32 engine / float64 engine), ``max_abs_difference_float32``
     (float32 engine vs float64 engine after ``n_sweeps``), ``converge_float32_seconds``.
     ``float64_fraction_of_dgemm`` repeats ``fraction_of_matmul`` under the new naming.
-    Every variant is timed in the same process, interleaved repeat by repeat.
-    ``threads`` limits the BLAS threads of every library (threadpoolctl); None keeps the
-    libraries' defaults.  The default is 1: on this 2-core machine shared with other work,
-    OpenBLAS's default two threads spin against the other load and multiplied 5-8 GFLOPS
-    where one thread did 33-37 (measured), so one thread is the best case for both sides.
+
+    The n-thread GEMM floor of a dtype is the faster of two ways to run the sweep's four
+    products on n threads: BLAS's own n threads on whole products (``blas_sgemm_gflops``,
+    ``blas_dgemm_gflops``) and the engine's column blocks on n numba threads with
+    single-threaded BLAS (``blocked_sgemm_gflops``, ``blocked_dgemm_gflops``).  Thread
+    rows: ``speedup_float32`` / ``speedup_float64`` (engine rate over its 1-thread rate in
+    the same run), ``sgemm_speedup`` (the floor's likewise).  Every variant is timed in the
+    same process, interleaved repeat by repeat.
     """
     from contextlib import nullcontext
 
@@ -117,67 +150,91 @@ def run(hidden: tuple[int, ...] = (100, 500), K: int = 100, *, n_sweeps: int = 4
     from threadpoolctl import threadpool_limits
 
     from boltzlab.engine import tap
+    from boltzlab.engine import threads as engine_threads
     from boltzlab.engine.images import mnist
 
     data = mnist()
     V = np.asarray(data.X_train, dtype=np.float64)
     init = np.ascontiguousarray(V[:K])
+    counts = [None] if threads is None else sorted({1, int(threads)})
     rows = []
-    limit = nullcontext() if threads is None else threadpool_limits(limits=threads)
-    with limit:
-        for n_hidden in hidden:
-            W, b_vis, b_hid = _trained_rbm(n_hidden, V, train_epochs)
-            n_vis = W.shape[0]
-            flops = 8.0 * K * n_vis * n_hidden
-            fns, products = {}, {}
-            for dtype in ("float32", "float64"):
-                start = init.astype(dtype)
 
-                def engine(dtype=dtype):
-                    return tap.tap_fixed_points(W, b_vis, b_hid, init, tol=0.0, max_iter=n_sweeps, dtype=dtype)
+    def limits(count):
+        if count is None:
+            return nullcontext(), nullcontext()
+        return threadpool_limits(limits=count), engine_threads.using(count)
 
-                def numpy_ref(start=start):
-                    return numpy_tap_sweeps(W, b_vis, b_hid, start, n_sweeps)
+    for n_hidden in hidden:
+        W, b_vis, b_hid = _trained_rbm(n_hidden, V, train_epochs)
+        n_vis = W.shape[0]
+        flops = 8.0 * K * n_vis * n_hidden
+        fns = {}
+        for dtype in ("float32", "float64"):
+            start = init.astype(dtype)
 
-                Wd = W.astype(dtype)
-                W2, WT = Wd * Wd, np.ascontiguousarray(Wd.T)
-                W2T = np.ascontiguousarray(W2.T)
-                H = np.random.default_rng(0).random((K, n_hidden)).astype(dtype)
-                out_h, out_v = np.empty((K, n_hidden), dtype), np.empty((K, n_vis), dtype)
+            def engine(dtype=dtype):
+                return tap.tap_fixed_points(W, b_vis, b_hid, init, tol=0.0, max_iter=n_sweeps, dtype=dtype)
 
-                def matmul(A=start, Wd=Wd, W2=W2, WT=WT, W2T=W2T, H=H, out_h=out_h, out_v=out_v):
-                    for _ in range(n_sweeps):
-                        np.dot(A, Wd, out=out_h)
-                        np.dot(A, W2, out=out_h)
-                        np.dot(H, WT, out=out_v)
-                        np.dot(H, W2T, out=out_v)
+            def numpy_ref(start=start):
+                return numpy_tap_sweeps(W, b_vis, b_hid, start, n_sweeps)
 
-                fns[f"engine_{dtype}"], fns[f"numpy_{dtype}"], fns[f"matmul_{dtype}"] = engine, numpy_ref, matmul
-            got, want = fns["engine_float64"](), fns["numpy_float64"]()  # compile / warm caches, check agreement
-            diff = max(float(np.abs(got.a_vis - want[0]).max()), float(np.abs(got.a_hid - want[2]).max()))
-            got32 = fns["engine_float32"]()
-            diff32 = max(float(np.abs(got32.a_vis - got.a_vis).max()), float(np.abs(got32.a_hid - got.a_hid).max()))
-            for fn in fns.values():
-                fn()
-            best = {name: np.inf for name in fns}
-            for _ in range(repeats):
-                for name, fn in fns.items():
-                    t0 = time.perf_counter()
+            Wd = W.astype(dtype)
+            W2, WT = Wd * Wd, np.ascontiguousarray(Wd.T)
+            W2T = np.ascontiguousarray(W2.T)
+            H = np.random.default_rng(0).random((K, n_hidden)).astype(dtype)
+            out_h, out_v = np.empty((K, n_hidden), dtype), np.empty((K, n_vis), dtype)
+
+            def matmul(A=start, Wd=Wd, W2=W2, WT=WT, W2T=W2T, H=H, out_h=out_h, out_v=out_v):
+                for _ in range(n_sweeps):
+                    np.dot(A, Wd, out=out_h)
+                    np.dot(A, W2, out=out_h)
+                    np.dot(H, WT, out=out_v)
+                    np.dot(H, W2T, out=out_v)
+
+            def blocked(A=start, Wd=Wd, W2=W2, WT=WT, W2T=W2T, H=H, out_h=out_h, out_v=out_v):
+                engine_threads.single_blas()
+                _blocked_products(A, Wd, W2, H, WT, W2T, out_h, out_v, n_sweeps)
+
+            fns[f"engine_{dtype}"], fns[f"numpy_{dtype}"] = engine, numpy_ref
+            fns[f"matmul_{dtype}"], fns[f"blocked_{dtype}"] = matmul, blocked
+        got, want = fns["engine_float64"](), fns["numpy_float64"]()  # compile / warm caches, check agreement
+        diff = max(float(np.abs(got.a_vis - want[0]).max()), float(np.abs(got.a_hid - want[2]).max()))
+        got32 = fns["engine_float32"]()
+        diff32 = max(float(np.abs(got32.a_vis - got.a_vis).max()), float(np.abs(got32.a_hid - got.a_hid).max()))
+        best = {(count, name): np.inf for count in counts for name in fns}
+        for count in counts:
+            blas, numba_threads = limits(count)
+            with blas, numba_threads:
+                for fn in fns.values():
                     fn()
-                    best[name] = min(best[name], (time.perf_counter() - t0) / n_sweeps)
+        for _ in range(repeats):
+            for count in counts:
+                blas, numba_threads = limits(count)
+                with blas, numba_threads:
+                    for name, fn in fns.items():
+                        t0 = time.perf_counter()
+                        fn()
+                        best[count, name] = min(best[count, name], (time.perf_counter() - t0) / n_sweeps)
+        for count in counts:
             converge = {}
-            for dtype in ("float32", "float64"):
-                t0 = time.perf_counter()
-                conv = tap.tap_fixed_points(W, b_vis, b_hid, init, tol=tap.DEFAULT_TOL, max_iter=tap.DEFAULT_MAX_ITER,
-                                            dtype=dtype)
-                converge[dtype] = (time.perf_counter() - t0, conv)
-            e64, e32 = best["engine_float64"], best["engine_float32"]
-            n64, n32 = best["numpy_float64"], best["numpy_float32"]
-            m64, m32 = best["matmul_float64"], best["matmul_float32"]
+            blas, numba_threads = limits(count)
+            with blas, numba_threads:
+                for dtype in ("float32", "float64"):
+                    t0 = time.perf_counter()
+                    conv = tap.tap_fixed_points(W, b_vis, b_hid, init, tol=tap.DEFAULT_TOL,
+                                                max_iter=tap.DEFAULT_MAX_ITER, dtype=dtype)
+                    converge[dtype] = (time.perf_counter() - t0, conv)
+            b = {name: best[count, name] for name in fns}
+            one = {name: best[counts[0], name] for name in fns}
+            e64, e32 = b["engine_float64"], b["engine_float32"]
+            n64, n32 = b["numpy_float64"], b["numpy_float32"]
+            m64 = min(b["matmul_float64"], b["blocked_float64"])
+            m32 = min(b["matmul_float32"], b["blocked_float32"])
+            m32_one = min(one["matmul_float32"], one["blocked_float32"])
             conv64 = converge["float64"][1]
             rows.append({
                 "n_visible": n_vis, "n_hidden": n_hidden, "K": K, "n_sweeps": n_sweeps, "repeats": repeats,
-                "threads": threads,
+                "threads": count,
                 "engine_sweeps_per_s": 1.0 / e64, "numpy_sweeps_per_s": 1.0 / n64, "ratio": n64 / e64,
                 "matmul_gflops": flops / m64 / 1e9, "engine_gflops": flops / e64 / 1e9,
                 "numpy_gflops": flops / n64 / 1e9, "fraction_of_matmul": m64 / e64,
@@ -185,10 +242,16 @@ def run(hidden: tuple[int, ...] = (100, 500), K: int = 100, *, n_sweeps: int = 4
                 "converge_seconds": converge["float64"][0], "converge_sweeps_median": float(np.median(conv64.iterations)),
                 "converged_fraction": float(conv64.converged.mean()),
                 "dgemm_gflops": flops / m64 / 1e9, "sgemm_gflops": flops / m32 / 1e9,
+                "blas_sgemm_gflops": flops / b["matmul_float32"] / 1e9,
+                "blas_dgemm_gflops": flops / b["matmul_float64"] / 1e9,
+                "blocked_sgemm_gflops": flops / b["blocked_float32"] / 1e9,
+                "blocked_dgemm_gflops": flops / b["blocked_float64"] / 1e9,
                 "float64_fraction_of_dgemm": m64 / e64,
                 "engine_float32_sweeps_per_s": 1.0 / e32, "numpy_float32_sweeps_per_s": 1.0 / n32,
                 "engine_float32_gflops": flops / e32 / 1e9, "float32_fraction_of_sgemm": m32 / e32,
                 "float32_vs_numpy_float64": n64 / e32, "float32_speedup": e64 / e32,
+                "speedup_float32": one["engine_float32"] / e32, "speedup_float64": one["engine_float64"] / e64,
+                "sgemm_speedup": m32_one / m32,
                 "max_abs_difference_float32": diff32,
                 "converge_float32_seconds": converge["float32"][0],
                 "converge_float32_sweeps_median": float(np.median(converge["float32"][1].iterations)),

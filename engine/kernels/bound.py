@@ -37,6 +37,8 @@ import math
 import numpy as np
 from numba import njit
 
+from boltzlab.engine.kernels.common import logaddexp, sigmoid
+
 #: |r| below which c(r) = tanh(r/2)/(2r) is evaluated by its series 1/4 - r^2/48 + r^4/480.
 SERIES_R = 1e-4
 #: Rows per BLAS block in Algorithm 1.
@@ -60,27 +62,6 @@ def bound_coefficient(r):
         r2 = r * r
         return 0.25 - r2 / 48.0 + r2 * r2 / 480.0
     return math.tanh(0.5 * r) / (2.0 * r)
-
-
-@njit(cache=True, nogil=True)
-def sigmoid(r):
-    """alpha / (z + alpha) = 1 / (1 + exp(-r)) for r = log alpha - log z, without overflow."""
-    if r >= 0.0:
-        return 1.0 / (1.0 + math.exp(-r))
-    e = math.exp(r)
-    return e / (1.0 + e)
-
-
-@njit(cache=True, nogil=True)
-def logaddexp(x, y):
-    """log(exp(x) + exp(y)) for x, y in [-inf, inf)."""
-    if x == -np.inf:
-        return y
-    if y == -np.inf:
-        return x
-    if x >= y:
-        return x + math.log1p(math.exp(y - x))
-    return y + math.log1p(math.exp(x - y))
 
 
 @njit(cache=True, nogil=True)

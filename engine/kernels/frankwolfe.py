@@ -16,6 +16,10 @@ block Gibbs sampler are reused here):
   so a fused gather/scatter pass over the ones costs a fifth of a dense mat-vec.
 * random numbers come from the splitmix64 stream of :mod:`boltzlab.engine.kernels.rbm`, consumed in
   the order each docstring states (the tests' NumPy references consume it the same way).
+* threads: the standard sampler of :func:`bias_alpha_updates` (eq. 10's loop) runs each
+  Gibbs step on fixed row blocks of the S chains in parallel
+  (:func:`_gibbs_step_means_blocks`): the same draws, sums added per block in block order,
+  so the result does not depend on the thread count.
 """
 
 from __future__ import annotations
@@ -23,10 +27,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
-from boltzlab.engine.kernels.rbm import (_draw_row, _sample_fields_into, _sigmoid_row, _uniform, gibbs_chains, new_state, scratch,
-                                sigmoid, softplus)
+from boltzlab.engine.kernels.rbm import (_advance, _draw_row, _draw_row_at, _sample_fields_into, _sample_row_at, _sigmoid_row,
+                                         _uniform, gibbs_chains, new_state, parallel_here, sigmoid, softplus,
+                                         used_row_blocks)
 
 
 @njit(cache=True, nogil=True)
@@ -265,9 +270,48 @@ def _gibbs_step_means(V, X, H, Y, W, WT, b_vis, b_hid, state, m_sum, m_sq, S):
         _draw_row(Y[r], state, V[r])
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, parallel=True)
+def _gibbs_step_means_blocks(V, X, H, Y, W, WT, b_vis, b_hid, base, m_part, sq_part, Sb, nb):
+    """:func:`_gibbs_step_means` on fixed row blocks of the chains in parallel (rbm's
+    ``row_blocks``), one fork per step: each block runs both half-steps on its rows with
+    its own single-threaded products.  The draws are the same numbers (counter-based: the
+    hidden draws of row r are r n + 1 .. after ``base``, the visible ones S n + r Nv + 1 ..);
+    block b's sums go to m_part[b], sq_part[b] (added in block order by the caller), so the
+    result does not depend on the thread count.  Returns the stream position after the step."""
+    S, n_vis = V.shape
+    n = W.shape[1]
+    base_v = _advance(base, S * n)
+    for b in prange(nb):
+        lo = b * S // nb
+        hi = (b + 1) * S // nb
+        np.dot(V[lo:hi], W, X[lo:hi])
+        for r in range(lo, hi):
+            _sample_row_at(X[r], b_hid, _advance(base, r * n), H[r], Sb[b])
+        np.dot(H[lo:hi], WT, Y[lo:hi])
+        ms = m_part[b]
+        mq = sq_part[b]
+        ms[:] = 0.0
+        mq[:] = 0.0
+        for r in range(lo, hi):
+            _sigmoid_row(Y[r], b_vis, Y[r], Sb[b])
+            for i in range(n_vis):
+                p = np.float64(Y[r, i])
+                ms[i] += p
+                mq[i] += p * p
+            _draw_row_at(Y[r], _advance(base_v, r * n_vis), V[r])
+    return _advance(base_v, S * n_vis)
+
+
 def bias_alpha_updates(V, W, b_vis, b_hid, alpha, data_mean, alpha_data, eta, alpha_lr, alpha_min, k,
                        standard, fit_alpha, seed, max_steps, tol, z):
+    """:func:`_bias_alpha_updates` on the calling thread's numba threads (one: whole products)."""
+    return _bias_alpha_updates(V, W, b_vis, b_hid, alpha, data_mean, alpha_data, eta, alpha_lr, alpha_min, k,
+                               standard, fit_alpha, seed, max_steps, tol, z, parallel_here())
+
+
+@njit(cache=True, nogil=True)
+def _bias_alpha_updates(V, W, b_vis, b_hid, alpha, data_mean, alpha_data, eta, alpha_lr, alpha_min, k,
+                        standard, fit_alpha, seed, max_steps, tol, z, parallel):
     """Algorithm 1's inner "repeat ... until" loop: eq. 10 until the model's visible means match the data's.
 
     Each step advances the chains k sampler steps (one stream seeded with ``seed``), estimates
@@ -300,7 +344,10 @@ def bias_alpha_updates(V, W, b_vis, b_hid, alpha, data_mean, alpha_data, eta, al
     Y = np.empty((S, n_vis), V.dtype)
     m_sum = np.zeros(n_vis)
     m_sq = np.zeros(n_vis)
-    scratch_rows = scratch(max(n, n_vis))
+    n_blocks = used_row_blocks(S, parallel)  # 1 on one thread: whole products
+    m_part = np.empty((n_blocks, n_vis))  # per-block sums, one row each: no false sharing
+    sq_part = np.empty((n_blocks, n_vis))
+    Sb = np.empty((n_blocks, 4, max(n, n_vis)))
     coef = np.empty(n)
     state = new_state(seed)
     accepted = 0
@@ -315,9 +362,12 @@ def bias_alpha_updates(V, W, b_vis, b_hid, alpha, data_mean, alpha_data, eta, al
         m_sq[:] = 0.0
         if standard:
             for _ in range(k):
-                m_sum[:] = 0.0
-                m_sq[:] = 0.0
-                _gibbs_step_means(V, X, H, Y, W, WT, b_vis, b_hid, state, m_sum, m_sq, scratch_rows)
+                state[0] = _gibbs_step_means_blocks(V, X, H, Y, W, WT, b_vis, b_hid, state[0], m_part, sq_part, Sb,
+                                                    n_blocks)
+            for b in range(n_blocks):  # the last step's sums, in block order
+                for i in range(n_vis):
+                    m_sum[i] += m_part[b, i]
+                    m_sq[i] += sq_part[b, i]
             accepted += k * S
         else:
             Xf = _fields(V, W, b_hid)

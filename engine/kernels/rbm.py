@@ -10,6 +10,15 @@ Conventions shared by every kernel here:
 * Random numbers come from a splitmix64 generator (Steele, Lea & Flood 2014) whose one
   uint64 word of state is set from each kernel's ``seed`` argument: the same seed gives
   the same numbers, and it is ~7x faster than numba's Mersenne Twister per draw.
+  A layer's draws are counter-based: row r of an (n, m) sample uses draws r m + 1 ..
+  (r + 1) m after the stream's state, so rows can be drawn on any thread in any order and
+  give the numbers one sequential pass would.
+* Threads (:mod:`boltzlab.engine.threads`): :func:`train_batches` runs each mini-batch's
+  products and elementwise passes on fixed blocks (:func:`row_blocks` of the batch and
+  chain rows, :func:`weight_blocks` of W's rows for the gradient and the update) in
+  parallel, every block calling single-threaded BLAS on its slice.  Blocks are set by the
+  shapes, never by the thread count, and column sums add per-block partial sums in block
+  order, so a seed gives the same model on 1 or n threads.
 """
 
 from __future__ import annotations
@@ -17,9 +26,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+from numba import get_num_threads, njit, prange
 
-from boltzlab.engine.kernels.tap import F32, _fdiv, exp_nonpositive, sigmoid32
+from boltzlab.engine.kernels.common import F32, _fdiv, exp_nonpositive, matmul, sigmoid, sigmoid32, softplus
 
 LOG2 = math.log(2.0)
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # splitmix64's increment
@@ -59,23 +68,6 @@ def uniforms(n, seed):
 
 
 @njit(cache=True, nogil=True)
-def softplus(x):
-    """log(1 + e^x) without overflow: max(x, 0) + log1p(e^-|x|)."""
-    if x > 0.0:
-        return x + math.log1p(math.exp(-x))
-    return math.log1p(math.exp(x))
-
-
-@njit(cache=True, nogil=True)
-def sigmoid(x):
-    """1 / (1 + e^-x) without overflow."""
-    if x >= 0.0:
-        return 1.0 / (1.0 + math.exp(-x))
-    e = math.exp(x)
-    return e / (1.0 + e)
-
-
-@njit(cache=True, nogil=True)
 def scratch(m):
     """Scratch rows for :func:`_sigmoid_row` of rows up to m long (allocate once, reuse)."""
     return np.empty((4, m))
@@ -86,10 +78,10 @@ def _sigmoid_row(x, bias, p, S):
     """p[j] = sigmoid(x[j] + bias[j]) for one row (p may be x), in vectorisable passes.
 
     float64 p: sigmoid(t) = 1 / (1 + e) for t >= 0 and e / (1 + e) below, e = exp(-|t|),
-    with the polynomial exp of :func:`boltzlab.engine.kernels.tap.exp_nonpositive` (float64,
+    with the polynomial exp of :func:`boltzlab.engine.kernels.common.exp_nonpositive` (float64,
     relative error < 3e-16) and a select instead of a branch: a branch on the sign of a
     random field is mispredicted half the time, which cost more than the exp itself.
-    float32 p: the same formula in float32 (:func:`boltzlab.engine.kernels.tap.sigmoid32`, error
+    float32 p: the same formula in float32 (:func:`boltzlab.engine.kernels.common.sigmoid32`, error
     < 3 ulp), t = x + bias rounded to float32, in one fused loop.
     """
     m = x.shape[0]
@@ -123,6 +115,18 @@ def _draw(base, j, p):
     z = z ^ (z >> np.uint64(31))
     u = np.float64(z >> np.uint64(11)) * (1.0 / 9007199254740992.0)
     return np.float64(u < p)
+
+
+@njit(cache=True, nogil=True)
+def _draw_row_at(p, base, out):
+    """:func:`_draw_row` from the stream position ``base`` (the state is not advanced)."""
+    m = p.shape[0]
+    if out.ctypes.data == p.ctypes.data:
+        for j in range(m):
+            out[j] = _draw(base, j, np.float64(out[j]))
+    else:
+        for j in range(m):
+            out[j] = _draw(base, j, np.float64(p[j]))
 
 
 @njit(cache=True, nogil=True)
@@ -190,6 +194,22 @@ def _bernoulli(P, state):
     out = np.empty(P.shape, P.dtype)
     _bernoulli_into(P, state, out)
     return out
+
+
+@njit(cache=True, nogil=True)
+def _sample_row_at(x, bias, base, out, S):
+    """:func:`_sample_row` from the stream position ``base`` (the state is not advanced)."""
+    if out.itemsize == 4:
+        m = x.shape[0]
+        if out.ctypes.data == x.ctypes.data:  # in place: one pointer (see _draw_row)
+            for j in range(m):
+                out[j] = _draw(base, j, np.float64(sigmoid32(F32(out[j] + bias[j]))))
+        else:
+            for j in range(m):
+                out[j] = _draw(base, j, np.float64(sigmoid32(F32(x[j] + bias[j]))))
+        return
+    _sigmoid_row(x, bias, out, S)
+    _draw_row_at(out, base, out)
 
 
 @njit(cache=True, nogil=True)
@@ -374,9 +394,172 @@ def gradient(V_pos, V_neg, W, b_vis, b_hid):
     return gW, g_vis, g_hid
 
 
+ROW_BLOCK = 64  # rows of a batch or of the chains per parallel block at most
+WEIGHT_BLOCK = 256  # rows of W per block of the gradient product and the update at most
+
+
 @njit(cache=True, nogil=True)
+def row_blocks(n):
+    """Blocks n rows are split into, ceil(n / ROW_BLOCK), as equal as possible: fixed by n alone."""
+    return max(1, (n + ROW_BLOCK - 1) // ROW_BLOCK)
+
+
+@njit(cache=True, nogil=True)
+def used_row_blocks(n, parallel):
+    """:func:`row_blocks` of n rows for a ``parallel`` call, else 1: one thread multiplies
+    whole matrices, as fast as the kernels before threads and with their numbers
+    (docs/architecture.md, "Threads")."""
+    return row_blocks(n) if parallel else 1
+
+
+def parallel_here() -> bool:
+    """Whether the calling thread's kernels run on more than one thread (numba's count is
+    per calling thread; read in Python: a kernel that asked numba itself could not be cached)."""
+    return get_num_threads() > 1
+
+
+@njit(cache=True, nogil=True)
+def weight_blocks(n):
+    """Blocks W's n rows are split into for the gradient product, ceil(n / WEIGHT_BLOCK)."""
+    return max(1, (n + WEIGHT_BLOCK - 1) // WEIGHT_BLOCK)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _block(n, nb, b):
+    return b * n // nb, (b + 1) * n // nb
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _advance(base, count):
+    """The stream position ``count`` draws after ``base``."""
+    return base + np.uint64(count) * GOLDEN
+
+
+# Each pass of train_batches is a block body over rows [lo, hi) (W's rows for the gradient),
+# run either once over all rows on the calling thread (one thread: the whole products and the
+# row order of a plain loop, no fork) or on the fixed blocks in parallel (_blocks below).
+POSITIVE, PROBABILITY, SAMPLE, BERNOULLI, NEGATIVE = 0, 1, 2, 3, 4
+
+
+@njit(cache=True, nogil=True)
+def _pass_rows(kind, X, Wm, out, bias, base, nr, hs, scale, keep, persistent, acc, S, lo, hi):
+    """One pass on the rows [lo, hi) of X / out:
+
+    * POSITIVE: out = P(h|X) = sigmoid(X Wm + bias), its column sums into ``acc``, samples of
+      rows r < nr into hs (draws r m + 1 .. after ``base``), then the rows scaled by ``scale``;
+    * PROBABILITY: out = sigmoid(X Wm + bias);
+    * SAMPLE: out = a 0/1 sample of Bernoulli(sigmoid(X Wm + bias)) (row r: draws r m + 1 ..
+      after ``base``);
+    * BERNOULLI: out = a 0/1 sample of Bernoulli(X) (no product), draws as SAMPLE;
+    * NEGATIVE: out = P(h|X), copied into keep (PCD's chain_hid) if persistent, summed into
+      ``acc``, then scaled by ``scale``.
+
+    out may not be X; S is scratch (:func:`scratch`).
+    """
+    m = out.shape[1]
+    if kind != BERNOULLI:
+        np.dot(X[lo:hi], Wm, out[lo:hi])
+    if kind == POSITIVE or kind == NEGATIVE:
+        acc[:] = 0.0
+    for r in range(lo, hi):
+        row = out[r]
+        if kind == SAMPLE:
+            _sample_row_at(row, bias, _advance(base, r * m), row, S)
+            continue
+        if kind == BERNOULLI:
+            _draw_row_at(X[r], _advance(base, r * m), row)
+            continue
+        _sigmoid_row(row, bias, row, S)
+        if kind == PROBABILITY:
+            continue
+        if kind == NEGATIVE and persistent:
+            keep[r] = row
+        for j in range(m):
+            acc[j] += row[j]
+        if kind == POSITIVE and r < nr:
+            _draw_row_at(row, _advance(base, r * m), hs[r])
+        for j in range(m):
+            row[j] = scale * row[j]
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _pass_blocks(kind, X, Wm, out, bias, base, nr, hs, scale, keep, persistent, part, Sb):
+    """:func:`_pass_rows` on the :func:`row_blocks` of the rows in parallel (block b's column
+    sums into part[b], its scratch Sb[b])."""
+    n = out.shape[0]
+    nb = row_blocks(n)
+    for b in prange(nb):
+        lo, hi = _block(n, nb, b)
+        _pass_rows(kind, X, Wm, out, bias, base, nr, hs, scale, keep, persistent, part[b], Sb[b], lo, hi)
+
+
+@njit(cache=True, nogil=True)
+def _pass(kind, X, Wm, out, bias, base, nr, hs, scale, keep, persistent, part, Sb, parallel, sums):
+    """:func:`_pass_rows` on all rows: in one piece on one thread, by blocks in parallel
+    otherwise; the column sums (POSITIVE, NEGATIVE) into ``sums`` (float64), added per block
+    in block order."""
+    if parallel:
+        _pass_blocks(kind, X, Wm, out, bias, base, nr, hs, scale, keep, persistent, part, Sb)
+        nb = row_blocks(out.shape[0])
+    else:
+        _pass_rows(kind, X, Wm, out, bias, base, nr, hs, scale, keep, persistent, part[0], Sb[0], 0, out.shape[0])
+        nb = 1
+    if kind == POSITIVE or kind == NEGATIVE:
+        _sum_parts(part, nb, sums)
+
+
+@njit(cache=True, nogil=True)
+def _update_rows(G, W, vW, learning_rate, momentum, weight_decay, i0, i1):
+    """vW = momentum vW + lr (G - weight_decay W), W += vW on W's rows [i0, i1)."""
+    Wf = W[i0:i1].reshape(-1)  # flat views: one vectorised loop
+    vWf = vW[i0:i1].reshape(-1)
+    Gf = G[i0:i1].reshape(-1)
+    for q in range(Wf.shape[0]):
+        vWf[q] = momentum * vWf[q] + learning_rate * (Gf[q] - weight_decay * Wf[q])
+        Wf[q] += vWf[q]
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _gradient_blocks(L, R, G, W, vW, learning_rate, momentum, weight_decay):
+    """G = L^T R by :func:`weight_blocks` of W's rows in parallel (block [i0, i1): one product
+    of L's columns [i0, i1) in place, nothing copied), then the update of those rows."""
+    n_vis = W.shape[0]
+    nb = weight_blocks(n_vis)
+    for b in prange(nb):
+        i0, i1 = _block(n_vis, nb, b)
+        matmul(L[:, i0:i1].T, R, G[i0:i1])
+        _update_rows(G, W, vW, learning_rate, momentum, weight_decay, i0, i1)
+
+
+@njit(cache=True, nogil=True)
+def _gradient_update(L, R, G, W, vW, learning_rate, momentum, weight_decay, parallel):
+    """G = L^T R (both phases' gradient in one product), then the momentum update of W."""
+    if parallel:
+        _gradient_blocks(L, R, G, W, vW, learning_rate, momentum, weight_decay)
+    else:
+        np.dot(L.T, R, G)
+        _update_rows(G, W, vW, learning_rate, momentum, weight_decay, 0, W.shape[0])
+
+
+@njit(cache=True, nogil=True)
+def _sum_parts(part, nb, out):
+    """out = the sum of part[:nb] in block order (float64)."""
+    out[:] = 0.0
+    for b in range(nb):
+        for j in range(out.shape[0]):
+            out[j] += part[b, j]
+
+
 def train_batches(V, rows, bounds, seeds, W, b_vis, b_hid, vW, v_vis, v_hid, chains, chain_hid, persistent,
                   k, learning_rate, momentum, weight_decay, recon_out):
+    """:func:`_train_batches` on the calling thread's numba threads (one: in one piece)."""
+    _train_batches(V, rows, bounds, seeds, W, b_vis, b_hid, vW, v_vis, v_hid, chains, chain_hid, persistent,
+                   k, learning_rate, momentum, weight_decay, recon_out, parallel_here())
+
+
+@njit(cache=True, nogil=True)
+def _train_batches(V, rows, bounds, seeds, W, b_vis, b_hid, vW, v_vis, v_hid, chains, chain_hid, persistent,
+                   k, learning_rate, momentum, weight_decay, recon_out, parallel):
     """Mini-batch CD-k / PCD-k updates, several batches in one call (no return to Python).
 
     Batch t holds the data rows ``rows[bounds[t]:bounds[t+1]]`` and draws its random
@@ -404,6 +587,10 @@ def train_batches(V, rows, bounds, seeds, W, b_vis, b_hid, vW, v_vis, v_hid, cha
     Precision: everything runs in the dtype of W (float32 or float64; V, the parameters,
     velocities and chains share it).  The buffers are allocated once per call and reused
     by every batch; the products write into them (``np.dot(a, b, out)``).
+
+    Threads: each pass runs on fixed blocks (module docstring) in parallel; the random
+    numbers are those of a sequential pass (counter-based draws), the products' and the
+    sums' rounding is set by the blocks, so the result is the same on any thread count.
     """
     n_vis, n_hid = W.shape
     dt = W.dtype
@@ -424,17 +611,18 @@ def train_batches(V, rows, bounds, seeds, W, b_vis, b_hid, vW, v_vis, v_hid, cha
     sum_n = np.empty(n_hid)
     sum_vp = np.empty(n_vis)
     sum_vn = np.empty(n_vis)
-    S = scratch(max(n_vis, n_hid))
+    # one thread: every pass in one piece (the whole products); more: fixed blocks in parallel
+    # per-block buffers, allocated once: scratch rows, partial column sums
+    n_rb = used_row_blocks(max(nb_max, n_chains), parallel)
+    Sb = np.empty((n_rb, 4, max(n_vis, n_hid)))
+    part = np.empty((n_rb, n_hid))
     WT = W.T
-    Wf = W.reshape(-1)  # flat views for the update pass
-    vWf = vW.reshape(-1)
-    Gf = G.reshape(-1)
     for t in range(seeds.shape[0]):
         state = new_state(seeds[t])
         idx = rows[bounds[t]:bounds[t + 1]]
         nb = idx.shape[0]
         B = L[:nb]
-        # gather the batch and its visible sums in one pass
+        # gather the batch and its visible sums in one pass (sums of 0/1: exact in any order)
         sum_vp[:] = 0.0
         for r in range(nb):
             src = V[idx[r]]
@@ -444,28 +632,18 @@ def train_batches(V, rows, bounds, seeds, W, b_vis, b_hid, vW, v_vis, v_hid, cha
                 dst[i] = x
                 sum_vp[i] += x
         hp = R[:nb]
-        np.dot(B, W, hp)
         # reconstruction error: all rows for CD (its first negative step), RECON_ROWS for PCD
         nr = min(nb, RECON_ROWS) if persistent else nb
         hs = Hs[:nr]
-        # P(h|batch) row by row: sigmoid, hidden sums, the reconstruction's draws (rows < nr,
-        # in row order as before), then the scaling by 1 / nb, while the row is in cache
+        # P(h|batch): sigmoid, hidden sums, the reconstruction's draws (rows < nr, counter-based:
+        # the numbers of a pass in row order), then the scaling by 1 / nb
         cp = 1.0 / nb
-        sum_p[:] = 0.0
-        for r in range(nb):
-            row = hp[r]
-            _sigmoid_row(row, b_hid, row, S)
-            for j in range(n_hid):
-                sum_p[j] += row[j]
-            if r < nr:
-                _draw_row(row, state, hs[r])
-            for j in range(n_hid):
-                row[j] = cp * row[j]
+        _pass(POSITIVE, B, W, hp, b_hid, state[0], nr, hs, cp, hs, False, part, Sb, parallel, sum_p)
+        state[0] = _advance(state[0], nr * n_hid)
         vr = Vr[:nr]
-        np.dot(hs, WT, vr)
+        _pass(PROBABILITY, hs, WT, vr, b_vis, state[0], 0, hs, 1.0, vr, False, part, Sb, parallel, sum_p)
         err = 0.0
         for r in range(nr):
-            _sigmoid_row(vr[r], b_vis, vr[r], S)
             for i in range(n_vis):
                 d = B[r, i] - vr[r, i]
                 err += d * d
@@ -476,59 +654,45 @@ def train_batches(V, rows, bounds, seeds, W, b_vis, b_hid, vW, v_vis, v_hid, cha
             neg = L[nb:nb + n_neg]
             for step in range(k):
                 if step == 0:
-                    _bernoulli_into(chain_hid, state, Hc)
+                    _pass(BERNOULLI, chain_hid, W, Hc, b_hid, state[0], 0, Hc, 1.0, Hc, False, part, Sb, parallel,
+                          sum_n)
                 else:
-                    np.dot(chains, W, Hc)
-                    _sample_fields_into(Hc, b_hid, state, Hc, S)
-                if step == k - 1:
-                    # the last visible half-step samples into L, with the chains' copy and sums
-                    np.dot(Hc, WT, neg)
-                    for r in range(n_neg):
-                        row = neg[r]
-                        _sample_row(row, b_vis, state, row, S)
-                        dst = chains[r]
-                        for i in range(n_vis):
-                            x = row[i]
-                            dst[i] = x
-                            sum_vn[i] += x
-                else:
-                    np.dot(Hc, WT, chains)
-                    _sample_fields_into(chains, b_vis, state, chains, S)
+                    _pass(SAMPLE, chains, W, Hc, b_hid, state[0], 0, Hc, 1.0, Hc, False, part, Sb, parallel, sum_n)
+                state[0] = _advance(state[0], n_neg * n_hid)
+                # the last visible half-step samples into L, then the chains' copy and sums
+                _pass(SAMPLE, Hc, WT, neg if step == k - 1 else chains, b_vis, state[0], 0, Hc, 1.0, Hc, False,
+                      part, Sb, parallel, sum_n)
+                state[0] = _advance(state[0], n_neg * n_vis)
+            for r in range(n_neg):
+                row = neg[r]
+                dst = chains[r]
+                for i in range(n_vis):
+                    x = row[i]
+                    dst[i] = x
+                    sum_vn[i] += x
         else:
             n_neg = nb
             neg = L[nb:nb + n_neg]
             hc = Hc[:nb]
             for step in range(k):
                 if step == 0:
-                    _bernoulli_into(vr, state, neg)
+                    _pass(BERNOULLI, vr, WT, neg, b_vis, state[0], 0, hs, 1.0, hs, False, part, Sb, parallel, sum_n)
+                    state[0] = _advance(state[0], n_neg * n_vis)
                 else:
-                    np.dot(neg, W, hc)
-                    _sample_fields_into(hc, b_hid, state, hc, S)
-                    np.dot(hc, WT, neg)
-                    _sample_fields_into(neg, b_vis, state, neg, S)
+                    _pass(SAMPLE, neg, W, hc, b_hid, state[0], 0, hc, 1.0, hc, False, part, Sb, parallel, sum_n)
+                    state[0] = _advance(state[0], n_neg * n_hid)
+                    _pass(SAMPLE, hc, WT, neg, b_vis, state[0], 0, hc, 1.0, hc, False, part, Sb, parallel, sum_n)
+                    state[0] = _advance(state[0], n_neg * n_vis)
             for r in range(n_neg):
                 for i in range(n_vis):
                     sum_vn[i] += neg[r, i]
         hn = R[nb:nb + n_neg]
-        np.dot(neg, W, hn)
         cn = 1.0 / n_neg
-        sum_n[:] = 0.0
-        for r in range(n_neg):
-            row = hn[r]
-            _sigmoid_row(row, b_hid, row, S)
-            if persistent:
-                chain_hid[r] = row
-            for j in range(n_hid):
-                sum_n[j] += row[j]
-            for j in range(n_hid):
-                row[j] = -cn * row[j]
+        _pass(NEGATIVE, neg, W, hn, b_hid, state[0], 0, hn, -cn, chain_hid, persistent, part, Sb, parallel, sum_n)
         for j in range(n_hid):
             v_hid[j] = momentum * v_hid[j] + learning_rate * (sum_p[j] * cp - sum_n[j] * cn)
         m = nb + n_neg
-        np.dot(L[:m].T, R[:m], G)
-        for q in range(Wf.shape[0]):
-            vWf[q] = momentum * vWf[q] + learning_rate * (Gf[q] - weight_decay * Wf[q])
-            Wf[q] += vWf[q]
+        _gradient_update(L[:m], R[:m], G, W, vW, learning_rate, momentum, weight_decay, parallel)
         for i in range(n_vis):
             v_vis[i] = momentum * v_vis[i] + learning_rate * (sum_vp[i] * cp - sum_vn[i] * cn)
             b_vis[i] += v_vis[i]
@@ -536,8 +700,23 @@ def train_batches(V, rows, bounds, seeds, W, b_vis, b_hid, vW, v_vis, v_hid, cha
             b_hid[j] += v_hid[j]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
+def _uniform_at(base, q):
+    """The (q + 1)-th U[0, 1) draw after the stream position ``base`` (as :func:`_uniform`)."""
+    z = base + np.uint64(q + 1) * GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * MIX1
+    z = (z ^ (z >> np.uint64(27))) * MIX2
+    z = z ^ (z >> np.uint64(31))
+    return np.float64(z >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+
+
 def ais_log_weights(W, b_vis, b_hid, base_vis, betas, n_runs, seed):
+    """:func:`_ais_log_weights` on the calling thread's numba threads (one: all runs in one block)."""
+    return _ais_log_weights(W, b_vis, b_hid, base_vis, betas, n_runs, seed, parallel_here())
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _ais_log_weights(W, b_vis, b_hid, base_vis, betas, n_runs, seed, parallel):
     """Log importance weights of ``n_runs`` AIS runs (Salakhutdinov & Murray 2008), (n_runs,).
 
     Intermediate distributions over v with the hiddens summed out analytically:
@@ -547,9 +726,17 @@ def ais_log_weights(W, b_vis, b_hid, base_vis, betas, n_runs, seed):
     hiddens contributing 2^Nh) to the RBM (beta = 1).  Each run starts with an exact
     sample of the base model; at each beta_k it adds log p*_k(v) - log p*_{k-1}(v), then
     moves v by one Gibbs step h ~ p_k(h|v), v ~ p_k(v|h) that leaves p_k invariant.
-    All runs advance together (one BLAS product per half step); seeded splitmix64.
+
+    The runs of a block advance together (one BLAS product per half step); seeded
+    splitmix64, one stream consumed as by all runs in order: the initial visibles run by
+    run, then per beta the hidden draws run by run and the visible draws run by run.
+    Threads: the runs never interact, so fixed blocks of runs (:func:`row_blocks`) each
+    walk the whole schedule in parallel, taking their draws at their counter positions
+    (the same numbers) -- one fork for the whole estimate; the weights do not depend on
+    the thread count.
     """
     state = new_state(seed)
+    base0 = state[0]
     n_vis, n_hid = W.shape
     WT = W.T
     V = np.empty((n_runs, n_vis))
@@ -559,28 +746,38 @@ def ais_log_weights(W, b_vis, b_hid, base_vis, betas, n_runs, seed):
     logw = np.zeros(n_runs)
     diff_vis = b_vis - base_vis
     H = np.empty((n_runs, n_hid))
-    for kk in range(1, betas.shape[0]):
-        b_prev = betas[kk - 1]
-        b_now = betas[kk]
-        X = np.dot(V, W)
-        for r in range(n_runs):
-            s = 0.0
-            for i in range(n_vis):
-                s += diff_vis[i] * V[r, i]
-            acc = (b_now - b_prev) * s
-            for j in range(n_hid):
-                x = X[r, j] + b_hid[j]
-                y = b_now * x
-                e = math.exp(-abs(y))  # shared by softplus(y) and sigmoid(y)
-                acc += max(y, 0.0) + math.log1p(e) - softplus(b_prev * x)
-                p = 1.0 / (1.0 + e) if y >= 0.0 else e / (1.0 + e)
-                H[r, j] = 1.0 if _uniform(state) < p else 0.0
-            logw[r] += acc
-        if kk == betas.shape[0] - 1:
-            break  # the last transition would not change the weights
-        Y = np.dot(H, WT)
-        for r in range(n_runs):
-            for i in range(n_vis):
-                y = (1.0 - b_now) * base_vis[i] + b_now * (b_vis[i] + Y[r, i])
-                V[r, i] = 1.0 if _uniform(state) < sigmoid(y) else 0.0
+    X = np.empty((n_runs, n_hid))
+    Y = np.empty((n_runs, n_vis))
+    first = _advance(base0, n_runs * n_vis)
+    per_beta = n_runs * (n_hid + n_vis)
+    n_betas = betas.shape[0]
+    nb = used_row_blocks(n_runs, parallel)
+    for b in prange(nb):
+        lo, hi = _block(n_runs, nb, b)
+        for kk in range(1, n_betas):
+            b_prev = betas[kk - 1]
+            b_now = betas[kk]
+            base_h = _advance(first, (kk - 1) * per_beta)
+            base_v = _advance(base_h, n_runs * n_hid)
+            np.dot(V[lo:hi], W, X[lo:hi])
+            for r in range(lo, hi):
+                s = 0.0
+                for i in range(n_vis):
+                    s += diff_vis[i] * V[r, i]
+                acc = (b_now - b_prev) * s
+                for j in range(n_hid):
+                    x = X[r, j] + b_hid[j]
+                    y = b_now * x
+                    e = math.exp(-abs(y))  # shared by softplus(y) and sigmoid(y)
+                    acc += max(y, 0.0) + math.log1p(e) - softplus(b_prev * x)
+                    p = 1.0 / (1.0 + e) if y >= 0.0 else e / (1.0 + e)
+                    H[r, j] = 1.0 if _uniform_at(base_h, r * n_hid + j) < p else 0.0
+                logw[r] += acc
+            if kk == n_betas - 1:
+                break  # the last transition would not change the weights
+            np.dot(H[lo:hi], WT, Y[lo:hi])
+            for r in range(lo, hi):
+                for i in range(n_vis):
+                    y = (1.0 - b_now) * base_vis[i] + b_now * (b_vis[i] + Y[r, i])
+                    V[r, i] = 1.0 if _uniform_at(base_v, r * n_vis + i) < sigmoid(y) else 0.0
     return logw

@@ -44,7 +44,12 @@ relative, f_a to ~1e-14 of the interval, f_c to ~1e-10 relative (worst in the A 
 branch, whose moments come from identities that divide by A + V).
 
 Every kernel is ``@njit(cache=True, nogil=True)``; layer updates use one BLAS product per
-matrix for all K chains at once.
+matrix for all the chains at once.  Threads (:mod:`boltzlab.engine.threads`):
+:func:`tap_iterate_blocks` is :func:`tap_iterate` on one thread; on more it splits each
+half-step into fixed blocks of the layer's columns (:func:`col_blocks`, set by the layer's
+size alone) run in parallel, each block multiplying all chains by its columns of the
+weights in place (single-threaded BLAS, nothing copied); results are the same on any
+n >= 2 threads and differ from one thread's at rounding level in float32 only.
 """
 
 from __future__ import annotations
@@ -52,9 +57,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.extending import intrinsic
+from numba import get_num_threads, njit, prange
+
+from boltzlab.engine.kernels.common import (F32, HALF_32, ONE_32, ZERO_32, _fdiv, exp_nonpositive,  # noqa: F401
+                                            exp_nonpositive32, logaddexp, matmul, sigmoid32)
 
 BERNOULLI = 0
 SPIN = 1
@@ -68,33 +74,6 @@ MILLS_CF_FROM = 2.0  # Mills ratios by continued fraction from this argument on
 MILLS_CF_DEPTH = 90
 DAWSON_SERIES_TO = 6.5  # Dawson's function: Erfi series below, asymptotic series above
 SQRT_HALF_PI = math.sqrt(0.5 * math.pi)
-# exp on arrays without a libm call per element (numba has no SVML here): Cody-Waite
-# reduction y = k ln 2 + r, |r| <= ln2/2, a degree-13 Taylor polynomial (error < 5e-18),
-# and 2^k assembled in the exponent bits; LLVM vectorises every step (AVX2: 4 at a time)
-LOG2E = 1.4426950408889634
-LN2_HI = 0.6931471803691238
-LN2_LO = 1.9082149292705877e-10
-EXP_MAGIC = 6755399441055744.0  # 1.5 * 2^52: y log2(e) + EXP_MAGIC holds round(k) in its low bits
-EXP_MAGIC_BITS = np.int64(0x4338000000000000)
-EXP_FLOOR = -708.0  # keeps 2^k normal; exp(-708) = 3e-308 stands in for anything smaller
-_E = [1.0 / math.factorial(k) for k in range(14)]
-E0, E1, E2, E3, E4, E5, E6, E7, E8, E9, E10, E11, E12, E13 = _E
-# the same in float32 (sigmoids of float32 RBM / TAP rows): Cody-Waite with a 9-bit ln2_hi
-# (k ln2_hi exact for |k| <= 126), a degree-7 Taylor polynomial (truncation < 6e-9 relative
-# on |r| <= ln2/2, below half a float32 ulp), everything in float32 so a vector holds twice
-# the lanes; total error measured < 2 ulp (tests/engine/test_tap_dtype.py)
-F32 = np.float32
-LOG2E_32 = F32(LOG2E)
-LN2_HI_32 = F32(0.693359375)
-LN2_LO_32 = F32(math.log(2.0) - 0.693359375)
-EXP_MAGIC_32 = F32(12582912.0)  # 1.5 * 2^23
-EXP_BIAS_32 = 127 - 0x4B400000  # bits of (t = k + EXP_MAGIC_32) - 0x4B400000 + 127: 2^k's exponent field
-EXP_FLOOR_32 = F32(-87.0)  # keeps 2^k normal in float32 (exp(-87) = 1.6e-38)
-ZERO_32 = F32(0.0)
-ONE_32 = F32(1.0)
-HALF_32 = F32(0.5)
-_F = [F32(1.0 / math.factorial(k)) for k in range(8)]
-F0, F1, F2, F3, F4, F5, F6, F7 = _F
 SQRT2 = math.sqrt(2.0)
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(24)
 GL_NODES = 0.5 * (_GL_X + 1.0)  # Gauss-Legendre on [0, 1]
@@ -102,127 +81,6 @@ GL_WEIGHTS = 0.5 * _GL_W
 
 
 # ------------------------------------------------------------------ scalar helpers
-
-
-@njit(cache=True, nogil=True)
-def logaddexp(x, y):
-    """log(e^x + e^y) without overflow."""
-    if x == -math.inf:
-        return y
-    if y == -math.inf:
-        return x
-    if x > y:
-        return x + math.log1p(math.exp(y - x))
-    return y + math.log1p(math.exp(x - y))
-
-
-@njit(cache=True, nogil=True)
-def exp_nonpositive(y, out, work):
-    """out[j] = exp(y[j]) for y[j] <= 0 (relative error < 3e-16; y below EXP_FLOOR gives
-    exp(EXP_FLOOR)).  ``work`` is scratch of the same length; loops vectorise."""
-    n = y.shape[0]
-    for j in range(n):
-        v = max(y[j], EXP_FLOOR)
-        t = v * LOG2E + EXP_MAGIC
-        k = t - EXP_MAGIC
-        r = (v - k * LN2_HI) - k * LN2_LO
-        p = E13
-        p = p * r + E12
-        p = p * r + E11
-        p = p * r + E10
-        p = p * r + E9
-        p = p * r + E8
-        p = p * r + E7
-        p = p * r + E6
-        p = p * r + E5
-        p = p * r + E4
-        p = p * r + E3
-        p = p * r + E2
-        p = p * r + E1
-        p = p * r + E0
-        out[j] = p
-        work[j] = t
-    bits = work.view(np.int64)
-    for j in range(n):
-        bits[j] = (bits[j] - EXP_MAGIC_BITS + 1023) << 52
-    scale = bits.view(np.float64)
-    for j in range(n):
-        out[j] *= scale[j]
-
-
-@intrinsic
-def _f32_bits(typingctx, x):
-    """The bits of a float32 as an int32 (a register bitcast; vectorises)."""
-    if x != types.float32:
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], ir.IntType(32))
-
-    return types.int32(types.float32), codegen
-
-
-@intrinsic
-def _f32_from_bits(typingctx, i):
-    """The float32 whose bits are the low 32 bits of the integer i."""
-    if not isinstance(i, types.Integer):
-        return None
-
-    def codegen(context, builder, signature, args):
-        v = args[0]
-        if i.bitwidth > 32:
-            v = builder.trunc(v, ir.IntType(32))
-        elif i.bitwidth < 32:
-            v = builder.sext(v, ir.IntType(32))
-        return builder.bitcast(v, ir.FloatType())
-
-    return types.float32(i), codegen
-
-
-@intrinsic
-def _fdiv(typingctx, a, b):
-    """a / b of two floats of one type as the bare IEEE division (numba's ``/`` adds a check
-    for b == 0 that raises, a branch that keeps a loop from vectorising; the callers divide
-    by 1 + e >= 1)."""
-    if not (isinstance(a, types.Float) and a == b):
-        return None
-
-    def codegen(context, builder, signature, args):
-        return builder.fdiv(args[0], args[1])
-
-    return a(a, b), codegen
-
-
-@njit(cache=True, nogil=True)
-def exp_nonpositive32(y):
-    """exp(y) of a float32 y <= 0 in float32 (error < 2 ulp; y below -87 gives exp(-87)).
-
-    A scalar function for fused, vectorisable loops: :func:`exp_nonpositive` in single
-    precision, with 2^k assembled by bit casts in registers instead of a pass over memory.
-    """
-    v = max(F32(y), EXP_FLOOR_32)
-    t = v * LOG2E_32 + EXP_MAGIC_32
-    k = t - EXP_MAGIC_32
-    r = (v - k * LN2_HI_32) - k * LN2_LO_32
-    p = F7
-    p = p * r + F6
-    p = p * r + F5
-    p = p * r + F4
-    p = p * r + F3
-    p = p * r + F2
-    p = p * r + F1
-    p = p * r + F0
-    return p * _f32_from_bits((_f32_bits(t) + EXP_BIAS_32) << 23)
-
-
-@njit(cache=True, nogil=True)
-def sigmoid32(x):
-    """1 / (1 + e^-x) of a float32 x in float32: e = exp(-|x|), 1 / (1 + e) or e / (1 + e)
-    branch-free (max(e, [x >= 0]) picks the numerator), so loops of it vectorise."""
-    x = F32(x)
-    e = exp_nonpositive32(-abs(x))
-    inv = _fdiv(ONE_32, ONE_32 + e)
-    return max(e, F32(x >= ZERO_32)) * inv  # inv for x >= 0 (max(e, 1) = 1), e inv below
 
 
 @njit(cache=True, nogil=True)
@@ -516,8 +374,8 @@ def _sum(v):
 
 
 @njit(cache=True, nogil=True)
-def _half_step(code, G, S, a, c, U, V, rho, lo, hi, field, has_field, damping, diff, scratch):
-    """One side of Algorithm 1 for the first n = G.shape[0] rows, in place.
+def _half_step(code, G, S, a, c, U, V, rho, lo, hi, field, has_field, damping, diff, scratch, n, j0, j1):
+    """One side of Algorithm 1 for the first n rows and the columns [j0, j1), in place.
 
     A = -S (S = c_other W^2, eq. 33), B = A a_old + G (G = a_other W, eq. 34), then
     (a, c) <- (1 - damping) (f_a, f_c)(B, A) + damping (a, c); diff[r] += sum (a_new - a_old)^2.
@@ -525,48 +383,62 @@ def _half_step(code, G, S, a, c, U, V, rho, lo, hi, field, has_field, damping, d
     :func:`exp_nonpositive`; the others call :func:`prior_moments` per unit.  G, S, a, c are
     float32 or float64 (the products' precision); a float32 Bernoulli layer runs its
     elementwise work in float32 too (one fused loop per row, :func:`exp_nonpositive32`),
-    the other priors in float64.  ``scratch`` is (5, >= m) float64, reused every sweep.
+    the other priors in float64.  ``scratch`` is (5, >= j1) float64, reused every sweep.
+    diff[r] gets the sum over the columns [j0, j1) only (a column block's part).
     """
-    n, m = G.shape
     take = 1.0 - damping
+    m = j1 - j0
+    u_ = U[j0:j1]
     if code == BERNOULLI and G.itemsize == 4:
         # float32: the same, fused into one loop per row in float32 (exp_nonpositive32); the
         # squared changes go to a float32 scratch row and are summed in float64
-        sq32 = scratch[4].view(np.float32)[:m]
+        sq32 = scratch[4].view(np.float32)[j0:j1]
         take32 = F32(take)
         damp32 = F32(damping)
         for r in range(n):
+            # row views of the block's columns: indices from 0 (no negative-index checks) and
+            # contiguous rows, so the loop vectorises
+            g = G[r, j0:j1]
+            s = S[r, j0:j1]
+            ar = a[r, j0:j1]
+            cr = c[r, j0:j1]
+            fr = field[r, j0:j1] if has_field else field[0, :0]
             for j in range(m):
-                xj = F32(U[j]) + G[r, j] - S[r, j] * (a[r, j] - HALF_32)
+                xj = F32(u_[j]) + g[j] - s[j] * (ar[j] - HALF_32)
                 if has_field:
-                    xj = F32(xj + field[r, j])
+                    xj = F32(xj + fr[j])
                 e = exp_nonpositive32(-abs(xj))
                 inv = _fdiv(ONE_32, ONE_32 + e)
                 fa = max(e, F32(xj >= ZERO_32)) * inv
                 fc = e * inv * inv
-                old = a[r, j]
+                old = ar[j]
                 if damping > 0.0:
                     fa = take32 * fa + damp32 * old
-                    fc = take32 * fc + damp32 * c[r, j]
-                c[r, j] = fc
-                a[r, j] = fa
+                    fc = take32 * fc + damp32 * cr[j]
+                cr[j] = fc
+                ar[j] = fa
                 sq32[j] = (fa - old) * (fa - old)
             diff[r] += _sum(sq32)
         return
     if code == BERNOULLI:
         # x = U + B - A/2 = U + G + A (a_old - 1/2); f_a = sigmoid(x), f_c = e/(1 + e)^2 with
         # e = exp(-|x|), in vectorisable passes over each row
-        x = scratch[0, :m]
-        y = scratch[1, :m]
-        e = scratch[2, :m]
-        work = scratch[3, :m]
-        sq = scratch[4, :m]
+        x = scratch[0, j0:j1]
+        y = scratch[1, j0:j1]
+        e = scratch[2, j0:j1]
+        work = scratch[3, j0:j1]
+        sq = scratch[4, j0:j1]
         for r in range(n):
+            g = G[r, j0:j1]
+            s = S[r, j0:j1]
+            ar = a[r, j0:j1]
+            cr = c[r, j0:j1]
             for j in range(m):
-                x[j] = U[j] + G[r, j] - S[r, j] * (a[r, j] - 0.5)
+                x[j] = u_[j] + g[j] - s[j] * (ar[j] - 0.5)
             if has_field:
+                fr = field[r, j0:j1]
                 for j in range(m):
-                    x[j] += field[r, j]
+                    x[j] += fr[j]
             for j in range(m):
                 y[j] = -abs(x[j])
             exp_nonpositive(y, e, work)
@@ -574,24 +446,24 @@ def _half_step(code, G, S, a, c, U, V, rho, lo, hi, field, has_field, damping, d
                 for j in range(m):
                     inv = _fdiv(1.0, 1.0 + e[j])
                     fa = inv if x[j] >= 0.0 else e[j] * inv
-                    old = a[r, j]
+                    old = ar[j]
                     new = take * fa + damping * old
-                    c[r, j] = take * (e[j] * inv * inv) + damping * c[r, j]
-                    a[r, j] = new
+                    cr[j] = take * (e[j] * inv * inv) + damping * cr[j]
+                    ar[j] = new
                     sq[j] = (new - old) * (new - old)
             else:
                 for j in range(m):
                     inv = _fdiv(1.0, 1.0 + e[j])
                     fa = inv if x[j] >= 0.0 else e[j] * inv
-                    old = a[r, j]
-                    c[r, j] = e[j] * inv * inv
-                    a[r, j] = fa
+                    old = ar[j]
+                    cr[j] = e[j] * inv * inv
+                    ar[j] = fa
                     sq[j] = (fa - old) * (fa - old)
             diff[r] += _sum(sq)
         return
     for r in range(n):
         acc = 0.0
-        for j in range(m):
+        for j in range(j0, j1):
             A = -np.float64(S[r, j])
             old = np.float64(a[r, j])
             u = U[j] + field[r, j] if has_field else U[j]
@@ -603,6 +475,44 @@ def _half_step(code, G, S, a, c, U, V, rho, lo, hi, field, has_field, damping, d
             c[r, j] = fc
             acc += (fa - old) * (fa - old)
         diff[r] += acc
+
+
+COL_UNIT = 16  # column blocks start at multiples of this (whole SIMD / GEMM micro-tiles)
+COL_BLOCK = 256  # columns of W per parallel block, about
+
+
+@njit(cache=True, nogil=True)
+def col_blocks(m):
+    """The number of blocks m columns are split into: ceil(m / COL_BLOCK) made even (two
+    threads get equal shares), at most one per COL_UNIT columns -- set by m alone."""
+    units = (m + COL_UNIT - 1) // COL_UNIT
+    nb = (m + COL_BLOCK - 1) // COL_BLOCK
+    nb += nb % 2
+    return max(1, min(nb, units))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def col_block(m, nb, b):
+    """Columns [j0, j1) of block b of :func:`col_blocks` (whole COL_UNITs, as equal as possible)."""
+    units = (m + COL_UNIT - 1) // COL_UNIT
+    return min(m, COL_UNIT * (b * units // nb)), min(m, COL_UNIT * ((b + 1) * units // nb))
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _layer_blocks(code, X, Y, Wm, W2m, G, S, a, c, U, V, rho, lo, hi, field, has_field, damping, n, part, scratch):
+    """One half-step of Algorithm 1 on the first n chains by blocks of the layer's columns, in
+    parallel: per block G = X Wm and S = Y W2m on its columns (BLAS on the blocks of Wm and
+    W2m in place: nothing copied, each block packs only its share of the matrices), then
+    :func:`_half_step` on those columns, its squared changes summed into part[block]."""
+    m = G.shape[1]
+    nb = col_blocks(m)
+    for b in prange(nb):
+        j0, j1 = col_block(m, nb, b)
+        matmul(X[:n], Wm[:, j0:j1], G[:n, j0:j1])
+        matmul(Y[:n], W2m[:, j0:j1], S[:n, j0:j1])
+        d = part[b]
+        d[:n] = 0.0
+        _half_step(code, G, S, a, c, U, V, rho, lo, hi, field, has_field, damping, d, scratch, n, j0, j1)
 
 
 @njit(cache=True, nogil=True)
@@ -622,6 +532,37 @@ def tap_iterate(W, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_
     Precision: the products and the moments run in the dtype of W (av, cv, ah, ch share it:
     float32 products run about twice as fast); every buffer is allocated once per call.
     """
+    _iterate(W, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h, field, has_field,
+             av, cv, ah, ch, damping, tol, max_iter, iters, converged, False)
+
+
+def tap_iterate_blocks(W, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h, field, has_field,
+                       av, cv, ah, ch, damping, tol, max_iter, iters, converged):
+    """:func:`tap_iterate` on the calling thread's numba threads (:mod:`boltzlab.engine.threads`).
+
+    On one thread it is :func:`tap_iterate` itself: one product per matrix, no fork.  On
+    more, each half-step is split into blocks of columns (:func:`col_blocks` of the layer:
+    hidden units for the hidden half-step, visible units for the visible one) run in
+    parallel: two forks per sweep, every block multiplying all active chains by its columns
+    of W (or W^T, W^2, (W^2)^T) in place, so each thread packs only its share of the matrices.
+
+    What the thread count changes: blocks are set by the shapes alone, so on 2, 3, ... threads
+    the moments, iteration counts and convergence flags are the same bits.  Against one
+    thread, the float32 products round differently in the last bits (scipy's OpenBLAS SGEMM
+    rounds a block of columns differently from the same columns of the whole product; its
+    DGEMM does not: float64 moments are the same bits on any thread count), and a chain's
+    squared change is summed per column block, which can move a convergence decision when
+    it lands within rounding of ``tol``.
+    """
+    _iterate(W, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h, field, has_field,
+             av, cv, ah, ch, damping, tol, max_iter, iters, converged, get_num_threads() > 1)  # read in Python
+
+
+@njit(cache=True, nogil=True)
+def _iterate(W, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h, field, has_field,
+             av, cv, ah, ch, damping, tol, max_iter, iters, converged, blocks):
+    """:func:`tap_iterate` (``blocks`` False: one product per matrix) or
+    :func:`tap_iterate_blocks` (True: column blocks in parallel)."""
     K, Nv = av.shape
     Nh = ah.shape[1]
     dt = W.dtype
@@ -638,20 +579,38 @@ def tap_iterate(W, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_
     Sh = np.empty((K, Nh), dt)
     Gv = np.empty((K, Nv), dt)
     Sv = np.empty((K, Nv), dt)
-    scratch = np.empty((5, max(Nv, Nh)))
+    scratch = np.empty((5, max(Nv, Nh)))  # column blocks use disjoint columns of it
+    nbh = col_blocks(Nh)
+    nbv = col_blocks(Nv)
+    part_h = np.empty((nbh, K))
+    part_v = np.empty((nbv, K))
     diff = np.empty(K)
     n = K
     t = 0
     scale = 1.0 / (Nv + Nh)
     while n > 0 and t < max_iter:
         t += 1
-        diff[:n] = 0.0
-        np.dot(xav[:n], W, Gh[:n])
-        np.dot(xcv[:n], W2, Sh[:n])
-        _half_step(code_h, Gh[:n], Sh[:n], xah, xch, Uh, Vh, Rh, lo_h, hi_h, xf, False, damping, diff, scratch)
-        np.dot(xah[:n], WT, Gv[:n])
-        np.dot(xch[:n], W2T, Sv[:n])
-        _half_step(code_v, Gv[:n], Sv[:n], xav, xcv, Uv, Vv, Rv, lo_v, hi_v, xf, has_field, damping, diff, scratch)
+        if blocks:
+            _layer_blocks(code_h, xav, xcv, W, W2, Gh, Sh, xah, xch, Uh, Vh, Rh, lo_h, hi_h, xf, False, damping, n,
+                          part_h, scratch)
+            _layer_blocks(code_v, xah, xch, WT, W2T, Gv, Sv, xav, xcv, Uv, Vv, Rv, lo_v, hi_v, xf, has_field,
+                          damping, n, part_v, scratch)
+            for r in range(n):
+                total = 0.0
+                for b in range(nbh):
+                    total += part_h[b, r]
+                for b in range(nbv):
+                    total += part_v[b, r]
+                diff[r] = total
+        else:
+            diff[:n] = 0.0
+            np.dot(xav[:n], W, Gh[:n])
+            np.dot(xcv[:n], W2, Sh[:n])
+            _half_step(code_h, Gh, Sh, xah, xch, Uh, Vh, Rh, lo_h, hi_h, xf, False, damping, diff, scratch, n, 0, Nh)
+            np.dot(xah[:n], WT, Gv[:n])
+            np.dot(xch[:n], W2T, Sv[:n])
+            _half_step(code_v, Gv, Sv, xav, xcv, Uv, Vv, Rv, lo_v, hi_v, xf, has_field, damping, diff, scratch, n, 0,
+                       Nv)
         m = 0
         for r in range(n):
             if diff[r] * scale < tol:

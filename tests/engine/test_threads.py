@@ -1,0 +1,279 @@
+"""The threaded kernels: against the NumPy references and against one thread, at 1 and 2 threads.
+
+On one thread every kernel runs in one piece (whole products, the kernels of before
+threads); on more, its work is split into blocks fixed by the shapes (never by the thread
+count), so a seed gives bit-identical results on 2, 3, ... threads and results within
+rounding of one thread's.  The sizes here are chosen to span several blocks (ROW_BLOCK
+rows, WEIGHT_BLOCK weight rows, col_blocks columns).  Never timed: speed is measured by
+``boltzlab bench ... --threads N``.
+"""
+
+import numpy as np
+import pytest
+
+from boltzlab.engine import tap, threads
+from boltzlab.engine.kernels import rbm as rbm_kernels
+from boltzlab.engine.kernels import tap as tap_kernels
+from tests.engine.test_rbm_kernels import Stream, ref_sigmoid, ref_train_batch
+
+THREADS = [1, 2]
+
+
+def test_thread_counts_are_clipped_and_restored():
+    before = threads.threads()
+    with threads.using(10**6) as n:
+        assert n == threads.available() == threads.threads()
+    assert threads.threads() == before
+    with threads.using(0) as n:
+        assert n == 1 == threads.threads()
+    assert threads.threads() == before
+
+
+def _train_setup(n, n_vis, n_hid, n_chains, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    V = (rng.random((n, n_vis)) < 0.3).astype(dtype)
+    W = rng.normal(0, 0.3, (n_vis, n_hid)).astype(dtype)
+    b_vis = rng.normal(0, 0.2, n_vis).astype(dtype)
+    b_hid = rng.normal(0, 0.2, n_hid).astype(dtype)
+    chains = (rng.random((n_chains, n_vis)) < 0.5).astype(dtype)
+    chain_hid = ref_sigmoid(chains.astype(np.float64) @ W + b_hid).astype(dtype)
+    state = [W, b_vis, b_hid, rng.normal(0, 0.01, (n_vis, n_hid)).astype(dtype),
+             np.zeros(n_vis, dtype), np.zeros(n_hid, dtype), chains, chain_hid]
+    rows = rng.permutation(n).astype(np.int64)
+    return V, rows, state
+
+
+def _train(V, rows, bounds, seeds, state, persistent, k):
+    out = [a.copy() for a in state]
+    recon = np.empty(len(seeds))
+    rbm_kernels.train_batches(V, rows, bounds, seeds, *out, persistent, k, 0.1, 0.5, 0.01, recon)
+    return out, recon
+
+
+# batches of 150 and 70 rows and 130 chains: 3, 2 and 3 row blocks; 300 visibles: 2 weight blocks
+SHAPE = dict(n=220, n_vis=300, n_hid=70, n_chains=130)
+BOUNDS = np.array([0, 150, 220], dtype=np.int64)
+SEEDS = np.array([11, 12], dtype=np.int64)
+
+
+@pytest.mark.parametrize("persistent,k", [(True, 1), (False, 1), (True, 2)])
+@pytest.mark.parametrize("n_threads", THREADS)
+def test_threaded_train_batches_match_the_numpy_reference(persistent, k, n_threads):
+    V, rows, state = _train_setup(**SHAPE, dtype=np.float64)
+    with threads.using(n_threads):
+        got, recon = _train(V, rows, BOUNDS, SEEDS, state, persistent, k)
+    ref = list(state)
+    for t in range(len(SEEDS)):
+        B = V[rows[BOUNDS[t]:BOUNDS[t + 1]]]
+        out = ref_train_batch(B, ref[6], ref[7], *ref[:6], persistent, k, 0.1, 0.5, 0.01, Stream(int(SEEDS[t])))
+        ref = list(out[:8])
+        assert recon[t] == pytest.approx(out[8], rel=1e-10)
+    for g, w in zip(got, ref):
+        np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("persistent,k", [(True, 1), (False, 2)])
+def test_train_batches_on_1_and_2_threads_agree_to_rounding(dtype, persistent, k):
+    # one thread: whole products and sums in row order; two: blocks, sums per block
+    V, rows, state = _train_setup(**SHAPE, dtype=dtype)
+    results = {}
+    for n_threads in THREADS:
+        with threads.using(n_threads):
+            results[n_threads] = _train(V, rows, BOUNDS, SEEDS, state, persistent, k)
+    (a, ra), (b, rb) = results[1], results[2]
+    tol = dict(rtol=1e-4, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(ra, rb, **tol)
+    for x, y in zip(a, b):
+        np.testing.assert_allclose(x, y, **tol)
+
+
+_SAME_BITS_CHILD = """
+import sys
+import numpy as np
+from boltzlab.engine import tap, threads
+from tests.engine.test_threads import BOUNDS, SEEDS, SHAPE, _tap_problem, _train, _train_setup
+out = {}
+for n_threads in (2, 3):
+    with threads.using(n_threads):
+        assert threads.threads() == n_threads
+        for dtype in (np.float32, np.float64):
+            V, rows, state = _train_setup(**SHAPE, dtype=dtype)
+            got, recon = _train(V, rows, BOUNDS, SEEDS, state, True, 2)
+            for i, g in enumerate(got + [recon]):
+                out[f"{n_threads} rbm {dtype.__name__} {i}"] = g
+            W, b_vis, b_hid, init = _tap_problem(40)
+            res = tap.tap_fixed_points(W, b_vis, b_hid, init, tol=1e-9, max_iter=200, dtype=dtype.__name__)
+            for name in ("a_vis", "c_vis", "a_hid", "c_hid", "iterations", "converged"):
+                out[f"{n_threads} tap {dtype.__name__} {name}"] = getattr(res, name)
+np.savez(sys.argv[1], **out)
+"""
+
+
+def test_the_blocks_give_the_same_bits_on_2_and_3_threads(tmp_path):
+    # more threads than this machine's cores: NUMBA_NUM_THREADS=3 in a child process
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "out.npz"
+    env = dict(os.environ, NUMBA_NUM_THREADS="3")
+    subprocess.run([sys.executable, "-c", _SAME_BITS_CHILD, str(path)], check=True, env=env,
+                   cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    out = np.load(path)
+    keys = [k[2:] for k in out.files if k.startswith("2 ")]
+    assert len(keys) == 2 * (9 + 6)
+    for key in keys:
+        np.testing.assert_array_equal(out["2 " + key], out["3 " + key], err_msg=key)
+
+
+def _tap_problem(K, n_vis=120, n_hid=90, seed=0):
+    rng = np.random.default_rng(seed)
+    W = rng.normal(0, 0.1, (n_vis, n_hid))
+    return W, rng.normal(0, 0.2, n_vis), rng.normal(0, 0.2, n_hid), (rng.random((K, n_vis)) < 0.4).astype(float)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_tap_column_blocks_on_1_and_2_threads_agree_to_rounding(dtype):
+    K = 40
+    W, b_vis, b_hid, init = _tap_problem(K)
+    assert tap_kernels.col_blocks(W.shape[0]) == tap_kernels.col_blocks(W.shape[1]) == 2
+    field = np.random.default_rng(5).normal(0, 0.5, init.shape)
+    results = {}
+    for n_threads in THREADS:
+        with threads.using(n_threads):
+            results[n_threads] = tap.tap_fixed_points(W, b_vis, b_hid, init, field_vis=field, damping=0.1,
+                                                      tol=1e-9, max_iter=200, dtype=dtype)
+    a, b = results[1], results[2]
+    atol = 1e-5 if dtype == "float32" else 1e-12
+    for name in ("a_vis", "c_vis", "a_hid", "c_hid"):
+        np.testing.assert_allclose(getattr(a, name), getattr(b, name), rtol=0, atol=atol)
+    # a convergence decision may move by a sweep when a squared change lands within rounding of tol
+    assert np.abs(a.iterations - b.iterations).max() <= 1
+
+
+@pytest.mark.parametrize("n_threads", THREADS)
+def test_tap_column_blocks_match_one_block_and_the_numpy_reference(n_threads):
+    from boltzlab.engine.experiments.bench_tap import numpy_tap_sweeps
+
+    K = 133
+    W, b_vis, b_hid, init = _tap_problem(K)
+    with threads.using(n_threads):
+        got = tap.tap_fixed_points(W, b_vis, b_hid, init, tol=0.0, max_iter=30)
+    av, cv, ah, ch, _ = numpy_tap_sweeps(W, b_vis, b_hid, init, 30)
+    np.testing.assert_allclose(got.a_vis, av, atol=1e-12)
+    np.testing.assert_allclose(got.a_hid, ah, atol=1e-12)
+    # the products in one piece (the one-thread kernel) agree to rounding
+    model = tap._Model(W, b_vis, b_hid, "bernoulli", "bernoulli", "test", None, K)
+    one = [init.copy(), np.zeros_like(init), np.zeros((K, W.shape[1])), np.zeros((K, W.shape[1]))]
+    it, ok = np.zeros(K, np.int64), np.zeros(K, np.bool_)
+    tap_kernels.tap_iterate(*model.args(), *one, 0.0, 0.0, 30, it, ok)
+    np.testing.assert_allclose(got.a_vis, one[0], atol=1e-12)
+    np.testing.assert_array_equal(got.iterations, it)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_threaded_eq10_loop_matches_the_numpy_reference_and_one_thread(dtype):
+    from boltzlab.engine.kernels import frankwolfe as fwk
+    from tests.engine.test_frankwolfe import random_binary, ref_bias_loop, tiny_fractional
+
+    W, b0, c, _ = tiny_fractional(6, 3, seed=5)
+    W = W.astype(dtype)
+    chains0 = random_binary(150, 6, 6).astype(dtype)  # 3 row blocks of chains
+    data_mean = np.random.default_rng(7).random(6)
+    args = (3.0, data_mean, 0.9, 0.1, 0.2, 1e-6, 2, True, False, 123, 3, 0.0, 1.0)
+    got = {}
+    for n_threads in THREADS:
+        chains, b = chains0.copy(), b0.copy()
+        with threads.using(n_threads):
+            out = fwk.bias_alpha_updates(chains, W, b, c, *args)
+        got[n_threads] = (chains, b, out)
+    # one thread: whole products, sums in row order; two: blocks, sums per block (rounding)
+    rel = 1e-12 if dtype == np.float64 else 1e-6
+    np.testing.assert_array_equal(got[1][0], got[2][0])
+    np.testing.assert_allclose(got[1][1], got[2][1], rtol=rel, atol=rel)
+    np.testing.assert_allclose(np.array(got[1][2], float), np.array(got[2][2], float), rtol=rel, atol=rel)
+    ref = ref_bias_loop(chains0.copy(), W, b0.copy(), c, 3.0, data_mean, 0.9, 0.1, 0.2, 2, True, False, 123, 3, 0.0, 1.0)
+    np.testing.assert_array_equal(got[2][0], ref[0])
+    np.testing.assert_allclose(got[2][1], ref[1], rtol=rel, atol=rel)
+
+
+@pytest.mark.parametrize("n_threads", THREADS)
+def test_threaded_ais_matches_the_numpy_reference_draw_for_draw(n_threads):
+    from tests.engine.test_rbm_kernels import ref_ais_log_weights, small_rbm
+
+    model = small_rbm(6, 4, 3)
+    base = np.random.default_rng(0).normal(0, 1, 6)
+    betas = np.linspace(0, 1, 20)
+    n_runs = 2 * rbm_kernels.ROW_BLOCK + 7  # three blocks of runs
+    with threads.using(n_threads):
+        got = rbm_kernels.ais_log_weights(model.W, model.b_vis, model.b_hid, base, betas, n_runs, 77)
+    want = ref_ais_log_weights(model.W, model.b_vis, model.b_hid, base, betas, n_runs, Stream(77))
+    np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-11)
+    with threads.using(1):
+        one = rbm_kernels.ais_log_weights(model.W, model.b_vis, model.b_hid, base, betas, n_runs, 77)
+    np.testing.assert_array_equal(got, one)
+
+
+def test_fair_share_splits_the_cores_between_playing_runs(tmp_path, monkeypatch):
+    import os
+    import time
+
+    monkeypatch.setenv("BOLTZLAB_PLAYERS_DIR", str(tmp_path))
+    a, b, c = threads.Player("a"), threads.Player("b"), threads.Player("c")
+    assert threads.share("a", cores=2) == 2  # alone: every core
+    with a:
+        assert threads.players() == ["a"]
+        assert threads.share("b", cores=2) == 1  # a second run: one each
+        with b:
+            assert threads.share("a", cores=2) == threads.share("b", cores=2) == 1
+            assert [threads.share(k, cores=8) for k in "ab"] == [4, 4]
+            with c:
+                assert [threads.share(k, cores=8) for k in "abc"] == [3, 3, 2]  # never more than 8 in all
+                assert [threads.share(k, cores=2) for k in "abc"] == [1, 1, 1]  # at least one each
+    # between two batches a run still counts for GRACE_SECONDS, then gives its cores back
+    assert threads.players() == ["a", "b", "c"]
+    assert threads.players(now=time.time() + 2 * threads.GRACE_SECONDS) == []
+    b.close()
+    assert not os.path.exists(b.path)
+    old = time.time() - 100 * threads.GRACE_SECONDS
+    os.utime(a.path, (old, old))
+    assert threads.players() == ["c"] and not os.path.exists(a.path)  # a stale claim is removed
+
+
+def test_fair_share_sets_the_calling_threads_count_and_restores_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("BOLTZLAB_PLAYERS_DIR", str(tmp_path))
+    before = threads.threads()
+    with threads.fair_share(threads.Player("solo")) as n:
+        # alone: every idle core (the others' load decides how many are idle)
+        assert n == threads.threads() == threads.share("solo") and 1 <= n <= threads.available()
+    assert threads.threads() == before
+
+
+def test_idle_cores_count_other_processes_work_not_ours(monkeypatch):
+    readings = iter([(0.0, 0.0, 0.0), (150.0, 200.0, 0.0), (300.0, 400.0, 140.0)])
+    monkeypatch.setattr(threads, "_cpu_counters", lambda: next(readings))
+    monkeypatch.setattr(threads, "_IDLE", {})
+    monkeypatch.setattr(threads, "IDLE_SAMPLE_SECONDS", 0.0)
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 4)
+    assert threads.idle_cores(4) == 4  # first reading: no history, every core
+    assert threads.idle_cores(4) == 1  # 3 of 4 cores busy with other processes
+    assert threads.idle_cores(4) == 4  # as busy, but with our own work (0.2 cores of others): all ours
+
+
+def test_benches_measure_one_and_n_threads_in_the_same_run():
+    from boltzlab.engine.experiments import bench_fvbm, bench_rbm, bench_tap
+
+    rows = bench_tap.run(hidden=(6,), K=5, n_sweeps=2, repeats=1, threads=2)["rows"]
+    assert [r["threads"] for r in rows] == [1, 2]
+    assert rows[0]["speedup_float32"] == 1.0 and rows[1]["speedup_float32"] > 0
+    for r in rows:
+        assert r["sgemm_gflops"] == pytest.approx(max(r["blas_sgemm_gflops"], r["blocked_sgemm_gflops"]))
+    rows = bench_rbm.run(hidden=(20,), repeats=1, ais_runs=2, ais_schedule="live", threads=2)["rows"]
+    assert [r["threads"] for r in rows] == [1, 2] and "ais_seconds" in rows[0] and "ais_seconds" not in rows[1]
+    for r in rows:
+        assert r["sgemm_floor_seconds"] == min(r["blas_sgemm_floor_seconds"], r["blocked_sgemm_floor_seconds"])
+        assert r["float32_floor_fraction"] == pytest.approx(r["sgemm_floor_seconds"] / r["engine_float32_seconds"])
+    assert "threads vs 1" in bench_rbm.format_table({"rows": rows})
+    result = bench_fvbm.run(n=400, d=4, min_seconds=0.01, threads=2)
+    assert [r["threads"] for r in result["thread_rows"]] == [1, 2] and result["thread_rows"][0]["speedup"] == 1.0
