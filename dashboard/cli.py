@@ -565,7 +565,8 @@ def _json_safe(value):
 def cmd_bench_fvbm(args: argparse.Namespace) -> int:
     from boltzlab.engine.experiments import bench_fvbm
 
-    result = bench_fvbm.run(min_seconds=args.seconds, threads=args.threads)
+    with TerminalProgress(f"bench {args.family}", quiet_lines=True) as bar:  # a bar on a terminal, else silent
+        result = bench_fvbm.run(min_seconds=args.seconds, threads=args.threads, progress=bar)
     if args.json:
         print(json.dumps(result))
         return 0
