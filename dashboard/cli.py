@@ -586,8 +586,9 @@ def cmd_bench_fvbm(args: argparse.Namespace) -> int:
 def cmd_bench_rbm(args: argparse.Namespace) -> int:
     from boltzlab.engine.experiments import bench_rbm
 
-    result = bench_rbm.run(hidden=tuple(args.hidden), repeats=args.repeats, ais_runs=args.ais_runs,
-                           ais_schedule=args.ais_schedule, threads=args.threads)
+    with TerminalProgress(f"bench {args.family}", quiet_lines=True) as bar:
+        result = bench_rbm.run(hidden=tuple(args.hidden), repeats=args.repeats, ais_runs=args.ais_runs,
+                               ais_schedule=args.ais_schedule, threads=args.threads, progress=bar)
     if args.json:
         print(json.dumps(result))
         return 0
