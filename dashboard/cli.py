@@ -606,8 +606,9 @@ def cmd_bench_tap(args: argparse.Namespace) -> int:
     from boltzlab.engine.experiments import bench_tap
 
     threads = None if args.threads == 0 else args.threads
-    result = bench_tap.run(hidden=tuple(args.hidden), K=args.chains, n_sweeps=args.sweeps,
-                           repeats=args.repeats, threads=threads)
+    with TerminalProgress(f"bench {args.family}", quiet_lines=True) as bar:
+        result = bench_tap.run(hidden=tuple(args.hidden), K=args.chains, n_sweeps=args.sweeps,
+                               repeats=args.repeats, threads=threads, progress=bar)
     if args.json:
         print(json.dumps(_json_safe(result)))
         return 0
