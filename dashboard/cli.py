@@ -635,12 +635,12 @@ def cmd_bench_tap(args: argparse.Namespace) -> int:
 def cmd_bench_frankwolfe(args: argparse.Namespace) -> int:
     from boltzlab.engine.experiments import bench_frankwolfe
 
-    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731 -- progress always on stderr
-    log(f"timing CD-{args.cd_k} epochs and Frank-Wolfe insertions at Nh = {', '.join(map(str, args.hidden))} "
-        "on the bundled MNIST (Nv = 784) ...")
-    result = bench_frankwolfe.run(hidden=tuple(args.hidden), insertions=args.insertions, repeats=args.repeats,
-                                  cd_k=args.cd_k, samples=args.samples, reg=args.reg, bias_lr=args.bias_lr,
-                                  cd_epochs=args.cd_epochs, threads=args.threads)
+    with TerminalProgress(f"bench {args.family}", quiet_lines=True) as bar:  # the line too: on a terminal only
+        bar(f"timing CD-{args.cd_k} epochs and Frank-Wolfe insertions at Nh = {', '.join(map(str, args.hidden))} "
+            "on the bundled MNIST (Nv = 784) ...")
+        result = bench_frankwolfe.run(hidden=tuple(args.hidden), insertions=args.insertions, repeats=args.repeats,
+                                      cd_k=args.cd_k, samples=args.samples, reg=args.reg, bias_lr=args.bias_lr,
+                                      cd_epochs=args.cd_epochs, threads=args.threads, progress=bar)
     if args.json:
         print(json.dumps(_json_safe(result)))
         return 0
