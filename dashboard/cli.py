@@ -662,7 +662,8 @@ def cmd_bench_frankwolfe(args: argparse.Namespace) -> int:
 def cmd_bench_bound(args: argparse.Namespace) -> int:
     from boltzlab.engine.experiments import bench_bound
 
-    result = bench_bound.run(n_bits=args.bits, repeats=args.repeats)
+    with TerminalProgress(f"bench {args.family}", quiet_lines=True) as bar:
+        result = bench_bound.run(n_bits=args.bits, repeats=args.repeats, progress=bar)
     if args.json:
         print(json.dumps(_json_safe(result)))
         return 0
