@@ -565,7 +565,8 @@ def _json_safe(value):
 def cmd_bench_fvbm(args: argparse.Namespace) -> int:
     from boltzlab.engine.experiments import bench_fvbm
 
-    result = bench_fvbm.run(min_seconds=args.seconds, threads=args.threads)
+    with TerminalProgress(f"bench {args.family}", quiet_lines=True) as bar:  # a bar on a terminal, else silent
+        result = bench_fvbm.run(min_seconds=args.seconds, threads=args.threads, progress=bar)
     if args.json:
         print(json.dumps(result))
         return 0
@@ -585,8 +586,9 @@ def cmd_bench_fvbm(args: argparse.Namespace) -> int:
 def cmd_bench_rbm(args: argparse.Namespace) -> int:
     from boltzlab.engine.experiments import bench_rbm
 
-    result = bench_rbm.run(hidden=tuple(args.hidden), repeats=args.repeats, ais_runs=args.ais_runs,
-                           ais_schedule=args.ais_schedule, threads=args.threads)
+    with TerminalProgress(f"bench {args.family}", quiet_lines=True) as bar:
+        result = bench_rbm.run(hidden=tuple(args.hidden), repeats=args.repeats, ais_runs=args.ais_runs,
+                               ais_schedule=args.ais_schedule, threads=args.threads, progress=bar)
     if args.json:
         print(json.dumps(result))
         return 0
@@ -604,8 +606,9 @@ def cmd_bench_tap(args: argparse.Namespace) -> int:
     from boltzlab.engine.experiments import bench_tap
 
     threads = None if args.threads == 0 else args.threads
-    result = bench_tap.run(hidden=tuple(args.hidden), K=args.chains, n_sweeps=args.sweeps,
-                           repeats=args.repeats, threads=threads)
+    with TerminalProgress(f"bench {args.family}", quiet_lines=True) as bar:
+        result = bench_tap.run(hidden=tuple(args.hidden), K=args.chains, n_sweeps=args.sweeps,
+                               repeats=args.repeats, threads=threads, progress=bar)
     if args.json:
         print(json.dumps(_json_safe(result)))
         return 0
@@ -632,12 +635,12 @@ def cmd_bench_tap(args: argparse.Namespace) -> int:
 def cmd_bench_frankwolfe(args: argparse.Namespace) -> int:
     from boltzlab.engine.experiments import bench_frankwolfe
 
-    log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731 -- progress always on stderr
-    log(f"timing CD-{args.cd_k} epochs and Frank-Wolfe insertions at Nh = {', '.join(map(str, args.hidden))} "
-        "on the bundled MNIST (Nv = 784) ...")
-    result = bench_frankwolfe.run(hidden=tuple(args.hidden), insertions=args.insertions, repeats=args.repeats,
-                                  cd_k=args.cd_k, samples=args.samples, reg=args.reg, bias_lr=args.bias_lr,
-                                  cd_epochs=args.cd_epochs, threads=args.threads)
+    with TerminalProgress(f"bench {args.family}", quiet_lines=True) as bar:  # the line too: on a terminal only
+        bar(f"timing CD-{args.cd_k} epochs and Frank-Wolfe insertions at Nh = {', '.join(map(str, args.hidden))} "
+            "on the bundled MNIST (Nv = 784) ...")
+        result = bench_frankwolfe.run(hidden=tuple(args.hidden), insertions=args.insertions, repeats=args.repeats,
+                                      cd_k=args.cd_k, samples=args.samples, reg=args.reg, bias_lr=args.bias_lr,
+                                      cd_epochs=args.cd_epochs, threads=args.threads, progress=bar)
     if args.json:
         print(json.dumps(_json_safe(result)))
         return 0
@@ -659,7 +662,8 @@ def cmd_bench_frankwolfe(args: argparse.Namespace) -> int:
 def cmd_bench_bound(args: argparse.Namespace) -> int:
     from boltzlab.engine.experiments import bench_bound
 
-    result = bench_bound.run(n_bits=args.bits, repeats=args.repeats)
+    with TerminalProgress(f"bench {args.family}", quiet_lines=True) as bar:
+        result = bench_bound.run(n_bits=args.bits, repeats=args.repeats, progress=bar)
     if args.json:
         print(json.dumps(_json_safe(result)))
         return 0

@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Callable
 
 import numpy as np
 
 from boltzlab.engine.bound import compute_bound, log_partition
+from boltzlab.engine.progress import Reporter
 
 GOAL_SECONDS = 1.0
 
@@ -106,17 +108,25 @@ def numpy_vectorised(theta: np.ndarray, F: np.ndarray, h: np.ndarray, chunk: int
     return float(ref + math.log(sum_w)), sum_wf / sum_w, Sigma
 
 
-def _best(fn, repeats: int) -> tuple[float, tuple]:
+def _best(fn, repeats: int, after: Callable[[], None] = lambda: None) -> tuple[float, tuple]:
+    """The best time of ``repeats`` calls and the last result; ``after()`` between calls (untimed)."""
     best, out = math.inf, None
     for _ in range(repeats):
         t0 = time.perf_counter()
         out = fn()
         best = min(best, time.perf_counter() - t0)
+        after()
     return best, out
 
 
-def run(n_bits: int = 16, repeats: int = 3, numpy_rows: int = 8192, seed: int = 0) -> dict:
-    """Time the three implementations on the n_bits FVBM; JSON-ready dict."""
+def run(n_bits: int = 16, repeats: int = 3, numpy_rows: int = 8192, seed: int = 0, *,
+        progress: Callable[[str], None] | None = None) -> dict:
+    """Time the three implementations on the n_bits FVBM; JSON-ready dict.
+
+    ``progress`` (see :mod:`boltzlab.engine.progress`) advances after each timed call, between
+    the calls: ``repeats`` per implementation."""
+    say = Reporter(progress)
+    say.expect(3 * repeats)
     F = fvbm_features(n_bits)
     n, d = F.shape
     h = np.ones(n)
@@ -124,9 +134,9 @@ def run(n_bits: int = 16, repeats: int = 3, numpy_rows: int = 8192, seed: int = 
     prefix = min(numpy_rows, n)
     compute_bound(theta, F[:8], h[:8])  # compile or load from the cache before timing
 
-    numba_s, (log_z, mu, Sigma) = _best(lambda: compute_bound(theta, F, h), repeats)
-    vec_s, (vz, vmu, vS) = _best(lambda: numpy_vectorised(theta, F, h), repeats)
-    row_s, (_, _, rS) = _best(lambda: numpy_rowwise(theta, F[:prefix], h[:prefix]), repeats)
+    numba_s, (log_z, mu, Sigma) = _best(lambda: compute_bound(theta, F, h), repeats, say.unit)
+    vec_s, (vz, vmu, vS) = _best(lambda: numpy_vectorised(theta, F, h), repeats, say.unit)
+    row_s, (_, _, rS) = _best(lambda: numpy_rowwise(theta, F[:prefix], h[:prefix]), repeats, say.unit)
     _, _, pS = compute_bound(theta, F[:prefix], h[:prefix])
     row_full_s = row_s * n / prefix
     scale = float(np.abs(Sigma).max())

@@ -27,33 +27,50 @@ when only one size is measured, an upper bound), against ``cd_epochs`` CD epochs
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import numpy as np
+
+from boltzlab.engine.progress import Reporter
 
 
 def run(hidden: tuple[int, ...] = (100, 300, 500), *, insertions: int = 3, repeats: int = 2, cd_k: int = 10,
         batch_size: int = 100, learning_rate: float = 0.05, samples: int = 2000, bias_steps: int = 1000,
         bias_tol: float = 0.01, bias_lr: float = 0.5, gibbs_steps: int = 1, reg: float = 0.1, cd_epochs: int = 200, burn_in: int = 10,
-        seed: int = 0, threads: int = 1) -> dict:
+        seed: int = 0, threads: int = 1, progress: Callable[[str], None] | None = None) -> dict:
     """JSON-ready timings; see the module docstring.  Default run: about a minute on 2 cores.
 
     ``threads`` = n > 1 runs the whole measurement on 1 thread and then on n threads
     (numba's and BLAS's, :mod:`boltzlab.engine.threads`) in the same process: the result's
     ``rows`` are the 1-thread ones, ``thread_rows`` the n-thread ones with ``speedup_cd``
     (CD epoch) and ``speedup_insertion`` (FW insertion) over 1 thread.
+
+    ``progress`` (see :mod:`boltzlab.engine.progress`) advances between the timed calls, never
+    inside one: per thread count and hidden size, the warm-up CD epoch, each timed CD epoch,
+    and each of the three insertion runs' burn-in and timed insertions.
     """
-    if int(threads) > 1:
+    hidden = tuple(int(h) for h in hidden)
+    if not hidden or min(hidden) < 1:
+        raise ValueError(f"The 'hidden' parameter of bench frankwolfe must be a non-empty tuple of ints >= 1. Got {hidden!r}.")
+    for name, value in (("insertions", insertions), ("repeats", repeats), ("cd_k", cd_k)):
+        if int(value) < 1:
+            raise ValueError(f"The '{name}' parameter of bench frankwolfe must be an int >= 1. Got {value!r}.")
+    passes = (1,) if int(threads) <= 1 else (1, int(threads))
+    say = Reporter(progress)
+    per_size = 1 + repeats + 3 * (1 + insertions)  # CD warm-up and epochs; 3 schedules' burn-in and insertions
+    say.expect(len(passes) * len(hidden) * per_size)
+    kw = dict(hidden=hidden, insertions=insertions, repeats=repeats, cd_k=cd_k, batch_size=batch_size,
+              learning_rate=learning_rate, samples=samples, bias_steps=bias_steps, bias_tol=bias_tol,
+              bias_lr=bias_lr, gibbs_steps=gibbs_steps, reg=reg, cd_epochs=cd_epochs, burn_in=burn_in, seed=seed)
+    if len(passes) > 1:
         from threadpoolctl import threadpool_limits
 
         from boltzlab.engine import threads as engine_threads
 
-        kw = dict(hidden=hidden, insertions=insertions, repeats=repeats, cd_k=cd_k, batch_size=batch_size,
-                  learning_rate=learning_rate, samples=samples, bias_steps=bias_steps, bias_tol=bias_tol,
-                  bias_lr=bias_lr, gibbs_steps=gibbs_steps, reg=reg, cd_epochs=cd_epochs, burn_in=burn_in, seed=seed)
         out = {}
-        for count in (1, int(threads)):
+        for count in passes:
             with threadpool_limits(limits=count), engine_threads.using(count):
-                out[count] = run(**kw, threads=1)
+                out[count] = _measure(**kw, say=say)
         result = out[1]
         many = out[int(threads)]["rows"]
         for one, row in zip(result["rows"], many):
@@ -62,16 +79,17 @@ def run(hidden: tuple[int, ...] = (100, 300, 500), *, insertions: int = 3, repea
             row["speedup_insertion"] = one["fw_seconds_per_insertion"] / row["fw_seconds_per_insertion"]
         result["thread_rows"] = many
         return result
+    return _measure(**kw, say=say)
+
+
+def _measure(hidden: tuple[int, ...], *, insertions: int, repeats: int, cd_k: int, batch_size: int,
+             learning_rate: float, samples: int, bias_steps: int, bias_tol: float, bias_lr: float,
+             gibbs_steps: int, reg: float, cd_epochs: int, burn_in: int, seed: int, say: Reporter) -> dict:
+    """:func:`run` on the threads it is given (one pass), advancing ``say`` as it goes."""
     from boltzlab.engine.frankwolfe import FrankWolfeTrainer
     from boltzlab.engine.images import mnist
     from boltzlab.engine.rbm import RBMTrainer
 
-    hidden = tuple(int(h) for h in hidden)
-    if not hidden or min(hidden) < 1:
-        raise ValueError(f"The 'hidden' parameter of bench frankwolfe must be a non-empty tuple of ints >= 1. Got {hidden!r}.")
-    for name, value in (("insertions", insertions), ("repeats", repeats), ("cd_k", cd_k)):
-        if int(value) < 1:
-            raise ValueError(f"The '{name}' parameter of bench frankwolfe must be an int >= 1. Got {value!r}.")
     V = np.asarray(mnist().X_train, dtype=np.float64)
     rows = []
     t_start = time.perf_counter()
@@ -79,7 +97,12 @@ def run(hidden: tuple[int, ...] = (100, 300, 500), *, insertions: int = 3, repea
         cd = RBMTrainer(V, n_hidden, method="cd", k=cd_k, batch_size=batch_size, learning_rate=learning_rate,
                         step_unit="epoch", evaluate="none", max_epochs=10**6, seed=seed)
         cd.step()  # compile / load from cache, and a model worth continuing from
-        cd_s = min(cd.step()["wall_time"] for _ in range(repeats))
+        say.unit()
+        epochs = []
+        for _ in range(repeats):
+            epochs.append(cd.step()["wall_time"])
+            say.unit()
+        cd_s = min(epochs)
         W, b_vis, b_hid = cd.rbm.W, cd.rbm.b_vis, cd.rbm.b_hid
 
         def insertions_from_cd(S: int, steps: int, tol: float, dtype: str = "float32") -> list:
@@ -88,7 +111,12 @@ def run(hidden: tuple[int, ...] = (100, 300, 500), *, insertions: int = 3, repea
                                    bias_tol=tol, gibbs_steps=gibbs_steps, evaluate="none", seed=seed,
                                    init_rbm=(W, b_vis, b_hid), burn_in=burn_in, dtype=dtype)
             fw.step()  # burn-in and compile
-            return [fw.step() for _ in range(insertions)]
+            say.unit()
+            records = []
+            for _ in range(insertions):
+                records.append(fw.step())
+                say.unit()
+            return records
 
         records = insertions_from_cd(samples, bias_steps, bias_tol)
         fw_s = float(np.mean([r["wall_time"] for r in records]))

@@ -10,11 +10,13 @@ their counts (same iterates) is reported beside them, as it depends on the data.
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import numpy as np
 
 from boltzlab.engine.data import simulate_fvbm
 from boltzlab.engine.fvbm import FVBMTrainer
+from boltzlab.engine.progress import Reporter
 
 GOAL_MS_PER_SWEEP = 20.0
 
@@ -47,7 +49,8 @@ def _rate(sweep, min_seconds: float, min_sweeps: int) -> float:
     return count / (time.perf_counter() - t0)
 
 
-def run(n: int = 16_000, d: int = 20, seed: int = 0, min_seconds: float = 3.0, threads: int = 1) -> dict:
+def run(n: int = 16_000, d: int = 20, seed: int = 0, min_seconds: float = 3.0, threads: int = 1,
+        *, progress: Callable[[str], None] | None = None) -> dict:
     """Measure both implementations on the same simulated data; JSON-ready dict.
 
     ``threads`` = n > 1 also times the engine's sweeps on n threads (numba's, with n BLAS
@@ -55,30 +58,43 @@ def run(n: int = 16_000, d: int = 20, seed: int = 0, min_seconds: float = 3.0, t
     ``thread_rows`` holds per count ``numba_sweeps_per_second``, ``numba_batched_sweeps_per_second``
     and ``speedup`` (over 1 thread, same run).  The sweep has no matrix product (O(n) work
     per coordinate), so there is no GEMM floor to compare with.
+
+    ``progress`` (see :mod:`boltzlab.engine.progress`) advances after the data and the warm-up,
+    then once per timed rate, between the rates (never inside one): 2 per pass and thread
+    count, then the distinct rows and NumPy.
     """
     from threadpoolctl import threadpool_limits
 
     from boltzlab.engine import threads as engine_threads
 
+    counts = sorted({1, int(threads)})
+    passes = 2 if len(counts) > 1 else 1
+    say = Reporter(progress)
+    # the data and compiling; one and ten sweeps a call per pass and count; the distinct rows; NumPy
+    say.expect(1 + 2 * passes * len(counts) + 2)
     X = simulate_fvbm(d, n, seed).X
     trainer = FVBMTrainer(X, tol=0, max_sweeps=10**9, compress=False)
     trainer.steps(2)  # compile or load from the cache before timing
-    counts = sorted({1, int(threads)})
+    say.unit()
     rates = {c: (0.0, 0.0) for c in counts}
-    for _ in range(2 if len(counts) > 1 else 1):
+    for _ in range(passes):
         for count in counts:
             with threadpool_limits(limits=count), engine_threads.using(count):
                 one = _rate(lambda: trainer.steps(1), min_seconds, 20)
+                say.unit()
                 batched = _rate(lambda: trainer.steps(10), min_seconds, 5) * 10
+                say.unit()
             rates[count] = (max(rates[count][0], one), max(rates[count][1], batched))
     numba_rate, numba_batched = rates[1]
     compressed = FVBMTrainer(X, tol=0, max_sweeps=10**9, compress=True)
     compressed_rate = _rate(lambda: compressed.steps(10), min_seconds, 5) * 10
+    say.unit()
 
     XT = np.ascontiguousarray(X.T)
     b, M = np.zeros(d), np.zeros((d, d))
     T = np.tanh(b[:, None] + M @ XT)
     numpy_rate = _rate(lambda: numpy_sweep(XT, b, M, T), min_seconds, 3)
+    say.unit()
     return {
         "n": n, "d": d,
         "numba_sweeps_per_second": numba_rate,

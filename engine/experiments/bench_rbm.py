@@ -7,12 +7,14 @@ time of an AIS estimate of log Z."""
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import numpy as np
 from numba import njit, prange
 
 from boltzlab.engine.kernels.common import matmul
 from boltzlab.engine.kernels.rbm import row_blocks, weight_blocks
+from boltzlab.engine.progress import Reporter
 
 DTYPES = ("float32", "float64")
 
@@ -110,7 +112,8 @@ def _floor_seconds(n_visible: int, n_hidden: int, batch_size: int, n_batches: in
 
 
 def run(hidden: tuple[int, ...] = (100, 500), *, batch_size: int = 100, learning_rate: float = 0.05,
-        repeats: int = 3, ais_runs: int = 100, ais_schedule: str = "default", threads: int = 1) -> dict:
+        repeats: int = 3, ais_runs: int = 100, ais_schedule: str = "default", threads: int = 1,
+        progress: Callable[[str], None] | None = None) -> dict:
     """JSON-ready timings; ``ais_schedule`` is "default" (14,501 betas) or "live" (1,001).
 
     ``threads`` = n > 1 times every variant on 1 and on n threads in the same run (one row
@@ -140,6 +143,10 @@ def run(hidden: tuple[int, ...] = (100, 500), *, batch_size: int = 100, learning
     ``float64_floor_fraction`` likewise; ``speedup_vs_sklearn_float32`` = sklearn float32 /
     engine float32.  Kept from before (float64 on both sides): ``engine_seconds_per_epoch``,
     ``sklearn_seconds_per_epoch``, ``ratio``.
+
+    ``progress`` (see :mod:`boltzlab.engine.progress`) advances between the timed calls, never
+    inside one: per Nh, each dtype's warm-up, each engine and scikit-learn epoch, each floor
+    (two passes of BLAS and blocks per thread count and dtype) and the AIS estimate.
     """
     from sklearn.neural_network import BernoulliRBM
 
@@ -149,6 +156,11 @@ def run(hidden: tuple[int, ...] = (100, 500), *, batch_size: int = 100, learning
 
     if ais_schedule not in ("default", "live"):
         raise ValueError(f"The 'ais_schedule' parameter of bench rbm must be 'default' or 'live'. Got {ais_schedule!r}.")
+    counts = sorted({1, int(threads)})
+    say = Reporter(progress)
+    epochs = repeats * len(counts) * len(DTYPES) * 2  # the engine's and scikit-learn's
+    floors = 2 * len(counts) * len(DTYPES) * 2  # two passes of BLAS and blocks
+    say.expect(len(hidden) * (len(DTYPES) + epochs + floors + 1))  # + the warm-ups and AIS, per Nh
     data = mnist()
     V = np.asarray(data.X_train, dtype=np.float64)
     inputs = {dtype: V.astype(dtype) for dtype in DTYPES}
@@ -159,8 +171,6 @@ def run(hidden: tuple[int, ...] = (100, 500), *, batch_size: int = 100, learning
     from threadpoolctl import threadpool_limits
 
     from boltzlab.engine import threads as engine_threads
-
-    counts = sorted({1, int(threads)})
 
     def limits(count):
         return threadpool_limits(limits=count), engine_threads.using(count)
@@ -174,6 +184,7 @@ def run(hidden: tuple[int, ...] = (100, 500), *, batch_size: int = 100, learning
                 momentum=0.0, step_unit="epoch", evaluate="none", seed=0, max_epochs=10**6, dtype=dtype,
             )
             trainers[dtype].step()  # compile or load the kernels from the cache before timing
+            say.unit()
         engine = {(c, dtype): np.inf for c in counts for dtype in DTYPES}
         sklearn = {(c, dtype): np.inf for c in counts for dtype in DTYPES}
         for _ in range(repeats):
@@ -182,11 +193,13 @@ def run(hidden: tuple[int, ...] = (100, 500), *, batch_size: int = 100, learning
                 with blas, numba_threads:
                     for dtype in DTYPES:
                         engine[count, dtype] = min(engine[count, dtype], trainers[dtype].step()["wall_time"])
+                        say.unit()
                         t0 = time.perf_counter()
                         with threadpool_limits(limits=count):
                             BernoulliRBM(n_components=n_hidden, batch_size=batch_size, learning_rate=learning_rate,
                                          n_iter=1, random_state=0).fit(inputs[dtype])
                         sklearn[count, dtype] = min(sklearn[count, dtype], time.perf_counter() - t0)
+                        say.unit()
         flops = n_batches * product_flops(n_visible, n_hidden, batch_size, RECON_ROWS)
         blas_floor, blocked_floor = {}, {}
         for _ in range(2):  # interleaved, best of both passes
@@ -196,6 +209,7 @@ def run(hidden: tuple[int, ...] = (100, 500), *, batch_size: int = 100, learning
                         t = _floor_seconds(n_visible, n_hidden, batch_size, n_batches, dtype, max(2, repeats // 2),
                                            threads=count, blocked=blocked)
                         store[count, dtype] = min(store.get((count, dtype), np.inf), t)
+                        say.unit()
         floor = {key: min(blas_floor[key], blocked_floor[key]) for key in blas_floor}
         rbm = trainers["float64"].rbm
         schedule = None if ais_schedule == "default" else rbm_module.AIS_SCHEDULE_LIVE
@@ -206,6 +220,7 @@ def run(hidden: tuple[int, ...] = (100, 500), *, batch_size: int = 100, learning
                                                             schedule=schedule, seed=0,
                                                             base_vis=trainers["float64"].base_vis)
             ais_s = time.perf_counter() - t0
+        say.unit()
         for count in counts:
             e32, e64 = engine[count, "float32"], engine[count, "float64"]
             s32, s64 = sklearn[count, "float32"], sklearn[count, "float64"]

@@ -13,6 +13,7 @@ K chains (tol = 0, so no chain retires) from the same data rows.  Timings are th
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import numpy as np
 import scipy.special
@@ -20,6 +21,7 @@ from numba import njit, prange
 
 from boltzlab.engine.kernels.common import matmul
 from boltzlab.engine.kernels.tap import col_block, col_blocks
+from boltzlab.engine.progress import Reporter
 
 
 def numpy_tap_sweeps(W: np.ndarray, b_vis: np.ndarray, b_hid: np.ndarray, init_vis: np.ndarray,
@@ -113,7 +115,7 @@ def _column_products(X, Wm, W2m, out):
 
 
 def run(hidden: tuple[int, ...] = (100, 500), K: int = 100, *, n_sweeps: int = 40, repeats: int = 7,
-        train_epochs: int = 1, threads: int | None = 1) -> dict:
+        train_epochs: int = 1, threads: int | None = 1, progress: Callable[[str], None] | None = None) -> dict:
     """JSON-ready sweep rates for each Nh in ``hidden`` and each thread count.
 
     ``threads`` = n >= 1 measures every variant on 1 thread and, when n > 1, on n threads
@@ -143,6 +145,10 @@ def run(hidden: tuple[int, ...] = (100, 500), K: int = 100, *, n_sweeps: int = 4
     rows: ``speedup_float32`` / ``speedup_float64`` (engine rate over its 1-thread rate in
     the same run), ``sgemm_speedup`` (the floor's likewise).  Every variant is timed in the
     same process, interleaved repeat by repeat.
+
+    ``progress`` (see :mod:`boltzlab.engine.progress`) advances between the timed calls, never
+    inside one: per Nh, the training, the warm-up, each variant's timing per repeat and thread
+    count, and each dtype's run to convergence per thread count.
     """
     from contextlib import nullcontext
 
@@ -153,10 +159,13 @@ def run(hidden: tuple[int, ...] = (100, 500), K: int = 100, *, n_sweeps: int = 4
     from boltzlab.engine import threads as engine_threads
     from boltzlab.engine.images import mnist
 
+    counts = [None] if threads is None else sorted({1, int(threads)})
+    say = Reporter(progress)
+    variants = 4 * 2  # the engine, NumPy, BLAS's products and the blocked products; float32 and float64
+    say.expect(len(hidden) * (2 + repeats * len(counts) * variants + len(counts) * 2))
     data = mnist()
     V = np.asarray(data.X_train, dtype=np.float64)
     init = np.ascontiguousarray(V[:K])
-    counts = [None] if threads is None else sorted({1, int(threads)})
     rows = []
 
     def limits(count):
@@ -166,6 +175,7 @@ def run(hidden: tuple[int, ...] = (100, 500), K: int = 100, *, n_sweeps: int = 4
 
     for n_hidden in hidden:
         W, b_vis, b_hid = _trained_rbm(n_hidden, V, train_epochs)
+        say.unit()
         n_vis = W.shape[0]
         flops = 8.0 * K * n_vis * n_hidden
         fns = {}
@@ -207,6 +217,7 @@ def run(hidden: tuple[int, ...] = (100, 500), K: int = 100, *, n_sweeps: int = 4
             with blas, numba_threads:
                 for fn in fns.values():
                     fn()
+        say.unit()
         for _ in range(repeats):
             for count in counts:
                 blas, numba_threads = limits(count)
@@ -215,6 +226,7 @@ def run(hidden: tuple[int, ...] = (100, 500), K: int = 100, *, n_sweeps: int = 4
                         t0 = time.perf_counter()
                         fn()
                         best[count, name] = min(best[count, name], (time.perf_counter() - t0) / n_sweeps)
+                        say.unit()
         for count in counts:
             converge = {}
             blas, numba_threads = limits(count)
@@ -224,6 +236,7 @@ def run(hidden: tuple[int, ...] = (100, 500), K: int = 100, *, n_sweeps: int = 4
                     conv = tap.tap_fixed_points(W, b_vis, b_hid, init, tol=tap.DEFAULT_TOL,
                                                 max_iter=tap.DEFAULT_MAX_ITER, dtype=dtype)
                     converge[dtype] = (time.perf_counter() - t0, conv)
+                    say.unit()
             b = {name: best[count, name] for name in fns}
             one = {name: best[counts[0], name] for name in fns}
             e64, e32 = b["engine_float64"], b["engine_float32"]
