@@ -86,13 +86,20 @@ class ImageData:
     # ------------------------------------------------------------------ what the settings choose
     def chosen(self) -> ImageSet:
         """The images the lab's ``data`` and ``image_width`` settings choose; ``NotReady``
-        before a file is uploaded, ``ValueError`` for a width that does not fit."""
+        before a file is uploaded and while non-square images (a CSV or 2-d array) wait for
+        their width, ``ValueError`` for a width that does not fit."""
         key = self.lab.data
         if key != UPLOAD:
             return load_images(key)
         if self.uploaded is None:
             raise NotReady(NEED_FILE, link=NEED_FILE_LINK)
-        return with_width(self.uploaded, self.lab.image_width)
+        width = self.lab.image_width
+        try:
+            return with_width(self.uploaded, width)
+        except ValueError as exc:
+            if not width:  # not a bad setting: the width is still to be given
+                raise NotReady(str(exc)) from None
+            raise
 
     def for_budget(self) -> ImageSet | None:
         """The images the work budget is estimated on (None: no upload yet; prepare says so)."""
@@ -134,8 +141,9 @@ class ImageData:
     @held
     def _ready(self, images: ImageSet) -> None:
         self.uploaded = images
-        self.message.set("ok", f"Read {images.name}: {sum(images.split_sizes):,} images of "
-                               f"{images.n_pixels:,} pixels.")
+        need_width = images.image_shape is None and not self.lab.image_width  # prepare says so too
+        read = f"Read {images.name}: {sum(images.split_sizes):,} images of {images.n_pixels:,} pixels"
+        self.message.set("ok", read + (", which is no square: set their **Image width**." if need_width else "."))
         self.message.pane.visible = True
         if self.lab.data == UPLOAD:
             self.lab.rebuild({"data"})
