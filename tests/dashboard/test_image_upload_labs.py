@@ -18,6 +18,10 @@ import pytest
 from boltzlab.dashboard import budget
 from boltzlab.dashboard.labs import FrankWolfeLab, TAPLab
 from boltzlab.dashboard.labtools import read_checkpoint, write_checkpoint
+from boltzlab.engine import rbm
+from boltzlab.engine.images import load_images
+from boltzlab.engine.kernels import rbm as rbm_kernels
+from tests.dashboard.test_frankwolfe_lab import tick_until
 
 ROOT = Path(__file__).resolve().parents[2]
 HEIGHT, WIDTH = 10, 12
@@ -323,3 +327,43 @@ def test_a_square_number_of_pixels_is_said_to_be_a_guess(cls, make_lab):
     lab.apply_settings({"image_width": 12})  # a square the user confirms: no longer a guess
     assert "12×12 binary pixels" in lab.data_info.object and "guessed" not in lab.data_info.object
 
+
+def exact_log_likelihood(X: np.ndarray, W, b_vis, b_hid) -> float:
+    """The mean exact log-likelihood per row of X under the RBM (W, b_vis, b_hid)."""
+    W, b_vis, b_hid = (np.ascontiguousarray(a, dtype=np.float64) for a in (W, b_vis, b_hid))
+    free = rbm_kernels.free_energy(np.ascontiguousarray(X, dtype=np.float64), W, b_vis, b_hid)
+    return -float(np.mean(free)) - float(rbm.log_partition_exact(W, b_vis, b_hid))
+
+
+def test_the_cd_fork_trains_on_the_uploaded_images(make_lab):
+    """The Frank-Wolfe lab's CD pair ("Train CD from here") trains on the uploaded images, not
+    the bundled ones: 8 x 8 images, as many pixels as the bundled digits, so that a fork on the
+    digits would pass every shape check and be caught only by what it trained on."""
+    rng = np.random.default_rng(6)
+    X = (rng.random((80, 8, 8)) < 0.1).astype(np.uint8)
+    X[np.arange(80), :, rng.integers(0, 8, 80)] = 1  # a vertical bar in each image
+    lab = make_lab(FrankWolfeLab, data="digits")
+    lab.use_upload(npz_bytes(X=X), "bars8.npz")
+    assert lab.jobs.wait(120)
+    lab.apply_settings({"data": "upload", "max_hidden": 6, "samples": 200, "evaluate": "exact", "eval_every": 2,
+                        "seed": 1, "cd_epochs": 2})
+    upload, digits = lab.uploads.run_images, load_images("digits")
+    assert upload.name == "bars8.npz" and upload.X_train.shape == (56, 64) and digits.X_train.shape[1] == 64
+    steps(lab, 3)  # iteration 3 is not evaluated (every 2): the fork's own log-likelihood is a job
+    lab._fork_cd()
+    assert lab.cd_runner is not None and lab.cd_status.level != "error", lab.cd_status.text
+    tick_until(lab, lambda: not lab.cd_runner.active and not lab.jobs.running() and not lab.busy())
+    assert lab.cd_curve.n_points("fw") == 2 and lab.cd_curve.n_points("random") == 2
+    assert "CD-10 done" in lab.cd_status.text
+    for name in ("CD (FW init)", "CD (random init)"):
+        assert lab.cd_runner.states[name].steps == 2
+        np.testing.assert_array_equal(lab.cd_runner.trainers[name].V, upload.X_train)  # what it trained on
+        last = lab.cd_runner.latest(name)  # and what it scored: the uploaded training images
+        params = tuple(last.arrays[k] for k in ("W", "b_vis", "b_hid"))
+        value = last.scalars["log_likelihood"]
+        assert value == pytest.approx(exact_log_likelihood(upload.X_train, *params), abs=1e-6)
+        assert abs(value - exact_log_likelihood(digits.X_train, *params)) > 1.0  # the digits score otherwise
+        assert lab.cd_curve.sources["fw" if name == "CD (FW init)" else "random"].data["y"][-1] == value
+    W, b_vis, b_hid = lab._fork["params"]  # the Frank-Wolfe model at the fork, scored by a job
+    assert lab.fork_line.visible
+    assert lab.fork_line.location == pytest.approx(exact_log_likelihood(upload.X_train, W, b_vis, b_hid), abs=1e-9)
