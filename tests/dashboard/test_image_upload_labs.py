@@ -294,6 +294,7 @@ def test_a_non_square_csv_waits_for_its_width(cls, make_lab):
 
     lab.apply_settings({"image_width": WIDTH})
     assert lab.data_identity()[1] == "flat.csv" and not lab.settings_msg.pane.visible
+    assert lab.uploads.message.text == "Read flat.csv: 80 images of 120 pixels."  # no longer asks for it
     assert "10×12 binary pixels (height×width)." in lab.data_info.object
     assert "guessed" not in lab.data_info.object
     steps(lab, 2)
@@ -317,7 +318,9 @@ def test_a_square_number_of_pixels_is_said_to_be_a_guess(cls, make_lab):
     lab = make_lab(cls, data="digits")
     lab.use_upload(csv_bytes(X), "wide.csv")
     assert lab.jobs.wait(120)
+    assert lab.uploads.message.text == "Read wide.csv: choose “Upload” to train on it."
     lab.apply_settings({"data": "upload", **SMALL[cls]})
+    assert lab.uploads.message.text == "Read wide.csv: 60 images of 144 pixels."
     info = lab.data_info.object
     assert "12×12 binary pixels" in info and "The shape is guessed from the number of pixels" in info
     assert lab.fields.image_shape == (12, 12)
