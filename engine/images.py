@@ -290,7 +290,8 @@ def load_binary_images(source: str | os.PathLike | bytes, *, image_shape: tuple[
 
     ``image_shape`` (height, width) must match the number of pixels (and a 3-d array's
     image shape); without it a 3-d array gives its own, and a square number of pixels a
-    square.  All rows go to ``X_train`` (uint8); validation and test are empty.
+    square (a guess: ``meta["square_guess"]`` says so).  All rows go to ``X_train`` (uint8);
+    validation and test are empty.
 
     Raises ValueError for: a file over 50 MB, a pickled or unreadable npz, a wrong array
     shape, a value other than 0/1 (naming the first row and column), ragged CSV rows,
@@ -316,9 +317,13 @@ def load_binary_images(source: str | os.PathLike | bytes, *, image_shape: tuple[
     shape = _resolve_shape(image_shape, X.shape[1], own_shape)
     empty = np.zeros((0, X.shape[1]), dtype=np.uint8)
     y_empty = None if y is None else np.zeros(0, dtype=np.int64)
+    meta: dict = {}
+    if own_shape is not None:
+        meta["own_shape"] = list(own_shape)
+    elif image_shape is None and shape is not None:
+        meta["square_guess"] = True  # a square number of pixels: maybe 9 x 16 images, drawn 12 x 12
     return ImageSet(X, empty, empty.copy(), y, y_empty, None if y is None else y_empty.copy(),
-                    image_shape=shape, name=label, origin="user upload",
-                    meta={"own_shape": list(own_shape)} if own_shape is not None else {})
+                    image_shape=shape, name=label, origin="user upload", meta=meta)
 
 
 def _read_source(source) -> tuple[bytes, str | None, str | None]:
@@ -554,8 +559,9 @@ def read_upload(content: bytes, filename: str = "upload", *, threshold: float = 
     (at least MIN_UPLOAD_IMAGES images, at most ``max_images`` of at most ``max_pixels``
     pixels and ``max_values`` values in all), split by :func:`split_images`, its
     :func:`fingerprint` in ``meta["sha256"]``.  ``image_shape`` is the file's own (a 3-d
-    array, or a square), else None: :func:`with_width` gives one.  ``ValueError`` with one
-    sentence for anything else."""
+    array), else a square guessed from the number of pixels (``meta["square_guess"]``), else
+    None (a CSV or 2-d array of non-square images): :func:`with_width` gives one.
+    ``ValueError`` with one sentence for anything else."""
     if not isinstance(content, (bytes, bytearray, memoryview)):
         raise ValueError(f"The 'content' parameter of read_upload must be bytes. Got {type(content).__name__}.")
     name = Path(str(filename or "upload")).name[:120]
@@ -580,23 +586,28 @@ def read_upload(content: bytes, filename: str = "upload", *, threshold: float = 
 
 def with_width(images: ImageSet, width: int) -> ImageSet:
     """``images`` with the image shape of ``width`` pixels per row (0: its own shape, which
-    must be known); ``ValueError`` when ``width`` does not divide the pixels."""
+    must be known); ``ValueError`` when ``width`` is 0 and the shape unknown (a non-square
+    number of pixels from a CSV or 2-d array), or ``width`` does not divide the pixels.  A
+    given width replaces a guessed square (``meta["square_guess"]`` is dropped)."""
     n_pixels = images.n_pixels
     if not width:
         if images.image_shape is None:
             raise ValueError(f"The images have {n_pixels:,} pixels, which is no square: set their width "
-                             "(the 'image_width' setting).")
+                             "(“Image width”, the 'image_width' setting).")
         return images
     if n_pixels % width:
-        raise ValueError(f"The 'image_width' setting must divide the images' {n_pixels:,} pixels. Got {width}.")
+        own = images.image_shape
+        hint = f"; 0 draws them {own[0]}×{own[1]}" if own is not None else ""
+        raise ValueError(f"The 'image_width' setting must divide the images' {n_pixels:,} pixels. Got {width}{hint}.")
     shape = (n_pixels // width, int(width))
     if images.image_shape is not None and images.image_shape != shape and images.meta.get("own_shape"):
         raise ValueError(f"The 'image_width' setting {width} contradicts the file's own image shape "
                          f"{images.image_shape}: set it to 0 or {images.image_shape[1]}.")
-    if images.image_shape == shape:
+    if images.image_shape == shape and not images.meta.get("square_guess"):
         return images
+    meta = {k: v for k, v in images.meta.items() if k != "square_guess"}
     return ImageSet(images.X_train, images.X_valid, images.X_test, images.y_train, images.y_valid, images.y_test,
-                    image_shape=shape, name=images.name, origin=images.origin, meta=images.meta)
+                    image_shape=shape, name=images.name, origin=images.origin, meta=meta)
 
 
 # ----------------------------------------------------------------------- tiling

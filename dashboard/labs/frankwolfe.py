@@ -205,7 +205,7 @@ class FrankWolfeLab(Lab):
         self.uploads.update_visibility()
         images = self.uploads.chosen()  # NotReady before a file is uploaded
         self._images = images
-        key = (self.data, images.meta.get("sha256"), images.image_shape)
+        key = (self.data, images.meta.get("sha256"), images.image_shape, bool(images.meta.get("square_guess")))
         if self._described == key:
             return
         self._described = key

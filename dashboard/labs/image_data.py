@@ -67,6 +67,7 @@ class ImageData:
         self.message = StatusBadge("", "info", visible=False, name=f"{lab.key}-upload-message")
         self.uploaded: ImageSet | None = None  # the newest upload that was read (and its file name)
         self.filename: str | None = None
+        self._saying_read = False  # the message says what was read (not a refusal): prepare keeps it current
         self.run_images: ImageSet | None = None  # the data of the lab's current run (set_run)
         self.run_ref: DataRef | None = None
         self.upload.param.watch(self._on_upload, "value")
@@ -86,13 +87,23 @@ class ImageData:
     # ------------------------------------------------------------------ what the settings choose
     def chosen(self) -> ImageSet:
         """The images the lab's ``data`` and ``image_width`` settings choose; ``NotReady``
-        before a file is uploaded, ``ValueError`` for a width that does not fit."""
+        before a file is uploaded and while non-square images (a CSV or 2-d array) wait for
+        their width, ``ValueError`` for a width that does not fit."""
         key = self.lab.data
         if key != UPLOAD:
             return load_images(key)
         if self.uploaded is None:
             raise NotReady(NEED_FILE, link=NEED_FILE_LINK)
-        return with_width(self.uploaded, self.lab.image_width)
+        width = self.lab.image_width
+        try:
+            images = with_width(self.uploaded, width)
+        except ValueError as exc:
+            if not width:  # not a bad setting: the width is still to be given
+                self._say_read(need_width=True)
+                raise NotReady(str(exc)) from None
+            raise
+        self._say_read(need_width=False)
+        return images
 
     def for_budget(self) -> ImageSet | None:
         """The images the work budget is estimated on (None: no upload yet; prepare says so)."""
@@ -126,6 +137,7 @@ class ImageData:
             self._failed(ValueError(f"The file is {len(content) / 2**20:.1f} MB; at most {limit // 2**20} MB "
                                     "are allowed."))
             return
+        self._saying_read = False
         self.message.set("info", f"Reading {self.filename}…")
         self.message.pane.visible = True
         self.lab.jobs.submit(UPLOAD_JOB, read_upload, bytes(content), self.filename, then=self._ready,
@@ -134,15 +146,27 @@ class ImageData:
     @held
     def _ready(self, images: ImageSet) -> None:
         self.uploaded = images
-        self.message.set("ok", f"Read {images.name}: {sum(images.split_sizes):,} images of "
-                               f"{images.n_pixels:,} pixels.")
-        self.message.pane.visible = True
+        self._saying_read = True
         if self.lab.data == UPLOAD:
+            self._say_read(need_width=images.image_shape is None and not self.lab.image_width)
             self.lab.rebuild({"data"})
         else:
             self.message.set("ok", f"Read {images.name}: choose “Upload” to train on it.")
+            self.message.pane.visible = True
+
+    def _say_read(self, need_width: bool) -> None:
+        """Say what was read, and, while non-square images wait for their width, that it is
+        needed (beside the width's widget; the lab's settings message says it too); not over a
+        refusal of a newer file."""
+        if not self._saying_read:
+            return
+        images = self.uploaded
+        read = f"Read {images.name}: {sum(images.split_sizes):,} images of {images.n_pixels:,} pixels"
+        self.message.set("ok", read + (", which is no square: set their **Image width**." if need_width else "."))
+        self.message.pane.visible = True
 
     def _failed(self, exc: BaseException) -> None:
+        self._saying_read = False
         now = self.run_images.name if self.run_images is not None else "nothing"
         text = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
         self.message.set("error", f"**Could not use {self.filename}:** {text}  \nStill training on: {now}.")

@@ -199,7 +199,8 @@ class TAPLab(Lab):
         :meth:`clear`: a refused setting keeps the old run, drawn on its own data)."""
         self.uploads.update_visibility()
         images = self.uploads.chosen()  # NotReady before a file is uploaded
-        key = (self.data, images.meta.get("sha256"), images.image_shape)  # an upload: its hash
+        # an upload: its hash and shape (and whether the shape is a guessed square)
+        key = (self.data, images.meta.get("sha256"), images.image_shape, bool(images.meta.get("square_guess")))
         if self._prepared is not None and self._prepared[0] == key:
             return
         self._prepared = (key, images)

@@ -18,6 +18,10 @@ import pytest
 from boltzlab.dashboard import budget
 from boltzlab.dashboard.labs import FrankWolfeLab, TAPLab
 from boltzlab.dashboard.labtools import read_checkpoint, write_checkpoint
+from boltzlab.engine import rbm
+from boltzlab.engine.images import load_images
+from boltzlab.engine.kernels import rbm as rbm_kernels
+from tests.dashboard.test_frankwolfe_lab import tick_until
 
 ROOT = Path(__file__).resolve().parents[2]
 HEIGHT, WIDTH = 10, 12
@@ -253,3 +257,116 @@ def test_a_refused_upload_leaves_the_runs_data_through_a_reset(cls, make_lab, mo
     assert lab.data_identity() == identity
     assert lab.fields.image_shape == (HEIGHT, WIDTH)
     assert read_checkpoint(write_checkpoint(lab.tools.checkpoint()), lab=cls.key).data == identity
+
+
+def drawn_tile_shape(grid) -> tuple[int, int]:
+    """(height, width) of one tile of what ``grid`` last drew, from the tiled image's own size
+    (tiles ``pad`` = 1 apart, ``n_cols`` per row)."""
+    rows = -(-grid.n_tiles // grid.n_cols)
+    h, w = grid.source.data["image"][0].shape
+    assert (h + 1) % rows == 0 and (w + 1) % grid.n_cols == 0
+    return (h + 1) // rows - 1, (w + 1) // grid.n_cols - 1
+
+
+@pytest.mark.parametrize("cls", LABS, ids=IDS)
+def test_a_non_square_csv_waits_for_its_width(cls, make_lab):
+    """10 x 12 images in a CSV (120 pixels a row, no square): without ``image_width`` the lab
+    says to set it and keeps its run; a width that does not divide the row is refused; with the
+    width it trains and draws the images' shape (and the other way round with 12 x 10)."""
+    lab = make_lab(cls, data="digits")
+    before = lab.data_identity()
+    lab.widgets["data"].value = "upload"
+    lab.use_upload(csv_bytes(pictures()), "flat.csv")
+    assert lab.jobs.wait(120)
+    need = "The images have 120 pixels, which is no square: set their width (“Image width”"
+    assert "80 images of 120 pixels, which is no square: set their **Image width**" in lab.uploads.message.text
+    assert lab.settings_msg.level == "info" and need in lab.settings_msg.text  # something to give, not an error
+    assert lab.uploads.upload.visible and lab.widgets["image_width"].visible
+    assert lab.data_identity() == before and lab.runner.states[only_run(lab)].status != "error"
+    with pytest.raises(ValueError, match=r"120 pixels, which is no square: set their width"):
+        lab.apply_settings({"data": "upload", **SMALL[cls]})  # from Python: said as a ValueError
+    assert lab.data_identity() == before
+
+    with pytest.raises(ValueError, match="'image_width' setting must divide the images' 120 pixels. Got 7"):
+        lab.apply_settings({"image_width": 7})
+    assert lab.settings_msg.level == "error" and "Got 7" in lab.settings_msg.text
+    assert lab.data_identity() == before
+
+    lab.apply_settings({"image_width": WIDTH})
+    assert lab.data_identity()[1] == "flat.csv" and not lab.settings_msg.pane.visible
+    assert lab.uploads.message.text == "Read flat.csv: 80 images of 120 pixels."  # no longer asks for it
+    assert "10×12 binary pixels (height×width)." in lab.data_info.object
+    assert "guessed" not in lab.data_info.object
+    steps(lab, 2)
+    run = only_run(lab)
+    assert lab.runner.states[run].steps == 2 and lab.runner.states[run].status != "error"
+    for grid in (lab.fields, lab.samples_grid):
+        assert grid.image_shape == (HEIGHT, WIDTH)
+    assert lab.fields.n_tiles >= 1 and drawn_tile_shape(lab.fields) == (HEIGHT, WIDTH)
+
+    lab.apply_settings({"image_width": HEIGHT})  # the same rows as 12 x 10 images: a new run, the same data
+    assert "12×10 binary pixels" in lab.data_info.object and lab.fields.image_shape == (WIDTH, HEIGHT)
+    steps(lab, 1)
+    assert drawn_tile_shape(lab.fields) == (WIDTH, HEIGHT)
+
+
+@pytest.mark.parametrize("cls", LABS, ids=IDS)
+def test_a_square_number_of_pixels_is_said_to_be_a_guess(cls, make_lab):
+    """9 x 16 images in a CSV have 144 pixels, a 12 x 12 square: drawn so, and the data panel
+    says the shape is a guess, until the width says otherwise."""
+    X = (np.random.default_rng(4).random((60, 9, 16)) < 0.2).astype(np.uint8)
+    lab = make_lab(cls, data="digits")
+    lab.use_upload(csv_bytes(X), "wide.csv")
+    assert lab.jobs.wait(120)
+    assert lab.uploads.message.text == "Read wide.csv: choose “Upload” to train on it."
+    lab.apply_settings({"data": "upload", **SMALL[cls]})
+    assert lab.uploads.message.text == "Read wide.csv: 60 images of 144 pixels."
+    info = lab.data_info.object
+    assert "12×12 binary pixels" in info and "The shape is guessed from the number of pixels" in info
+    assert lab.fields.image_shape == (12, 12)
+    lab.apply_settings({"image_width": 16})
+    assert "9×16 binary pixels" in lab.data_info.object and "guessed" not in lab.data_info.object
+    assert lab.fields.image_shape == (9, 16)
+    lab.apply_settings({"image_width": 12})  # a square the user confirms: no longer a guess
+    assert "12×12 binary pixels" in lab.data_info.object and "guessed" not in lab.data_info.object
+
+
+def exact_log_likelihood(X: np.ndarray, W, b_vis, b_hid) -> float:
+    """The mean exact log-likelihood per row of X under the RBM (W, b_vis, b_hid)."""
+    W, b_vis, b_hid = (np.ascontiguousarray(a, dtype=np.float64) for a in (W, b_vis, b_hid))
+    free = rbm_kernels.free_energy(np.ascontiguousarray(X, dtype=np.float64), W, b_vis, b_hid)
+    return -float(np.mean(free)) - float(rbm.log_partition_exact(W, b_vis, b_hid))
+
+
+def test_the_cd_fork_trains_on_the_uploaded_images(make_lab):
+    """The Frank-Wolfe lab's CD pair ("Train CD from here") trains on the uploaded images, not
+    the bundled ones: 8 x 8 images, as many pixels as the bundled digits, so that a fork on the
+    digits would pass every shape check and be caught only by what it trained on."""
+    rng = np.random.default_rng(6)
+    X = (rng.random((80, 8, 8)) < 0.1).astype(np.uint8)
+    X[np.arange(80), :, rng.integers(0, 8, 80)] = 1  # a vertical bar in each image
+    lab = make_lab(FrankWolfeLab, data="digits")
+    lab.use_upload(npz_bytes(X=X), "bars8.npz")
+    assert lab.jobs.wait(120)
+    lab.apply_settings({"data": "upload", "max_hidden": 6, "samples": 200, "evaluate": "exact", "eval_every": 2,
+                        "seed": 1, "cd_epochs": 2})
+    upload, digits = lab.uploads.run_images, load_images("digits")
+    assert upload.name == "bars8.npz" and upload.X_train.shape == (56, 64) and digits.X_train.shape[1] == 64
+    steps(lab, 3)  # iteration 3 is not evaluated (every 2): the fork's own log-likelihood is a job
+    lab._fork_cd()
+    assert lab.cd_runner is not None and lab.cd_status.level != "error", lab.cd_status.text
+    tick_until(lab, lambda: not lab.cd_runner.active and not lab.jobs.running() and not lab.busy())
+    assert lab.cd_curve.n_points("fw") == 2 and lab.cd_curve.n_points("random") == 2
+    assert "CD-10 done" in lab.cd_status.text
+    for name in ("CD (FW init)", "CD (random init)"):
+        assert lab.cd_runner.states[name].steps == 2
+        np.testing.assert_array_equal(lab.cd_runner.trainers[name].V, upload.X_train)  # what it trained on
+        last = lab.cd_runner.latest(name)  # and what it scored: the uploaded training images
+        params = tuple(last.arrays[k] for k in ("W", "b_vis", "b_hid"))
+        value = last.scalars["log_likelihood"]
+        assert value == pytest.approx(exact_log_likelihood(upload.X_train, *params), abs=1e-6)
+        assert abs(value - exact_log_likelihood(digits.X_train, *params)) > 1.0  # the digits score otherwise
+        assert lab.cd_curve.sources["fw" if name == "CD (FW init)" else "random"].data["y"][-1] == value
+    W, b_vis, b_hid = lab._fork["params"]  # the Frank-Wolfe model at the fork, scored by a job
+    assert lab.fork_line.visible
+    assert lab.fork_line.location == pytest.approx(exact_log_likelihood(upload.X_train, W, b_vis, b_hid), abs=1e-9)

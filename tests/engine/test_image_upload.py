@@ -12,7 +12,7 @@ import pytest
 
 from boltzlab.engine import images as im
 from boltzlab.engine.images import (MIN_UPLOAD_IMAGES, ImageSet, fingerprint, load_images, read_upload,
-                                    split_images, with_width)
+                                    split_images, tile_images, with_width)
 
 
 def npz(**arrays) -> bytes:
@@ -59,6 +59,57 @@ def test_a_csv_gives_the_same_split_and_hash_and_needs_a_width(pictures):
     with pytest.raises(ValueError, match=r"contradicts the file's own image shape \(10, 12\)"):
         with_width(from_npz, 10)
     assert with_width(from_npz, 12) is from_npz
+
+
+WIDTH = 12  # of the pictures
+
+
+def rows_of(data: ImageSet) -> list[bytes]:
+    return sorted(map(bytes, np.concatenate([data.X_train, data.X_valid, data.X_test]).astype(np.uint8)))
+
+
+@pytest.mark.parametrize("kind", ["csv", "2-d npz"])
+def test_non_square_images_need_their_width_and_are_drawn_in_it(pictures, kind):
+    """10 x 12 images flattened (a CSV, or a 2-d array): no shape until the width is given;
+    with it each row is drawn as the image it was; a width that does not divide the row is refused."""
+    flat = pictures.reshape(60, -1)
+    data = read_upload(csv(flat) if kind == "csv" else npz(X=flat), "flat")
+    assert data.image_shape is None and "square_guess" not in data.meta
+    with pytest.raises(ValueError, match=r"The images have 120 pixels, which is no square: set their width "
+                                         r"\(“Image width”, the 'image_width' setting\)\."):
+        with_width(data, 0)
+    shaped = with_width(data, WIDTH)
+    assert shaped.image_shape == (10, WIDTH) and shaped.meta["sha256"] == data.meta["sha256"]
+    assert rows_of(shaped) == rows_of(data)  # the same rows, only a shape
+    tiled = tile_images(shaped.X_train[:3].T, shaped.image_shape, n_cols=3, pad=1, normalize=None)
+    assert tiled.shape == (10, 3 * WIDTH + 2)
+    originals = {bytes(p) for p in pictures.reshape(60, -1)}
+    for k in range(3):  # tile k is training row k in the images' own 10 x 12 layout
+        tile = tiled[:, k * (WIDTH + 1):k * (WIDTH + 1) + WIDTH]
+        np.testing.assert_array_equal(tile, shaped.X_train[k].reshape(10, WIDTH))
+        assert bytes(tile.astype(np.uint8).ravel()) in originals
+    for width in (7, 11, 121, 240):
+        with pytest.raises(ValueError, match=f"must divide the images' 120 pixels. Got {width}."):
+            with_width(data, width)
+    assert with_width(data, 120).image_shape == (1, 120)  # one row of 120: allowed, if odd
+
+
+def test_a_square_number_of_pixels_is_only_a_guess():
+    """9 x 16 images flattened have 144 pixels, a 12 x 12 square: drawn as one until the width
+    is given, and the set says that its shape is a guess."""
+    X = (np.random.default_rng(2).random((40, 9, 16)) < 0.3).astype(np.uint8)
+    data = read_upload(csv(X.reshape(40, -1)), "wide.csv")
+    assert data.image_shape == (12, 12) and data.meta["square_guess"]
+    wide = with_width(data, 16)
+    assert wide.image_shape == (9, 16) and "square_guess" not in wide.meta
+    assert wide.meta["sha256"] == data.meta["sha256"] and data.meta["square_guess"]  # data itself unchanged
+    square = with_width(data, 12)  # a square the user says it is: no longer a guess
+    assert square.image_shape == (12, 12) and "square_guess" not in square.meta
+    assert with_width(data, 0) is data
+    with pytest.raises(ValueError, match="must divide the images' 144 pixels. Got 10; 0 draws them 12×12."):
+        with_width(data, 10)
+    own = read_upload(npz(X=X[:, :, :9]), "own.npz")  # 9 x 9 from a 3-d array: the file's own
+    assert own.image_shape == (9, 9) and "square_guess" not in own.meta
 
 
 def test_grey_values_in_0_1_are_thresholded(pictures):
