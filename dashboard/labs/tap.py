@@ -169,9 +169,11 @@ class TAPLab(Lab):
     speed = speed_setting(SPEEDS, "as fast as possible")
     widget_options = {"data": dict(type=pn.widgets.RadioButtonGroup, **RADIO),
                       "prior_hid": dict(type=pn.widgets.RadioButtonGroup, **RADIO),
-                      "n_hidden": dict(width=140), "image_width": dict(width=160),
-                      **{k: dict(width=100) for k in
-                                                      ("gamma", "eps", "eta", "batch", "K", "damping", "seed")},
+                      "image_width": dict(width=160),
+                      # two to a row, as in the Frank-Wolfe lab: three 100 px inputs to a row
+                      # left "Momentum η"'s help icon cut at the sidebar's edge (1440x900)
+                      **{k: dict(width=140) for k in
+                         ("n_hidden", "seed", "gamma", "eps", "eta", "batch", "K", "damping")},
                       "speed": dict(width=190)}
 
     def build_controls(self) -> None:
@@ -188,7 +190,7 @@ class TAPLab(Lab):
         data_card = pn.Card(label("Data"), w["data"], *self.uploads.widgets(), w["image_width"], self.data_info,
                             title="1. Data", collapsible=False, sizing_mode="stretch_width")
         model_card = pn.Card(pn.Row(w["n_hidden"], w["seed"]), label("Hidden prior"), w["prior_hid"],
-                             pn.Row(w["gamma"], w["eps"], w["eta"]), pn.Row(w["batch"], w["K"], w["damping"]),
+                             pn.Row(w["gamma"], w["eps"]), pn.Row(w["eta"], w["batch"]), pn.Row(w["K"], w["damping"]),
                              title="2. Model and training (Table 1)", collapsible=False,
                              sizing_mode="stretch_width")
         return pn.Column(data_card, model_card, sizing_mode="stretch_width", margin=0)

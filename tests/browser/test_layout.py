@@ -5,9 +5,10 @@ Checked in a real Chromium: every visible plot canvas lies inside the viewport; 
 label, button or select overflows its box (scrollWidth > clientWidth; a badge cut with "…"
 on purpose, whose whole text is its hover title, excepted); no text drawn on a plot's canvas
 is cut by the canvas's edge (a title, an axis label, a legend: measured by BokehJS's own views,
-since canvas text is not in the DOM); every tab of the lab's stage can be brought into view,
-and its plots are drawn whole inside the viewport.  Screenshots of every
-state go to test-artifacts/layout-*.png.  Every wait is on a condition, never on the clock.
+since canvas text is not in the DOM); nothing in the sidebar (a widget, its label, its help
+icon) reaches past the sidebar's right edge, which would cut it; every tab of the lab's stage
+can be brought into view, and its plots are drawn whole inside the viewport.  Screenshots of
+every state go to test-artifacts/layout-*.png.  Every wait is on a condition, never on the clock.
 """
 
 from __future__ import annotations
@@ -110,6 +111,36 @@ JS_CLIPPED = """() => {
   return out;
 }"""
 
+# what of the sidebar (the lab's controls, a column that scrolls on its own) reaches past its
+# right edge, where the column cuts it: a widget, its label, its help icon
+JS_SIDEBAR = """() => {
+  const out = [];
+  const hosts = [];
+  const find = (root) => {
+    for (const el of root.querySelectorAll('*')) {
+      if (el.classList && el.classList.contains('lab-controls') && el.checkVisibility({checkVisibilityCSS: true}))
+        hosts.push(el);
+      if (el.shadowRoot) find(el.shadowRoot);
+    }
+  };
+  find(document);
+  for (const host of hosts) {
+    const right = host.getBoundingClientRect().left + host.clientLeft + host.clientWidth;  // inside its scroll bar
+    const walk = (root) => {
+      for (const el of root.querySelectorAll('*')) {
+        if (el.shadowRoot) walk(el.shadowRoot);
+        if (!el.checkVisibility({checkVisibilityCSS: true})) continue;
+        const r = el.getBoundingClientRect();
+        if (r.width > 0 && r.height > 0 && r.right > right + 1)
+          out.push(`${el.tagName}.${Array.from(el.classList).join('.')} "${(el.textContent || '').trim().slice(0, 40)}" ` +
+                   `ends at ${Math.round(r.right)}, the sidebar at ${Math.round(right)}`);
+      }
+    };
+    walk(host.shadowRoot || host);
+  }
+  return out;
+}"""
+
 # the stage's tab headers: label and right edge
 JS_TABS = """(stage) => {
   const out = [];
@@ -168,8 +199,9 @@ KNOWN_CLIPPED = {"bound": "the Tightness tab's three plots and the per-second pl
 def check_first_screen(page: Page, width: int, height: int, where: str, tables: bool = False,
                        clipped: list | None = None) -> list[dict]:
     """The visible plots, once there are some and all of them lie inside the viewport (the
-    layout may still be settling when a tab was just shown); no text overflows, none is cut
-    by its canvas (``clipped``: collect what is, instead of failing).  ``tables``: a stage
+    layout may still be settling when a tab was just shown); no text overflows, nothing reaches
+    past the sidebar's edge, no text is cut by its canvas (``clipped``: collect what is, instead
+    of failing).  ``tables``: a stage
     tab that may hold a table and no plot."""
     if tables:
         seen: list = [None]
@@ -186,6 +218,7 @@ def check_first_screen(page: Page, width: int, height: int, where: str, tables: 
         assert shown, f"{where}: plots outside {width}x{height}: {outside(page, width, height)}"
     assert all(p["w"] >= 120 and p["h"] >= 120 for p in shown), (where, shown)
     assert page.evaluate(JS_OVERFLOW) == [], where
+    assert page.evaluate(JS_SIDEBAR) == [], where
     # (a plot just shown may still be laying its text out)
     if not wait_for(lambda: page.evaluate(JS_CLIPPED) == [], timeout=30):
         cut = [f"{where}: {c}" for c in page.evaluate(JS_CLIPPED)]
