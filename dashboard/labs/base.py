@@ -15,8 +15,9 @@ A lab module declares only what is its own (see ``docs/architecture.md``, "Labs"
 * ``build_views()``, ``main_view()`` (the plot that must be on the first screen),
   ``more_views()``; ``clear()`` empties them for a new run; ``show(records)`` draws new
   Records (views read Records, never trainers);
-* optionally ``counter()``, ``refresh_badges()``, ``describe_change(...)`` and
-  ``highlight(...)`` / ``clear_highlight()`` for presentation mode's *Next step*.
+* optionally ``counter()``, ``refresh_badges()``, ``on_steps_asked()`` (views that wait for an
+  analysis of the first Records say so), and ``describe_change(...)``, ``highlight(...)`` /
+  ``clear_highlight()`` for presentation mode's *Next step*.
 
 The base owns the runner, the transport bar and its handlers, the status line, keyword
 construction (``TAPLab(data="digits", n_hidden=16)``), one watcher on every setting, settings
@@ -257,6 +258,11 @@ class Lab(pn.viewable.Viewer):
     def busy(self) -> bool:
         """True while the lab has something in flight besides the runner (faster ticks)."""
         return False
+
+    def on_steps_asked(self) -> None:
+        """▶ Play or Step (or Next step) has just asked the runs for steps; their Records come
+        on later ticks.  A view that waits for more than the first Record (an analysis job
+        on it) says so from now on, not "Press ▶ Play"."""
 
     @contextlib.contextmanager
     def loading(self) -> Iterator[LoadOutcome]:
@@ -525,6 +531,8 @@ class Lab(pn.viewable.Viewer):
     def _play(self) -> None:
         self._quiet_caption()  # the caption narrates single steps, not a playing run
         busy = play_or_tell(self.runner)
+        if self.runner.playing:
+            self.on_steps_asked()
         self.refresh_status()
         if busy:
             self.run_status.set("warn", busy)
@@ -538,6 +546,8 @@ class Lab(pn.viewable.Viewer):
     def _step(self) -> None:
         self._quiet_caption()
         self.runner.step_once()
+        if self.runner.active:
+            self.on_steps_asked()
         self.refresh_status()
 
     @held

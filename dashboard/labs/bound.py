@@ -82,8 +82,8 @@ The bound's thick red curve never rises (the badge checks every step), but its �
 than the Hessian, so it needs more steps than L-BFGS or Newton: Table 1's claim that it is
 the fastest is not reproduced here (see the README). With strong regularization (preset
 *λ = 1: the bound ties L-BFGS*) tλI dominates Σ and the bound keeps pace. In presentation mode,
-**Next step** rings each method's newest point. Below the race, move θ̃ with the sliders or
-**click the gap map**: the gap bound − log Z stays ≥ 0 everywhere and touches 0 at θ̃, while
+**Next step** rings each method's newest point. On the *Tightness* tab, move θ̃ with the sliders
+(in the sidebar) or **click the gap map**: the gap bound − log Z stays ≥ 0 everywhere and touches 0 at θ̃, while
 the dashed Taylor expansion's gap dips below 0: it is not a bound (preset *Taylor is not a
 bound*).
 """
@@ -100,7 +100,7 @@ PRESETS = [
            {"model": "chain", "scale": 0.5, "plane_seed": 0, "radius": 3.0, "s_tilde": 0.0, "r_tilde": 0.0,
             "extra": "-2, 1.5", "taylor": True, "problem": "chain", "reg": 0.1, "race_seed": 0,
             "speed": "30 steps/s"},
-           "Below: the bound on a 4-node, 3-state chain over its 81 labelings. Above: a linear-chain "
+           "Tightness tab: the bound on a 4-node, 3-state chain over its 81 labelings. Race: a linear-chain "
            "CRF on 100 sequences, each bound from the junction tree (Algorithm 3): J never rises, but "
            "the bound needs about 190 steps to ε where L-BFGS needs about 20."),
     Preset("Table 1: the digits race",
@@ -120,7 +120,7 @@ PRESETS = [
             "speed": "as fast as possible"},
            "Exact maximum likelihood of a 10-spin FVBM (1,024 states in one partition function): "
            "Σ is about 88× the Hessian, so L-BFGS reaches ε in 9 iterations while the bound is still "
-           "short of it at the 1,000-step cap (it needs about 1,200). Below, on 8 spins: the bounds "
+           "short of it at the 1,000-step cap (it needs about 1,200). Tightness tab, on 8 spins: the bounds "
            "leave log Z steeply away from θ̃."),
 ]
 
@@ -174,7 +174,7 @@ class TightnessView:
                   line.line("s", "bound", source=self.main_src, color=MAIN_COLOR, line_width=2,
                             legend_label="bound at θ̃", name="bound at θ̃")]
         self.taylor_line = line.line("s", "taylor", source=self.main_src, color=MAIN_COLOR, line_width=2,
-                                     line_dash="dashed", legend_label="Taylor at θ̃ (not a bound)",
+                                     line_dash="dashed", legend_label="Taylor (not a bound)",
                                      name="Taylor at θ̃ (not a bound)")
         self.extra_lines = [line.line("s", "bound", source=src, color=color, line_width=1.5, line_alpha=0.9,
                                       name=f"extra bound {i + 1}")
@@ -205,8 +205,10 @@ class TightnessView:
         self.mapper = LogColorMapper(palette=VIRIDIS, low=GAP_FLOOR, high=1.0)
         self.slice_src = ColumnDataSource(data={"image": [], "x": [], "y": [], "dw": [], "dh": []}, name="bound-slice")
         self.tilde_src = ColumnDataSource(data={"s": [], "r": []}, name="bound-tilde")
-        sl = figure(title="Gap over a 2-D slice (click to move θ̃)", x_axis_label="s: along the line (θ units)",
-                    y_axis_label="r: across the line (θ units)", height=380, width=440, tools="tap,save,reset",
+        # beside the line's plot it gets half the stage (at 1280x720 in presentation mode, 455 px
+        # with its colour bar): a short title and axis labels
+        sl = figure(title="Gap map (click: move θ̃)", x_axis_label="s: along the line",
+                    y_axis_label="r: across the line", height=380, width=440, tools="tap,save,reset",
                     toolbar_location="right", match_aspect=True, name="bound-slice-figure")
         sl.title.text_font_size = "13pt"
         image = sl.image("image", "x", "y", "dw", "dh", source=self.slice_src, color_mapper=self.mapper)
@@ -283,8 +285,15 @@ class TightnessView:
             else:
                 src.data = {"s": [], "bound": [], "gap": []}
         self.touch_src.data = touches
-        self.line_fig.legend[0].items = self._fixed_items + [
-            LegendItem(label=f"bound at s̃ = {x:g}", renderers=[self.extra_lines[i]]) for i, x in enumerate(extra)]
+        # an entry per expansion point up to two; more share one (the legend, one column inside
+        # the plot, must fit its height at 1280x720 in presentation mode; hover names each curve)
+        if len(extra) <= 2:
+            items = [LegendItem(label=f"bound at s̃ = {x:g}", renderers=[self.extra_lines[i]])
+                     for i, x in enumerate(extra)]
+        else:
+            items = [LegendItem(label=f"{len(extra)} more bounds (at the dots)",
+                                renderers=self.extra_lines[:len(extra)])]
+        self.line_fig.legend[0].items = self._fixed_items + items
         # frame log Z: the bounds leave the window upwards far from their θ̃ (zoom out to follow)
         lo, hi = float(np.min(log_z)), float(np.max(log_z))
         span = max(hi - lo, 1.0)
@@ -317,17 +326,22 @@ class TightnessView:
                    if taylor_min < -1e-9 else "The Taylor expansion stays above log Z on this line."))
         self.message.set("ok" if min_gap >= -1e-9 else "error", text)
 
-    def panel(self) -> pn.viewable.Viewable:
-        # its own controls scroll beside the three figures: the whole view fits the stage
-        controls = pn.Column(self.model, self.model_info, self.scale, self.seed, self.radius, self.s_tilde,
-                             self.r_tilde, self.extra, self.show_taylor, width=300, scroll=True,
-                             styles={"max-height": "100%"}, margin=(0, 5))
-        figures = pn.Column(self.message.pane,
-                            pn.pane.Bokeh(self.line_fig, sizing_mode="stretch_width"),
-                            pn.Row(pn.pane.Bokeh(self.slice_fig), pn.pane.Bokeh(self.gap_fig, sizing_mode="stretch_width"),
-                                   sizing_mode="stretch_width"),
-                            sizing_mode="stretch_width")
-        return pn.Row(controls, figures, sizing_mode="stretch_width")
+    def controls(self) -> pn.viewable.Viewable:
+        """The views' settings, a card of the sidebar (beside the figures they took a third of
+        the stage's width, and the three figures were too small for their text at 1280x720)."""
+        return pn.Card(self.model, self.model_info, self.scale, self.seed, self.radius, self.s_tilde,
+                       self.r_tilde, self.extra, self.show_taylor, title="Tightness views (Theorem 1)",
+                       collapsible=False, sizing_mode="stretch_width")
+
+    def views(self) -> dict[str, pn.viewable.Viewable]:
+        """Two tabs of the stage: log Z with its bounds beside the gap map (a click on the map
+        moves θ̃, and the curves follow beside it), and the gap along the line."""
+        tightness = pn.Column(self.message.pane,
+                              pn.Row(pn.pane.Bokeh(self.line_fig, sizing_mode="stretch_width"),
+                                     pn.pane.Bokeh(self.slice_fig), sizing_mode="stretch_width"),
+                              sizing_mode="stretch_width")
+        return {"Tightness (Theorem 1)": tightness,
+                "Gap along the line": pn.pane.Bokeh(self.gap_fig, sizing_mode="stretch_width")}
 
 
 #: One sentence over the race: what it shows, and why the paper's Table 1 is not reproduced.
@@ -396,8 +410,9 @@ class BoundLab(Lab):
 
     def controls_panel(self) -> pn.viewable.Viewable:
         w = self.widgets
-        return pn.Card(w["problem"], self.race_info, pn.Row(w["reg"], w["race_seed"]), title="Race problem",
+        race = pn.Card(w["problem"], self.race_info, pn.Row(w["reg"], w["race_seed"]), title="Race problem",
                        collapsible=False, sizing_mode="stretch_width")
+        return pn.Column(race, self.tightness.controls(), sizing_mode="stretch_width", margin=0)
 
     def prepare(self, changed: set[str], strict: bool = False) -> None:
         self.widgets["race_seed"].visible = self.problem in setup.SEEDED_PROBLEMS
@@ -537,10 +552,11 @@ class BoundLab(Lab):
                                           styles={"font-size": "0.85em"}),
                          pn.Row(self.main_view(), pn.pane.Bokeh(self.step_fig, sizing_mode="stretch_width"),
                                 sizing_mode="stretch_width"), sizing_mode="stretch_width")
-        seconds = pn.Column(pn.pane.Bokeh(self.by_time, sizing_mode="stretch_width"), self.table,
-                            sizing_mode="stretch_width")
-        return {"Race · this step's bound": race, "Per second · table": seconds,
-                "Tightness (Theorem 1)": self.tightness.panel()}
+        # the per-second race and the live table on tabs of their own: under the table the plot
+        # was too short for its text at 1280x720 (and beside it the table too narrow)
+        return {"Race · this step's bound": race,
+                "Per second": pn.pane.Bokeh(self.by_time, sizing_mode="stretch_width"),
+                "Table 1 live": self.table, **self.tightness.views()}
 
     def badges(self) -> list:
         return [self.monotone.pane]

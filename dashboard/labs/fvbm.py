@@ -106,7 +106,7 @@ class FVBMLab(Lab):
 
     # ------------------------------------------------------------------ settings (URL keys)
     source = param.Selector(default="simulated", objects={"Simulated": "simulated", "Senate votes": "senate",
-                                                          "Upload CSV": "upload"}, label="Data",
+                                                          "Upload": "upload"}, label="Data",
                             doc="Simulated data (§5), the bundled senate votes, or a CSV of your own.")
     d = param.Integer(DEFAULT_DATA["d"], bounds=(2, 30), label="Variables d", doc="Simulated variables.")
     n = param.Integer(DEFAULT_DATA["n"], bounds=(10, 200_000), step=1000, label="Rows n", doc="Simulated rows.")
@@ -129,7 +129,9 @@ class FVBMLab(Lab):
     speed = speed_setting(SPEEDS, "20 sweeps/s")
     widget_options = {**{k: dict(type=pn.widgets.RadioButtonGroup, **RADIO)
                          for k in ("source", "mode", "algorithm", "init")},
-                      "d": dict(width=90), "n": dict(width=100), "data_seed": dict(width=90),
+                      # two to a row: at 1280x720 in presentation mode "Data seed"'s help icon, third
+                      # in a row, and "Upload CSV" were cut at the sidebar's edge
+                      "d": dict(width=140), "n": dict(width=140), "data_seed": dict(width=140),
                       "init_seed": dict(width=120), "speed": dict(width=190)}
 
     def build_controls(self) -> None:
@@ -149,7 +151,7 @@ class FVBMLab(Lab):
 
     def controls_panel(self) -> pn.viewable.Viewable:
         w = self.widgets
-        data_card = pn.Card(label("Source"), w["source"], pn.Row(w["d"], w["n"], w["data_seed"]),
+        data_card = pn.Card(label("Source"), w["source"], pn.Row(w["d"], w["n"]), w["data_seed"],
                             self.upload, self.upload_help, self.data_msg.pane, self.data_info,
                             title="1. Data", collapsible=False, sizing_mode="stretch_width")
         algo_card = pn.Card(label("Mode"), w["mode"], label("Algorithm"), w["algorithm"],

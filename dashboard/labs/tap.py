@@ -126,6 +126,15 @@ RANK_ROWS = 1000  # training digits behind "rank by mean activation" (a 1000 x N
 FIELDS_SECONDS = 1.0  # images re-layout parts of the page in the browser: at most once a second while playing
 EMBED_SECONDS = 5.0  # while training, the solutions' Isomap (~3 s on MNIST) is refitted at most this often
 COMPUTING = "Computing…"
+# Figs. 6-7 once the run has started, until their first Isomap is drawn: the TAP solutions come
+# with the first step, their Isomap (seconds on MNIST, a minute on a busy machine) as a job on a
+# worker after it.  In the plots two short lines (a third of the stage is narrow at 1280x720 in
+# presentation mode: the plot area cuts a label), beside the slider the sentence.
+PLAY_TEXT = "Press ▶ Play\nto start"
+ISOMAP_WAITING = "Isomap after\nstep 1…"
+ISOMAP_COMPUTING = "Computing\ntheir Isomap…"
+ISOMAP_WAITING_NOTE = "The first step is finding the TAP solutions; their Isomap follows."
+ISOMAP_COMPUTING_NOTE = "Computing the Isomap of the TAP solutions (Fig. 6) and of the data (Fig. 7)…"
 SOLUTIONS_SHOWN = 36  # TAP solutions drawn as images at most (the lowest free energies, or the selected)
 ACTIVE_UNITS = 5  # hidden units outlined in the receptive fields: the most active in the solutions selected
 FIELDS_TITLE = "Receptive fields, the columns of W (Fig. 4)"
@@ -169,9 +178,11 @@ class TAPLab(Lab):
     speed = speed_setting(SPEEDS, "as fast as possible")
     widget_options = {"data": dict(type=pn.widgets.RadioButtonGroup, **RADIO),
                       "prior_hid": dict(type=pn.widgets.RadioButtonGroup, **RADIO),
-                      "n_hidden": dict(width=140), "image_width": dict(width=160),
-                      **{k: dict(width=100) for k in
-                                                      ("gamma", "eps", "eta", "batch", "K", "damping", "seed")},
+                      "image_width": dict(width=160),
+                      # two to a row, as in the Frank-Wolfe lab: three 100 px inputs to a row
+                      # left "Momentum η"'s help icon cut at the sidebar's edge (1440x900)
+                      **{k: dict(width=140) for k in
+                         ("n_hidden", "seed", "gamma", "eps", "eta", "batch", "K", "damping")},
                       "speed": dict(width=190)}
 
     def build_controls(self) -> None:
@@ -188,7 +199,7 @@ class TAPLab(Lab):
         data_card = pn.Card(label("Data"), w["data"], *self.uploads.widgets(), w["image_width"], self.data_info,
                             title="1. Data", collapsible=False, sizing_mode="stretch_width")
         model_card = pn.Card(pn.Row(w["n_hidden"], w["seed"]), label("Hidden prior"), w["prior_hid"],
-                             pn.Row(w["gamma"], w["eps"], w["eta"]), pn.Row(w["batch"], w["K"], w["damping"]),
+                             pn.Row(w["gamma"], w["eps"]), pn.Row(w["eta"], w["batch"]), pn.Row(w["K"], w["damping"]),
                              title="2. Model and training (Table 1)", collapsible=False,
                              sizing_mode="stretch_width")
         return pn.Column(data_card, model_card, sizing_mode="stretch_width", margin=0)
@@ -298,7 +309,7 @@ class TAPLab(Lab):
                                     x_label="TAP free energy F_TAP (nats)", y_label="density (per nat)",
                                     name="fe-hist")
         self.embedding = EmbeddingScatter("TAP solutions (Fig. 6)", color_label="F_TAP (nats)",
-                                          name="isomap")
+                                          name="isomap", empty_text=PLAY_TEXT)
         # select solutions in Fig. 6 (tap: one, shift-tap: more; lasso: a region) to draw them as images
         self.embedding.figure.add_tools(TapTool(), LassoSelectTool())
         self.embedding.source.selected.on_change("indices", self._on_select)
@@ -306,10 +317,15 @@ class TAPLab(Lab):
         self._selection: np.ndarray | None = None  # the solutions selected there (None: none)
         self._active: np.ndarray | None = None  # the hidden units most active in them (outlined in the fields)
         self._isomap_text = ""  # what Fig. 6's fit was: said beside the slider
-        self.isomap_note = pn.pane.Markdown("", styles={"font-size": "0.9em"}, sizing_mode="stretch_width",
-                                            margin=(0, 10))
-        self.data_embedding = EmbeddingScatter("Data and solutions (Fig. 7)",
-                                               color_label="digit", overlay_label="TAP solutions", name="isomap-data")
+        self._isomap_pending = ""  # ... and before the first fit, once the run has started: what it waits for
+        # two lines high whatever it says (or not), lower than the slider beside it: what it says
+        # never moves the figures under it
+        self.isomap_note = pn.pane.Markdown("", styles={"font-size": "0.9em", "line-height": "1.3",
+                                                        "height": "2.6em", "overflow": "hidden"},
+                                            sizing_mode="stretch_width", margin=(0, 10), css_classes=["isomap-note"])
+        self.data_embedding = EmbeddingScatter("Data and solutions (Fig. 7)", color_label="digit",
+                                               overlay_label="TAP solutions", name="isomap-data",
+                                               empty_text=PLAY_TEXT)
         self.fields = ImageGrid(FIELDS_TITLE, name="fields", height=620, width=700,
                                 tile_label="hidden unit")
         self.truth = LiveCurve("Ground truth (Nh ≤ 20): exact vs estimates", "epoch",
@@ -408,6 +424,7 @@ class TAPLab(Lab):
         self._selection = None
         self._active = None
         self._isomap_text = ""
+        self._isomap_pending = ""
         self.isomap_note.object = ""
         self.fields.figure.title.text = FIELDS_TITLE
         self.ll_curve.clear()
@@ -433,15 +450,24 @@ class TAPLab(Lab):
         self.denoise_grid.update(None)
         self.denoise_note.object = "Train a little, then pick a digit and a flip probability."
 
-    def _computing(self, view: Any, *, always: bool = True) -> None:
-        """Say "Computing…" in ``view`` until a job's result replaces it: over what it shows
-        (``always``: the user asked for something new), or only while it shows nothing (a
-        live refit keeps the previous picture unlabelled)."""
+    def _computing(self, view: Any, *, always: bool = True, text: str = COMPUTING) -> None:
+        """Say ``text`` ("Computing…") in ``view`` until a job's result replaces it: over what
+        it shows (``always``: the user asked for something new), or only while it shows
+        nothing (a live refit keeps the previous picture unlabelled)."""
         if not always and len(view.source.data["x"]):
             return
         self._idle_text.setdefault(view, view._empty.text)
-        view._empty.text = COMPUTING
+        view._empty.text = text
         view._empty.visible = True
+
+    def on_steps_asked(self) -> None:
+        """Play or Step: until the first step's TAP solutions are in, Figs. 6-7 say that their
+        Isomap follows it ("Press ▶ Play to start" would be stale for seconds on MNIST)."""
+        if not self.history.snapshots:
+            for view in (self.embedding, self.data_embedding):
+                self._computing(view, always=False, text=ISOMAP_WAITING)
+            self._isomap_pending = ISOMAP_WAITING_NOTE
+            self._show_isomap_note()
 
     def _failed(self, view: Any, exc: BaseException) -> None:
         """A job's error, said in the view that waited for it (instead of failing the tick)."""
@@ -547,16 +573,25 @@ class TAPLab(Lab):
         rows = [isomap_rows(len(s.free_energies)) for s in snaps]  # at most the server's cap per snapshot
         shown = [(s.epoch, s.free_energies[r], r, len(s.free_energies)) for s, r in zip(snaps, rows)]
         solutions = [np.hstack([s.solutions_vis[r], s.solutions_hid[r]]) for s, r in zip(snaps, rows)]
-        self._computing(self.embedding, always=False)
+        self._computing(self.embedding, always=False, text=ISOMAP_COMPUTING)
+        if self._fit is None:
+            self._isomap_pending = ISOMAP_COMPUTING_NOTE
+            self._show_isomap_note()
         self.jobs.submit("isomap", solution_embedding, solutions, then=functools.partial(self._draw_embedding, shown),
-                         error=functools.partial(self._failed, self.embedding))
+                         error=self._isomap_failed)
         self._submit_data_embedding(always=False)
+
+    def _isomap_failed(self, exc: BaseException) -> None:
+        """Fig. 6's job failed: its view says why, the note stops saying it is computing."""
+        self._isomap_pending = ""
+        self._show_isomap_note()
+        self._failed(self.embedding, exc)
 
     def _submit_data_embedding(self, always: bool = True) -> None:
         snaps = self.history.snapshots
         if not snaps:
             return
-        self._computing(self.data_embedding, always=always)
+        self._computing(self.data_embedding, always=always, text=ISOMAP_COMPUTING)
         solutions_vis = snaps[self._shown_snapshot()].solutions_vis
         solutions_vis = solutions_vis[isomap_rows(len(solutions_vis))]
         self.jobs.submit("isomap-data", data_embedding, self._data_ref, solutions_vis,
@@ -668,7 +703,8 @@ class TAPLab(Lab):
             text = (f"{n} selected; most active hidden unit{'s' if len(self._active) != 1 else ''}: {units} "
                     "(outlined in Fields).")
         else:
-            text = f"{self._isomap_text} Tap or lasso points to select." if self._isomap_text else ""
+            text = (f"{self._isomap_text} Tap or lasso points to select." if self._isomap_text
+                    else self._isomap_pending)
         self.isomap_note.object = text
 
     def _show_solutions(self) -> None:

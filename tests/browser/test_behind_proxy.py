@@ -175,7 +175,7 @@ def test_a_lab_through_nginx(page: Page, proxied, tmp_path, shot):
     shot("proxy-playing")
 
     # an upload
-    page.get_by_role("button", name="Upload CSV").click()
+    page.get_by_role("button", name="Upload", exact=True).click()
     expect(page.locator("input[type=file][accept='.csv']")).to_be_attached()
     upload(page, "votes.csv", GOOD_CSV)
     expect(page.get_by_text(f"n = {len(GOOD_ROWS)} rows, d = 3 variables")).to_be_visible(timeout=120_000)

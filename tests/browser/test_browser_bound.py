@@ -34,7 +34,7 @@ JS_FRAME = """(name) => {
   for (const v of Bokeh.index) walk(v);
   return out;
 }"""
-# scroll a named figure into the middle of the viewport (the tightness views are below the race)
+# scroll a named figure into the middle of the viewport (were it below the first screen)
 JS_SCROLL = """(name) => {
   function walk(v) {
     if (!v) return false;

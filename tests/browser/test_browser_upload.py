@@ -29,7 +29,7 @@ def test_upload_bad_then_good_csv(page: Page, app_url, shot):
     before = page.get_by_text("n = 16,000 rows, d = 10 variables")
     expect(before).to_be_visible()
 
-    page.get_by_role("button", name="Upload CSV").click()
+    page.get_by_role("button", name="Upload", exact=True).click()
     expect(page.locator("input[type=file][accept='.csv']")).to_be_attached()
     upload(page, "bad.csv", BAD_CSV)
     message = page.get_by_text("Could not use this data")

@@ -5,9 +5,11 @@ Checked in a real Chromium: every visible plot canvas lies inside the viewport; 
 label, button or select overflows its box (scrollWidth > clientWidth; a badge cut with "…"
 on purpose, whose whole text is its hover title, excepted); no text drawn on a plot's canvas
 is cut by the canvas's edge (a title, an axis label, a legend: measured by BokehJS's own views,
-since canvas text is not in the DOM); every tab of the lab's stage can be brought into view,
-and its plots are drawn whole inside the viewport.  Screenshots of every
-state go to test-artifacts/layout-*.png.  Every wait is on a condition, never on the clock.
+since canvas text is not in the DOM), nor a placeholder in the plot area by that area's edge;
+nothing in the sidebar (a widget, its label, its help icon) reaches past the sidebar's right
+edge, which would cut it; every tab of the lab's stage can be brought into view, and its plots
+are drawn whole inside the viewport.  Screenshots of every state go to
+test-artifacts/layout-*.png.  Every wait is on a condition, never on the clock.
 """
 
 from __future__ import annotations
@@ -68,7 +70,9 @@ JS_OVERFLOW = """() => {
 
 # text drawn on a visible plot's canvas that the canvas's edge cuts: a title (its text box, as
 # BokehJS laid it out), an axis label (its length, measured as BokehJS measures it, centred on
-# its axis) or a legend (its box).  Canvas text is not in the DOM, so JS_OVERFLOW cannot see it.
+# its axis) or a legend (its box); and a label in the plot area ("Press ▶ Play to start", "Computing
+# the Isomap…"), which the plot area's edge cuts.  Canvas text is not in the DOM, so JS_OVERFLOW
+# cannot see it.
 JS_CLIPPED = """() => {
   const out = [];
   function walk(v) {
@@ -96,6 +100,13 @@ JS_CLIPPED = """() => {
             const limit = horizontal ? W : H;
             if (centre - length / 2 < -1 || centre + length / 2 > limit + 1)
               say('axis label', r.model.axis_label, centre - length / 2, centre + length / 2, limit);
+          } else if (type === 'Label' && r._rect && String(r.model.text).trim()) {
+            // a placeholder or a hint written in the plot area, which clips it
+            const {sx, width, anchor} = r._rect;
+            const left = sx - (anchor ? anchor.x : 0) * width, f = v.frame.bbox;
+            if (left < f.left - 1 || left + width > f.right + 1)
+              out.push(`${plot}: label "${r.model.text}" spans ${Math.round(left)}..${Math.round(left + width)} ` +
+                       `of the plot area ${Math.round(f.left)}..${Math.round(f.right)}`);
           } else if (type === 'Legend' && r.bbox && r.model.items.length) {
             const b = r.bbox;
             if (b.width > 0 && (b.left < -1 || b.right > W + 1)) say('legend', '', b.left, b.right, W);
@@ -107,6 +118,36 @@ JS_CLIPPED = """() => {
     for (const c of (v.child_views || [])) walk(c);
   }
   for (const v of Bokeh.index) walk(v);
+  return out;
+}"""
+
+# what of the sidebar (the lab's controls, a column that scrolls on its own) reaches past its
+# right edge, where the column cuts it: a widget, its label, its help icon
+JS_SIDEBAR = """() => {
+  const out = [];
+  const hosts = [];
+  const find = (root) => {
+    for (const el of root.querySelectorAll('*')) {
+      if (el.classList && el.classList.contains('lab-controls') && el.checkVisibility({checkVisibilityCSS: true}))
+        hosts.push(el);
+      if (el.shadowRoot) find(el.shadowRoot);
+    }
+  };
+  find(document);
+  for (const host of hosts) {
+    const right = host.getBoundingClientRect().left + host.clientLeft + host.clientWidth;  // inside its scroll bar
+    const walk = (root) => {
+      for (const el of root.querySelectorAll('*')) {
+        if (el.shadowRoot) walk(el.shadowRoot);
+        if (!el.checkVisibility({checkVisibilityCSS: true})) continue;
+        const r = el.getBoundingClientRect();
+        if (r.width > 0 && r.height > 0 && r.right > right + 1)
+          out.push(`${el.tagName}.${Array.from(el.classList).join('.')} "${(el.textContent || '').trim().slice(0, 40)}" ` +
+                   `ends at ${Math.round(r.right)}, the sidebar at ${Math.round(right)}`);
+      }
+    };
+    walk(host.shadowRoot || host);
+  }
   return out;
 }"""
 
@@ -159,18 +200,11 @@ def outside(page: Page, width: int, height: int) -> list[dict]:
             or p["y"] + p["h"] > height + 1]
 
 
-# labs whose canvas text is still cut at one of the sizes: their clipping is collected and the
-# test ends as an expected failure that lists it (every other check still runs), until fixed
-KNOWN_CLIPPED = {"bound": "the Tightness tab's three plots and the per-second plot under the table are too "
-                          "narrow / short at 1280x720 for their titles and axis labels"}
-
-
-def check_first_screen(page: Page, width: int, height: int, where: str, tables: bool = False,
-                       clipped: list | None = None) -> list[dict]:
+def check_first_screen(page: Page, width: int, height: int, where: str, tables: bool = False) -> list[dict]:
     """The visible plots, once there are some and all of them lie inside the viewport (the
     layout may still be settling when a tab was just shown); no text overflows, none is cut
-    by its canvas (``clipped``: collect what is, instead of failing).  ``tables``: a stage
-    tab that may hold a table and no plot."""
+    by its canvas, nothing reaches past the sidebar's edge.  ``tables``: a stage tab that
+    may hold a table and no plot."""
     if tables:
         seen: list = [None]
 
@@ -186,12 +220,9 @@ def check_first_screen(page: Page, width: int, height: int, where: str, tables: 
         assert shown, f"{where}: plots outside {width}x{height}: {outside(page, width, height)}"
     assert all(p["w"] >= 120 and p["h"] >= 120 for p in shown), (where, shown)
     assert page.evaluate(JS_OVERFLOW) == [], where
+    assert page.evaluate(JS_SIDEBAR) == [], where
     # (a plot just shown may still be laying its text out)
-    if not wait_for(lambda: page.evaluate(JS_CLIPPED) == [], timeout=30):
-        cut = [f"{where}: {c}" for c in page.evaluate(JS_CLIPPED)]
-        assert clipped is not None or not cut, cut
-        if clipped is not None:
-            clipped.extend(cut)
+    assert wait_for(lambda: page.evaluate(JS_CLIPPED) == [], timeout=30), (where, page.evaluate(JS_CLIPPED))
     tabs = page.evaluate(JS_TABS)
     assert all(t["right"] <= width + 1 and t["bottom"] <= height for t in tabs), (where, tabs)
     return shown
@@ -205,7 +236,6 @@ def test_every_figure_is_on_the_first_screen(browser, app_url, lab, size):
     context = browser.new_context(viewport={"width": width, "height": height})
     context.set_default_timeout(ACTION_TIMEOUT_MS)
     page = context.new_page()
-    cut: list[str] | None = [] if lab in KNOWN_CLIPPED else None
     try:
         page.goto(f"{app_url}/{lab}" + ("?present=1" if present else ""), timeout=120_000)
         play = page.get_by_role("button", name="▶ Play")
@@ -213,7 +243,7 @@ def test_every_figure_is_on_the_first_screen(browser, app_url, lab, size):
         play.click()
         # the first tab's plots fill with the run's Records
         wait_until(lambda: any(p["rows"] > 2 for p in plots(page)), timeout=180)
-        check_first_screen(page, width, height, f"{lab} {size} after Play", clipped=cut)
+        check_first_screen(page, width, height, f"{lab} {size} after Play")
         page.screenshot(path=f"test-artifacts/layout-{lab}-{size}-play.png")
         page.get_by_role("button", name="❚❚ Pause").click()
         expect(play).to_be_enabled(timeout=120_000)
@@ -223,22 +253,20 @@ def test_every_figure_is_on_the_first_screen(browser, app_url, lab, size):
             said = wait_for(lambda: (text := page.evaluate(JS_CAPTION)) and "Computing" not in text and text,
                             timeout=120)
             assert said, "Next step said nothing"
-            after = check_first_screen(page, width, height, f"{lab} {size} after Next step", clipped=cut)
+            after = check_first_screen(page, width, height, f"{lab} {size} after Next step")
             assert [(p["x"], p["y"]) for p in after] == [(p["x"], p["y"]) for p in before]
         else:
             page.get_by_role("button", name="Step", exact=True).click()
             expect(play).to_be_enabled(timeout=120_000)
-            check_first_screen(page, width, height, f"{lab} {size} after Step", clipped=cut)
+            check_first_screen(page, width, height, f"{lab} {size} after Step")
         page.screenshot(path=f"test-artifacts/layout-{lab}-{size}-step.png")
         # every figure is one click away, drawn whole on the first screen
         labels = [t["text"] for t in page.evaluate(JS_TABS) if t["text"] != cls.title]
         assert len(labels) >= 2, labels
         for index, label in enumerate(labels):
             page.locator(".bk-tab").filter(has_text=label).first.click()
-            check_first_screen(page, width, height, f"{lab} {size} stage tab {label!r}", tables=True, clipped=cut)
+            check_first_screen(page, width, height, f"{lab} {size} stage tab {label!r}", tables=True)
             page.screenshot(path=f"test-artifacts/layout-{lab}-{size}-tab{index}.png")
-        if cut:
-            pytest.xfail(f"{KNOWN_CLIPPED[lab]}: " + "; ".join(cut))
     finally:
         context.close()
 

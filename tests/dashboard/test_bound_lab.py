@@ -130,6 +130,13 @@ def test_extra_expansion_points_and_their_errors(lab):
     settle(lab)
     assert [len(src.data["s"]) > 0 for src in view.extra_srcs[:4]] == [True, True, True, False]
     assert len(view.touch_src.data["s"]) == 4
+    # more than two extra bounds share one legend entry (one column in the plot must fit its height)
+    labels = [str(getattr(item.label, "value", item.label)) for item in view.line_fig.legend[0].items]
+    assert labels[-1] == "3 more bounds (at the dots)" and len(labels) == 4
+    view.extra.value = "-2"
+    settle(lab)
+    labels = [str(getattr(item.label, "value", item.label)) for item in view.line_fig.legend[0].items]
+    assert labels[-1] == "bound at s̃ = -2" and len(labels) == 4
     view.extra.value = "1, banana"  # said at once, nothing computed
     assert view.message.level == "error" and "numbers separated by commas" in view.message.text
     assert not lab.jobs.running("tightness")

@@ -169,7 +169,7 @@ def test_the_tick_only_submits_the_heavy_analyses(lab, monkeypatch):
     assert tap_setup.solution_embedding in submitted and tap_setup.data_embedding in submitted
     assert lab.ll_curve.n_points("ll") == 2 and lab.fields.n_tiles == 6  # cheap views: drawn at once
     for view in (lab.embedding, lab.data_embedding):
-        assert len(view.source.data["x"]) == 0 and view._empty.visible and view._empty.text == COMPUTING
+        assert len(view.source.data["x"]) == 0 and view._empty.visible and "Computing" in view._empty.text
     fits = submitted.count(tap_setup.solution_embedding)
     steps(lab, 1)  # a newer snapshot while a fit is in flight: it waits for that fit
     assert submitted.count(tap_setup.solution_embedding) == fits and lab.busy()
@@ -179,7 +179,35 @@ def test_the_tick_only_submits_the_heavy_analyses(lab, monkeypatch):
     assert lab.mcc_curve.n_points("tap") == 0 and lab.denoise_grid.n_tiles == 0
     assert lab.mcc_curve._empty.text == COMPUTING and lab.denoise_grid._empty.text == COMPUTING
     lab._reset()  # a new run: the views forget "Computing…" and the jobs are dropped
-    assert lab.embedding._empty.text != COMPUTING and not lab.jobs.running()
+    assert "Press ▶ Play" in lab.embedding._empty.text and not lab.jobs.running()
+
+
+def test_the_isomap_views_say_what_they_wait_for_once_the_run_has_started(lab, monkeypatch):
+    """Step (as the button does): from then until the first Isomap is drawn, Figs. 6-7 and the
+    note beside their slider say what is happening (the first step's TAP solutions, then their
+    Isomap, a job on a worker), never the stale "Press ▶ Play to start"; a new run says it again."""
+    lab.apply_settings(SMALL)
+    monkeypatch.setattr(jobs, "submit", lambda fn, *args: Future())  # the fits never come back
+    views = (lab.embedding, lab.data_embedding)
+
+    def said():
+        return [view._empty.text for view in views if view._empty.visible] + [lab.isomap_note.object]
+
+    assert all("Press ▶ Play" in view._empty.text and view._empty.visible for view in views)
+    lab._step()  # the first step's Records are not drawn yet: no tick has run
+    assert said() == [tap_lab.ISOMAP_WAITING] * 2 + [tap_lab.ISOMAP_WAITING_NOTE]
+    assert lab.runner.wait_idle(120)
+    tick(lab)  # the step's solutions are in, their Isomap jobs submitted (and never done)
+    assert lab.history.snapshots and lab.jobs.running("isomap") and lab.jobs.running("isomap-data")
+    assert all(len(view.source.data["x"]) == 0 for view in views)
+    assert said() == [tap_lab.ISOMAP_COMPUTING] * 2 + [tap_lab.ISOMAP_COMPUTING_NOTE]
+    assert "Isomap" in tap_lab.ISOMAP_COMPUTING and "Isomap of the TAP solutions" in tap_lab.ISOMAP_COMPUTING_NOTE
+    lab._reset()
+    assert all("Press ▶ Play" in view._empty.text and view._empty.visible for view in views)
+    assert lab.isomap_note.object == ""
+    lab._play()  # Play says it too
+    assert said() == [tap_lab.ISOMAP_WAITING] * 2 + [tap_lab.ISOMAP_WAITING_NOTE]
+    lab._pause()
 
 
 def test_heavy_analyses_never_run_on_the_ui_thread(lab, monkeypatch):

@@ -160,7 +160,7 @@ def session(lab) -> tuple:
 
 
 def upload(lab, name: str, content: bytes) -> None:
-    """What the page's "Upload CSV" does: pick the source, then the file (read as a job).
+    """What the page's "Upload" does: pick the source, then the file (read as a job).
 
     Through ``use_upload``, which the file widget calls: the widget's watcher skips an empty
     value (``if event.new``), so an empty file picked in the page is not read at all."""
