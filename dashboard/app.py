@@ -411,9 +411,10 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
                         **extra, **kwargs)
     finally:
         if "backend" in local:
+            from boltzlab.dashboard.distributed import stop_local_cluster
+
             VISITORS.when_idle = None
-            local["backend"].close()
-            local["cluster"].close()
+            stop_local_cluster(local["cluster"], local["backend"])
         if previous is not None:
             import signal
 
