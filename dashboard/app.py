@@ -115,7 +115,8 @@ def create_app(only: str | None = None) -> pn.template.FastListTemplate:
         with pn.io.hold():
             lab = classes[index](owner=f"session {number} ({classes[index].title} lab)" if served else "")
             labs[lab.title] = lab
-            slots[index].objects = [lab.panel()]
+            page = lab.panel()  # it stretches both ways (Lab.build_stage): so does its slot
+            slots[index].param.update(objects=[page], sizing_mode=page.sizing_mode)
             if served:
                 lab.start()
                 lab.tools.apply_query(args)  # a shared link's settings (see dashboard.labtools)
@@ -128,6 +129,10 @@ def create_app(only: str | None = None) -> pn.template.FastListTemplate:
     except ValueError:
         first = 0
     build(first if 0 <= first < len(classes) else 0)
+    # the tabs size as the page they open on: a lab's stretches both ways, a "preparing" note
+    # or the About page the width (declared stretch_width over a lab's page, Panel made them
+    # stretch_both anyway and logged a WARNING at every page open)
+    tabs.sizing_mode = "stretch_both" if any(s.sizing_mode == "stretch_both" for s in slots) else "stretch_width"
     template = Template(
         title=TITLE if only is None else f"{TITLE}: {classes[0].title}", main=[tabs],
         header_background="#1f3a5f", accent_base_color="#1f77b4", main_layout=None,
@@ -406,9 +411,10 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
                         **extra, **kwargs)
     finally:
         if "backend" in local:
+            from boltzlab.dashboard.distributed import stop_local_cluster
+
             VISITORS.when_idle = None
-            local["backend"].close()
-            local["cluster"].close()
+            stop_local_cluster(local["cluster"], local["backend"])
         if previous is not None:
             import signal
 

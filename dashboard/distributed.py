@@ -641,10 +641,11 @@ def renice_process(niceness: int) -> None:
 
 
 class Recycling:
-    """Whether a routine recycle of the worker processes is under way (a context manager;
-    thread-safe).  Meanwhile the nannies' WARNINGs about it ("Worker process still alive
-    after 4.0 seconds, killing", "Restarting worker"), which read as crashes, are dropped
-    (:class:`RoutineNannyFilter`); :meth:`DaskBackend.recycle_workers` logs one INFO line."""
+    """Whether a routine recycle or stop of the worker processes is under way (a context
+    manager; thread-safe).  Meanwhile the nannies' WARNINGs about it ("Worker process still
+    alive after 4.0 seconds, killing", "Restarting worker"), which read as crashes, are dropped
+    (:class:`RoutineNannyFilter`); :meth:`DaskBackend.recycle_workers` and
+    :func:`stop_local_cluster` log one INFO line each."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -776,6 +777,27 @@ def start_local_cluster(n_workers: int, *, threads_per_worker: int = THREADS_PER
         cluster.close()
         raise
     return cluster, backend
+
+
+def stop_local_cluster(cluster: Any, backend: DaskBackend) -> None:
+    """Stop what :func:`start_local_cluster` started, at the server's end: the backend
+    disconnects, then the cluster closes, and one INFO line says so.
+
+    A nanny asks its worker process to exit and kills it if it still runs 4 s later, with the
+    WARNING "Worker process still alive after 4.0 seconds, killing": a warm worker at nice 10
+    on a busy machine often takes longer (two such lines at most stops of ``serve`` in the
+    browser tests' server log).  Nothing is lost (the sessions are gone with the server), so
+    they are dropped, as during a recycle (:data:`RECYCLING`); a worker that dies otherwise is
+    still an ERROR (:func:`_deaths_plugin`)."""
+    t0 = time.perf_counter()
+    n = len(getattr(cluster, "workers", ()))
+    try:
+        backend.close()
+    finally:
+        with RECYCLING:
+            cluster.close()
+    logging.getLogger(__name__).info("Stopped the %d worker process%s in %.1f s", n, "" if n == 1 else "es",
+                                     time.perf_counter() - t0)
 
 
 def use_local_cluster(n_workers: int | None = None, **kwargs: Any) -> tuple[Any, DaskBackend]:

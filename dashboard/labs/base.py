@@ -929,9 +929,14 @@ class Lab(pn.viewable.Viewer):
         return self._header
 
     def build_stage(self) -> pn.Tabs:
-        """The stage: a tab per entry of :meth:`stage`, sized to the viewport (``STAGE_HEIGHT``)."""
+        """The stage: a tab per entry of :meth:`stage`, sized to the viewport (``STAGE_HEIGHT``).
+
+        Its tabs' plots stretch both ways (:func:`fill`), so the stage does, and so does every
+        layout that holds it, up to the page (:meth:`__panel__`): each says ``stretch_both``
+        itself.  Declared ``stretch_width``, Panel made them ``stretch_both`` anyway, from their
+        children, and logged a WARNING for each at every page open (issue 22)."""
         tabs = [(label, fill(view)) for label, view in self.stage().items()]
-        self.stage_tabs = pn.Tabs(*tabs, dynamic=False, sizing_mode="stretch_width", margin=0,
+        self.stage_tabs = pn.Tabs(*tabs, dynamic=False, sizing_mode="stretch_both", margin=0,
                                   name=f"{self.key}-stage", css_classes=["lab-stage"],
                                   styles={"height": STAGE_HEIGHT, "min-height": "260px"})
         return self.stage_tabs
@@ -944,10 +949,11 @@ class Lab(pn.viewable.Viewer):
                              styles={"max-height": SIDEBAR_HEIGHT}, css_classes=["lab-controls"])
             status = pn.Row(self.run_status.pane, *self.badges(), sizing_mode="stretch_width",
                             styles={"flex-wrap": "nowrap"}, margin=0)
+            # the stage stretches both ways (see build_stage), and so does what holds it
             right = pn.Column(self.transport(), self.tools.changed, status, self.build_stage(),
-                              sizing_mode="stretch_width")
-            self._page = Page(self.header(), pn.Row(left, right, sizing_mode="stretch_width"),
-                              sizing_mode="stretch_width", name=self.title)
+                              sizing_mode="stretch_both")
+            self._page = Page(self.header(), pn.Row(left, right, sizing_mode="stretch_both"),
+                              sizing_mode="stretch_both", name=self.title)
             self._page.on_render = self._rendered
             self.tools.root = self._page
         return self._page

@@ -96,6 +96,12 @@ class RaisesOnce(FakeTrainer):
         return super().step()
 
 
+def hold_the_worker(started: str) -> None:
+    """A task that touches ``started``, then keeps its worker process busy for a minute."""
+    Path(started).touch()
+    time.sleep(60)
+
+
 # --------------------------------------------------------------------------- fixtures
 
 
@@ -344,6 +350,51 @@ def test_recycled_workers_are_new_processes_warm_and_below_the_server(local, mak
     assert session.wait_idle(120.0)
     [(_, record)] = session.drain()
     assert record["pid"] in after
+
+
+def test_stopping_the_cluster_is_one_info_line_even_when_a_nanny_kills_its_worker(tmp_path, caplog):
+    """serve's end (stop_local_cluster): a worker process still busy 4 s after its nanny asked
+    it to exit is killed, with a WARNING that reads as a crash; routine at a stop, so dropped
+    (the log's one line is INFO)."""
+    from boltzlab.dashboard.distributed import stop_local_cluster
+
+    class Seen(logging.Filter):  # first in line: what the nanny logged, before any filter
+        def __init__(self) -> None:
+            super().__init__()
+            self.records: list[logging.LogRecord] = []
+
+        def filter(self, record: logging.LogRecord) -> bool:
+            self.records.append(record)
+            return True
+
+    class Passed(logging.Handler):  # what got through the filters: what the server log shows
+        def __init__(self) -> None:
+            super().__init__(logging.DEBUG)
+            self.records: list[logging.LogRecord] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.records.append(record)
+
+    cluster, backend = start_local_cluster(1, warm=False)
+    nanny = logging.getLogger("distributed.nanny")
+    seen, passed = Seen(), Passed()
+    nanny.filters.insert(0, seen)
+    nanny.addHandler(passed)
+    try:
+        started = tmp_path / "started"
+        busy = backend.client.submit(hold_the_worker, str(started), pure=False)
+        assert wait_for(started.exists, timeout=120), busy
+        caplog.set_level(logging.INFO, logger="boltzlab.dashboard.distributed")
+        stop_local_cluster(cluster, backend)
+    finally:
+        nanny.removeFilter(seen)
+        nanny.removeHandler(passed)
+    assert any("killing" in r.getMessage() for r in seen.records if r.levelno == logging.WARNING), \
+        [r.getMessage() for r in seen.records]  # the nanny did kill it...
+    assert not [r.getMessage() for r in passed.records if r.levelno >= logging.WARNING]  # ...and said nothing
+    ours = [r for r in caplog.records if r.name == "boltzlab.dashboard.distributed"]
+    assert [(r.levelno, r.getMessage().split(" in ")[0]) for r in ours] == [
+        (logging.INFO, "Stopped the 1 worker process")]
 
 
 def test_serve_checks_workers_before_starting_anything():
