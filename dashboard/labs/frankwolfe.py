@@ -278,10 +278,11 @@ class FrankWolfeLab(Lab):
 
     # ------------------------------------------------------------------ views
     def build_views(self) -> None:
-        # short titles and labels: the two curves share the width beside the controls
+        # short titles and labels: the two curves share the width beside the controls (at 1280x720
+        # presentation mode's 'this step' entry made a 4-column legend and the longer label overrun it)
         self.ll_curve = LiveCurve("Log-likelihood vs. units (Fig. 1)", "Frank-Wolfe iteration t",
-                                  "log-likelihood per digit (nats)", y2_label="units (dashed)",
-                                  name="fw-ll", height=340, legend_cols=4)
+                                  "log-lik. per digit (nats)", y2_label="units (dashed)",
+                                  name="fw-ll", height=340, legend_cols=3)
         for key, text, color in (("train", "train", "#1f77b4"), ("valid", "validation", "#ff7f0e"),
                                  ("test", "test", "#2ca02c")):
             self.ll_curve.add_line(key, text, color)

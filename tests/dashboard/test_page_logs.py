@@ -16,6 +16,7 @@ fails the test, with its logger's name and message.
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 import logging
 import urllib.request
 import uuid
@@ -108,7 +109,10 @@ def test_opening_playing_stepping_and_closing_a_lab_logs_no_warning(key, served,
     base, server = served
     assert key in PLOTS, f"give the {key!r} lab's main plot in PLOTS"
     assert wait_for(lambda: not server.get_sessions(), timeout=PATIENCE)  # no earlier visitor left
-    errors = asyncio.run(visit(base, key))
+    # the visitor's own event loop, on a thread of its own: an earlier test (Playwright's sync
+    # API, in the browser tier) may leave one running on this thread, where asyncio.run refuses
+    with ThreadPoolExecutor(1) as pool:
+        errors = pool.submit(asyncio.run, visit(base, key)).result()
     assert errors == []
     # the tab closed: its session is discarded, its lab closed (session_closed)
     assert wait_for(lambda: not server.get_sessions(), timeout=PATIENCE)
