@@ -586,8 +586,7 @@ LOCAL_CONNECT_SECONDS = 180.0
 
 def closed_cluster_config() -> dict[str, Any]:
     """Dask configuration of the local cluster's processes (``dask.config.set`` keys)."""
-    return {"distributed.scheduler.http.routes": HTTP_ROUTES, "distributed.worker.http.routes": HTTP_ROUTES,
-            "distributed.comm.timeouts.connect": f"{LOCAL_CONNECT_SECONDS:g}s"}
+    return {"distributed.scheduler.http.routes": HTTP_ROUTES, "distributed.worker.http.routes": HTTP_ROUTES}
 
 
 #: Local workers run below the server's priority: they share the machine with the process
@@ -751,8 +750,8 @@ def start_local_cluster(n_workers: int, *, threads_per_worker: int = THREADS_PER
     # submit work to it.  dashboard_address=None: no Dask web dashboard; the small HTTP servers
     # every scheduler and worker start anyway answer only /health (HTTP_ROUTES), on free ports
     security = Security.temporary()
-    # this process runs the scheduler, which connects to the workers (e.g. for a scatter)
-    # with the connect timeout read when it connects: set here for good, not only below
+    # for good, in this process (it runs the scheduler, which reads the connect timeout when it
+    # connects to a worker, e.g. for a scatter) and so in the nannies, which copy its config
     dask.config.set({"distributed.comm.timeouts.connect": f"{LOCAL_CONNECT_SECONDS:g}s"})
     with dask.config.set(closed_cluster_config()):  # the nannies copy the config they start with
         cluster = LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker, processes=True,
