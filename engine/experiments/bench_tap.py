@@ -20,7 +20,7 @@ import scipy.special
 from numba import njit, prange
 
 from boltzlab.engine.kernels.common import matmul
-from boltzlab.engine.kernels.tap import col_block, col_blocks
+from boltzlab.engine.kernels.common import col_block, col_blocks
 from boltzlab.engine.progress import Reporter
 
 

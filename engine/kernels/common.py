@@ -278,3 +278,26 @@ def matmul(A, B, C):
     ldc = max(1, C.strides[0] // C.itemsize, n)
     # row-major C = A B is column-major C^T = B^T A^T: B's role first
     _xxgemm(tb, ta, n, m, k, B, ldb, A, lda, C, ldc)
+
+
+# ------------------------------------------------------------------ column blocks
+
+COL_UNIT = 16  # column blocks start at multiples of this (whole SIMD / GEMM micro-tiles)
+COL_BLOCK = 256  # columns of W per parallel block, about
+
+
+@njit(cache=True, nogil=True)
+def col_blocks(m):
+    """The number of blocks m columns are split into: ceil(m / COL_BLOCK) made even (two
+    threads get equal shares), at most one per COL_UNIT columns -- set by m alone."""
+    units = (m + COL_UNIT - 1) // COL_UNIT
+    nb = (m + COL_BLOCK - 1) // COL_BLOCK
+    nb += nb % 2
+    return max(1, min(nb, units))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def col_block(m, nb, b):
+    """Columns [j0, j1) of block b of :func:`col_blocks` (whole COL_UNITs, as equal as possible)."""
+    units = (m + COL_UNIT - 1) // COL_UNIT
+    return min(m, COL_UNIT * (b * units // nb)), min(m, COL_UNIT * ((b + 1) * units // nb))

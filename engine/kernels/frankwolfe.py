@@ -17,9 +17,9 @@ block Gibbs sampler are reused here):
 * random numbers come from the splitmix64 stream of :mod:`boltzlab.engine.kernels.rbm`, consumed in
   the order each docstring states (the tests' NumPy references consume it the same way).
 * threads: the standard sampler of :func:`bias_alpha_updates` (eq. 10's loop) runs each
-  Gibbs step on fixed row blocks of the S chains in parallel
-  (:func:`_gibbs_step_means_blocks`): the same draws, sums added per block in block order,
-  so the result does not depend on the thread count.
+  Gibbs step, and the alpha step's softplus sums, on fixed blocks of the S chains in
+  parallel (:func:`chain_blocks`, :func:`_gibbs_step_means_blocks`): the same draws, sums
+  added per block in block order, so a seed gives the same bits on 2 or n threads.
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ import numpy as np
 from numba import njit, prange
 
 from boltzlab.engine.kernels.rbm import (_advance, _draw_row, _draw_row_at, _sample_fields_into, _sample_row_at, _sigmoid_row,
-                                         _uniform, gibbs_chains, new_state, parallel_here, sigmoid, softplus,
-                                         used_row_blocks)
+                                         _uniform, gibbs_chains, new_state, parallel_here, sigmoid, softplus)
 
 
 @njit(cache=True, nogil=True)
@@ -55,7 +54,6 @@ def to_csr(V):
     return indptr, indices
 
 
-@njit(cache=True, nogil=True)
 def inner_objective(indptr, indices, weights, theta, lam, n_vis, use_bias):
     """Eq. 9 and its gradient at theta = (w, c), fused in one pass over the rows' ones.
 
@@ -66,16 +64,29 @@ def inner_objective(indptr, indices, weights, theta, lam, n_vis, use_bias):
     expectations) over the training data (a_k = -1/N), so f is eq. 9 with a hidden bias c
     for the paper's dummy always-on visible unit (regularised like every weight).
     ``theta`` has n_vis + 1 entries; with ``use_bias`` False c is held at 0 (its gradient
-    entry is 0).  Returns (f, grad).
+    entry is 0).  Returns (f, grad).  On the calling thread's numba threads: one thread sums
+    the rows in order; more sum :func:`inner_blocks` of rows in parallel, then the blocks in
+    block order (the same bits on 2 or n threads, one thread's to rounding).
     """
-    c = theta[n_vis] if use_bias else 0.0
-    grad = np.zeros(n_vis + 1)
-    f = 0.0
-    for i in range(n_vis):
-        f += theta[i] * theta[i]
-    f += c * c
-    f *= 0.5 * lam
-    for r in range(indptr.shape[0] - 1):
+    return _inner_objective(indptr, indices, weights, theta, lam, n_vis, use_bias, parallel_here())
+
+
+INNER_BLOCK = 1024  # rows of eq. 9's sum per parallel block, about
+
+
+@njit(cache=True, nogil=True)
+def inner_blocks(n):
+    """Blocks eq. 9's n rows are summed in: ceil(n / INNER_BLOCK) made even, set by n alone."""
+    nb = (n + INNER_BLOCK - 1) // INNER_BLOCK
+    nb += nb % 2
+    return max(1, min(nb, n))
+
+
+@njit(cache=True, nogil=True)
+def _inner_rows(indptr, indices, weights, theta, c, n_vis, lo, hi, f, grad):
+    """f + sum_k a_k softplus(w^T v_k + c) over rows [lo, hi) in order, the sigmoid terms
+    added into grad."""
+    for r in range(lo, hi):
         a = weights[r]
         x = c
         for k in range(indptr[r], indptr[r + 1]):
@@ -85,6 +96,40 @@ def inner_objective(indptr, indices, weights, theta, lam, n_vis, use_bias):
         grad[n_vis] += s
         for k in range(indptr[r], indptr[r + 1]):
             grad[indices[k]] += s
+    return f
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _inner_blocks(indptr, indices, weights, theta, c, n_vis, f_part, g_part):
+    n = indptr.shape[0] - 1
+    nb = f_part.shape[0]
+    for b in prange(nb):
+        g_part[b, :] = 0.0
+        f_part[b] = _inner_rows(indptr, indices, weights, theta, c, n_vis, b * n // nb, (b + 1) * n // nb, 0.0,
+                                g_part[b])
+
+
+@njit(cache=True, nogil=True)
+def _inner_objective(indptr, indices, weights, theta, lam, n_vis, use_bias, parallel):
+    c = theta[n_vis] if use_bias else 0.0
+    grad = np.zeros(n_vis + 1)
+    f = 0.0
+    for i in range(n_vis):
+        f += theta[i] * theta[i]
+    f += c * c
+    f *= 0.5 * lam
+    n = indptr.shape[0] - 1
+    if parallel:
+        nb = inner_blocks(n)
+        f_part = np.empty(nb)
+        g_part = np.empty((nb, n_vis + 1))
+        _inner_blocks(indptr, indices, weights, theta, c, n_vis, f_part, g_part)
+        for b in range(nb):
+            f += f_part[b]
+            for i in range(n_vis + 1):
+                grad[i] += g_part[b, i]
+    else:
+        f = _inner_rows(indptr, indices, weights, theta, c, n_vis, 0, n, f, grad)
     for i in range(n_vis):
         grad[i] += lam * theta[i]
     if use_bias:
@@ -270,21 +315,37 @@ def _gibbs_step_means(V, X, H, Y, W, WT, b_vis, b_hid, state, m_sum, m_sq, S):
         _draw_row(Y[r], state, V[r])
 
 
+CHAIN_BLOCK = 512  # chains per parallel block of the eq.-10 sampler, about
+
+
+@njit(cache=True, nogil=True)
+def chain_blocks(S):
+    """Blocks the S chains are split into: ceil(S / CHAIN_BLOCK) made even (two threads get
+    equal shares) -- set by S alone.  Large blocks: every block multiplies its chains by all
+    of W, so each packs W once (blocks of 64 chains packed W 32 times a step for S = 2000,
+    and two threads ran an insertion 1.05x faster than one)."""
+    nb = (S + CHAIN_BLOCK - 1) // CHAIN_BLOCK
+    nb += nb % 2
+    return max(1, min(nb, S))
+
+
 @njit(cache=True, nogil=True, parallel=True)
-def _gibbs_step_means_blocks(V, X, H, Y, W, WT, b_vis, b_hid, base, m_part, sq_part, Sb, nb):
-    """:func:`_gibbs_step_means` on fixed row blocks of the chains in parallel (rbm's
-    ``row_blocks``), one fork per step: each block runs both half-steps on its rows with
-    its own single-threaded products.  The draws are the same numbers (counter-based: the
-    hidden draws of row r are r n + 1 .. after ``base``, the visible ones S n + r Nv + 1 ..);
-    block b's sums go to m_part[b], sq_part[b] (added in block order by the caller), so the
-    result does not depend on the thread count.  Returns the stream position after the step."""
+def _gibbs_step_means_blocks(V, X, H, Y, W, WT, b_vis, b_hid, base, m_part, sq_part, Sb, nb, fields_ready):
+    """:func:`_gibbs_step_means` on :func:`chain_blocks` of the chains in parallel, one fork
+    per step: each block runs both half-steps on its rows with its own single-threaded
+    products (the first one skipped if ``fields_ready``: X already holds V W).  The draws
+    are the same numbers (counter-based: the hidden draws of row r are r n + 1 .. after
+    ``base``, the visible ones S n + r Nv + 1 ..); block b's sums go to m_part[b],
+    sq_part[b] (added in block order by the caller), so the result does not depend on the
+    thread count.  Returns the stream position after the step."""
     S, n_vis = V.shape
     n = W.shape[1]
     base_v = _advance(base, S * n)
     for b in prange(nb):
         lo = b * S // nb
         hi = (b + 1) * S // nb
-        np.dot(V[lo:hi], W, X[lo:hi])
+        if not fields_ready:
+            np.dot(V[lo:hi], W, X[lo:hi])
         for r in range(lo, hi):
             _sample_row_at(X[r], b_hid, _advance(base, r * n), H[r], Sb[b])
         np.dot(H[lo:hi], WT, Y[lo:hi])
@@ -300,6 +361,23 @@ def _gibbs_step_means_blocks(V, X, H, Y, W, WT, b_vis, b_hid, base, m_part, sq_p
                 mq[i] += p * p
             _draw_row_at(Y[r], _advance(base_v, r * n_vis), V[r])
     return _advance(base_v, S * n_vis)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _softplus_sums_blocks(V, W, b_hid, X, part, nb):
+    """X = V W on the :func:`chain_blocks` in parallel, and part[b] = the sum over block b's
+    rows r and units j of softplus(X[r, j] + b_hid[j]) (row order within a block)."""
+    S = V.shape[0]
+    n = W.shape[1]
+    for b in prange(nb):
+        lo = b * S // nb
+        hi = (b + 1) * S // nb
+        np.dot(V[lo:hi], W, X[lo:hi])
+        s = 0.0
+        for r in range(lo, hi):
+            for j in range(n):
+                s += softplus(X[r, j] + b_hid[j])
+        part[b] = s
 
 
 def bias_alpha_updates(V, W, b_vis, b_hid, alpha, data_mean, alpha_data, eta, alpha_lr, alpha_min, k,
@@ -344,7 +422,7 @@ def _bias_alpha_updates(V, W, b_vis, b_hid, alpha, data_mean, alpha_data, eta, a
     Y = np.empty((S, n_vis), V.dtype)
     m_sum = np.zeros(n_vis)
     m_sq = np.zeros(n_vis)
-    n_blocks = used_row_blocks(S, parallel)  # 1 on one thread: whole products
+    n_blocks = chain_blocks(S) if parallel else 1  # 1 on one thread: whole products
     m_part = np.empty((n_blocks, n_vis))  # per-block sums, one row each: no false sharing
     sq_part = np.empty((n_blocks, n_vis))
     Sb = np.empty((n_blocks, 4, max(n, n_vis)))
@@ -355,6 +433,8 @@ def _bias_alpha_updates(V, W, b_vis, b_hid, alpha, data_mean, alpha_data, eta, a
     mismatch = np.inf
     updates = 0
     converged = False
+    s_part = np.empty(n_blocks)
+    fields_ready = False  # X holds V W: the alpha step's product is the next Gibbs step's first
     while True:
         for j in range(n):
             coef[j] = alpha / n
@@ -363,7 +443,8 @@ def _bias_alpha_updates(V, W, b_vis, b_hid, alpha, data_mean, alpha_data, eta, a
         if standard:
             for _ in range(k):
                 state[0] = _gibbs_step_means_blocks(V, X, H, Y, W, WT, b_vis, b_hid, state[0], m_part, sq_part, Sb,
-                                                    n_blocks)
+                                                    n_blocks, fields_ready)
+                fields_ready = False
             for b in range(n_blocks):  # the last step's sums, in block order
                 for i in range(n_vis):
                     m_sum[i] += m_part[b, i]
@@ -393,11 +474,13 @@ def _bias_alpha_updates(V, W, b_vis, b_hid, alpha, data_mean, alpha_data, eta, a
         for i in range(n_vis):
             b_vis[i] += eta * (data_mean[i] - m_sum[i] / S)
         if fit_alpha:
-            X2 = np.dot(V, W)
+            # V W of the chains as they are now: W and b_hid stay fixed in this loop, so the
+            # standard sampler's next step starts from these fields instead of a new product
+            _softplus_sums_blocks(V, W, b_hid, X, s_part, n_blocks)
+            fields_ready = standard
             s = 0.0
-            for r in range(S):
-                for j in range(n):
-                    s += softplus(X2[r, j] + b_hid[j])
+            for b in range(n_blocks):
+                s += s_part[b]
             alpha = max(alpha_min, alpha + alpha_lr * (alpha_data - s / (S * n)))
         updates += 1
     return alpha, accepted, proposed, updates, mismatch, converged

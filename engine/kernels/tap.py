@@ -59,8 +59,9 @@ import math
 import numpy as np
 from numba import get_num_threads, njit, prange
 
-from boltzlab.engine.kernels.common import (F32, HALF_32, ONE_32, ZERO_32, _fdiv, exp_nonpositive,  # noqa: F401
-                                            exp_nonpositive32, logaddexp, matmul, sigmoid32)
+from boltzlab.engine.kernels.common import (COL_BLOCK, COL_UNIT, F32, HALF_32, ONE_32, ZERO_32, _fdiv,  # noqa: F401
+                                            col_block, col_blocks, exp_nonpositive, exp_nonpositive32, logaddexp,
+                                            matmul, sigmoid32)
 
 BERNOULLI = 0
 SPIN = 1
@@ -475,27 +476,6 @@ def _half_step(code, G, S, a, c, U, V, rho, lo, hi, field, has_field, damping, d
             c[r, j] = fc
             acc += (fa - old) * (fa - old)
         diff[r] += acc
-
-
-COL_UNIT = 16  # column blocks start at multiples of this (whole SIMD / GEMM micro-tiles)
-COL_BLOCK = 256  # columns of W per parallel block, about
-
-
-@njit(cache=True, nogil=True)
-def col_blocks(m):
-    """The number of blocks m columns are split into: ceil(m / COL_BLOCK) made even (two
-    threads get equal shares), at most one per COL_UNIT columns -- set by m alone."""
-    units = (m + COL_UNIT - 1) // COL_UNIT
-    nb = (m + COL_BLOCK - 1) // COL_BLOCK
-    nb += nb % 2
-    return max(1, min(nb, units))
-
-
-@njit(cache=True, nogil=True, inline="always")
-def col_block(m, nb, b):
-    """Columns [j0, j1) of block b of :func:`col_blocks` (whole COL_UNITs, as equal as possible)."""
-    units = (m + COL_UNIT - 1) // COL_UNIT
-    return min(m, COL_UNIT * (b * units // nb)), min(m, COL_UNIT * ((b + 1) * units // nb))
 
 
 @njit(cache=True, nogil=True, parallel=True)

@@ -218,7 +218,8 @@ def ref_bias_loop(V, W, b, c, alpha, data_mean, alpha_data, eta, alpha_lr, k, st
 
 
 @pytest.mark.parametrize("standard,fit_alpha,dtype", [(True, False, np.float64), (False, True, np.float64),
-                                                     (False, False, np.float64), (True, False, np.float32)])
+                                                     (False, False, np.float64), (True, False, np.float32),
+                                                     (True, True, np.float64)])
 @pytest.mark.parametrize("tol,max_steps", [(0.0, 3), (0.15, 200)])
 def test_bias_alpha_updates_match_numpy_reference(standard, fit_alpha, dtype, tol, max_steps):
     """Eq. 10 steps (and alpha steps) with the sampler run before each, as in the kernel:

@@ -92,7 +92,8 @@ _SAME_BITS_CHILD = """
 import sys
 import numpy as np
 from boltzlab.engine import tap, threads
-from tests.engine.test_threads import BOUNDS, SEEDS, SHAPE, _tap_problem, _train, _train_setup
+from boltzlab.engine.kernels import frankwolfe as fwk
+from tests.engine.test_threads import BOUNDS, SEEDS, SHAPE, _eq10_problem, _tap_problem, _train, _train_setup
 out = {}
 for n_threads in (2, 3):
     with threads.using(n_threads):
@@ -106,6 +107,15 @@ for n_threads in (2, 3):
             res = tap.tap_fixed_points(W, b_vis, b_hid, init, tol=1e-9, max_iter=200, dtype=dtype.__name__)
             for name in ("a_vis", "c_vis", "a_hid", "c_hid", "iterations", "converged"):
                 out[f"{n_threads} tap {dtype.__name__} {name}"] = getattr(res, name)
+            chains, W, b, c, args = _eq10_problem(dtype, True)
+            alpha = fwk.bias_alpha_updates(chains, W, b, c, *args)[0]
+            for name, value in (("chains", chains), ("b_vis", b), ("alpha", alpha)):
+                out[f"{n_threads} fw {dtype.__name__} {name}"] = value
+        rows = (np.random.default_rng(1).random((3 * fwk.INNER_BLOCK, 9)) < 0.3).astype(float)
+        indptr, indices = fwk.to_csr(rows)
+        weights = np.random.default_rng(2).normal(0, 1e-3, rows.shape[0])
+        f, g = fwk.inner_objective(indptr, indices, weights, np.linspace(-1, 1, 10), 0.1, 9, True)
+        out[f"{n_threads} inner f"], out[f"{n_threads} inner grad"] = f, g
 np.savez(sys.argv[1], **out)
 """
 
@@ -122,7 +132,7 @@ def test_the_blocks_give_the_same_bits_on_2_and_3_threads(tmp_path):
                    cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     out = np.load(path)
     keys = [k[2:] for k in out.files if k.startswith("2 ")]
-    assert len(keys) == 2 * (9 + 6)
+    assert len(keys) == 2 * (9 + 6 + 3) + 2
     for key in keys:
         np.testing.assert_array_equal(out["2 " + key], out["3 " + key], err_msg=key)
 
@@ -172,16 +182,27 @@ def test_tap_column_blocks_match_one_block_and_the_numpy_reference(n_threads):
     np.testing.assert_array_equal(got.iterations, it)
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float32])
-def test_threaded_eq10_loop_matches_the_numpy_reference_and_one_thread(dtype):
+def _eq10_problem(dtype, fit_alpha):
+    """(chains, W, b_vis, b_hid, the other arguments of bias_alpha_updates) of a tiny
+    fractional RBM with chains in four blocks."""
     from boltzlab.engine.kernels import frankwolfe as fwk
-    from tests.engine.test_frankwolfe import random_binary, ref_bias_loop, tiny_fractional
+    from tests.engine.test_frankwolfe import random_binary, tiny_fractional
 
-    W, b0, c, _ = tiny_fractional(6, 3, seed=5)
-    W = W.astype(dtype)
-    chains0 = random_binary(150, 6, 6).astype(dtype)  # 3 row blocks of chains
+    W, b, c, _ = tiny_fractional(6, 3, seed=5)
+    chains = random_binary(3 * fwk.CHAIN_BLOCK + 7, 6, 6).astype(dtype)
     data_mean = np.random.default_rng(7).random(6)
-    args = (3.0, data_mean, 0.9, 0.1, 0.2, 1e-6, 2, True, False, 123, 3, 0.0, 1.0)
+    return chains, W.astype(dtype), b, c, (3.0, data_mean, 0.9, 0.1, 0.2, 1e-6, 2, True, fit_alpha, 123, 3, 0.0, 1.0)
+
+
+@pytest.mark.parametrize("fit_alpha", [False, True])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_threaded_eq10_loop_matches_the_numpy_reference_and_one_thread(dtype, fit_alpha):
+    from boltzlab.engine.kernels import frankwolfe as fwk
+    from tests.engine.test_frankwolfe import ref_bias_loop
+
+    chains0, W, b0, c, args = _eq10_problem(dtype, fit_alpha)
+    assert fwk.chain_blocks(chains0.shape[0]) == 4  # several blocks of chains, one shorter
+    data_mean = args[1]
     got = {}
     for n_threads in THREADS:
         chains, b = chains0.copy(), b0.copy()
@@ -193,9 +214,40 @@ def test_threaded_eq10_loop_matches_the_numpy_reference_and_one_thread(dtype):
     np.testing.assert_array_equal(got[1][0], got[2][0])
     np.testing.assert_allclose(got[1][1], got[2][1], rtol=rel, atol=rel)
     np.testing.assert_allclose(np.array(got[1][2], float), np.array(got[2][2], float), rtol=rel, atol=rel)
-    ref = ref_bias_loop(chains0.copy(), W, b0.copy(), c, 3.0, data_mean, 0.9, 0.1, 0.2, 2, True, False, 123, 3, 0.0, 1.0)
+    ref = ref_bias_loop(chains0.copy(), W, b0.copy(), c, 3.0, data_mean, 0.9, 0.1, 0.2, 2, True, fit_alpha, 123, 3,
+                        0.0, 1.0)
     np.testing.assert_array_equal(got[2][0], ref[0])
     np.testing.assert_allclose(got[2][1], ref[1], rtol=rel, atol=rel)
+    assert got[2][2][0] == pytest.approx(ref[2], rel=rel)  # alpha (its softplus sums per block)
+    if fit_alpha:
+        assert ref[2] != 3.0
+
+
+@pytest.mark.parametrize("use_bias", [True, False])
+def test_threaded_inner_objective_matches_the_numpy_reference_and_one_thread(use_bias):
+    from boltzlab.engine.kernels import frankwolfe as fwk
+    from tests.engine.test_frankwolfe import random_binary, ref_inner_objective
+
+    rng = np.random.default_rng(4)
+    n_model = fwk.INNER_BLOCK + 5
+    n_data = 2 * fwk.INNER_BLOCK + 3
+    assert fwk.inner_blocks(n_model + n_data) == 4  # several blocks of rows, uneven
+    Vm, Vd = random_binary(n_model, 9, 1), random_binary(n_data, 9, 2)
+    a = rng.random(n_model)
+    a /= a.sum()
+    theta = rng.normal(0, 1.5, 10)
+    indptr, indices = fwk.to_csr(np.vstack([Vm, Vd]))
+    weights = np.concatenate([a, np.full(n_data, -1 / n_data)])
+    got = {}
+    for n_threads in THREADS:
+        with threads.using(n_threads):
+            got[n_threads] = fwk.inner_objective(indptr, indices, weights, theta, 0.3, 9, use_bias)
+    f_ref, g_ref = ref_inner_objective(theta, Vm, a, Vd, 0.3, use_bias)
+    for f, g in got.values():
+        assert f == pytest.approx(f_ref, rel=1e-11, abs=1e-13)
+        np.testing.assert_allclose(g, g_ref, rtol=1e-10, atol=1e-13)
+    # one thread sums the rows in order, two the blocks' sums: rounding apart, never more
+    assert got[1][0] == pytest.approx(got[2][0], rel=1e-13, abs=1e-15)
 
 
 @pytest.mark.parametrize("n_threads", THREADS)
