@@ -12,8 +12,8 @@ from typing import Callable
 import numpy as np
 from numba import njit, prange
 
-from boltzlab.engine.kernels.common import matmul
-from boltzlab.engine.kernels.rbm import row_blocks, weight_blocks
+from boltzlab.engine.kernels.common import col_block, col_blocks, matmul
+from boltzlab.engine.kernels.rbm import weight_blocks
 from boltzlab.engine.progress import Reporter
 
 DTYPES = ("float32", "float64")
@@ -33,13 +33,13 @@ def _epoch_products(V, W, WT, n_batches, batch_size, recon_rows, L, R, H, Hs, Vr
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _dot_blocks(A, B, out, nb):
-    """out = A B on nb fixed row blocks in parallel (single-threaded BLAS per block)."""
-    n = A.shape[0]
+def _dot_blocks(A, B, out):
+    """out = A B on the fixed column blocks of out in parallel (single-threaded BLAS per block)."""
+    m = out.shape[1]
+    nb = col_blocks(m)
     for b in prange(nb):
-        lo = b * n // nb
-        hi = (b + 1) * n // nb
-        np.dot(A[lo:hi], B, out[lo:hi])
+        j0, j1 = col_block(m, nb, b)
+        matmul(A, B[:, j0:j1], out[:, j0:j1])
 
 
 @njit(cache=True, nogil=True, parallel=True)
@@ -56,13 +56,12 @@ def _gradient_blocks(L, R, G, nb):
 def _epoch_products_blocked(V, W, WT, n_batches, batch_size, recon_rows, L, R, H, Hs, Vr, G):
     """:func:`_epoch_products` on the blocks of engine.kernels.rbm.train_batches, in parallel
     (the engine's own way to run its products on n threads)."""
-    from_rows = row_blocks
     nb = batch_size
     for _ in range(n_batches):
-        _dot_blocks(V[:nb], W, H, from_rows(nb))
-        _dot_blocks(Hs, WT, Vr, from_rows(Hs.shape[0]))
-        _dot_blocks(H, WT, L[nb:], from_rows(nb))
-        _dot_blocks(L[nb:], W, H, from_rows(nb))
+        _dot_blocks(V[:nb], W, H)
+        _dot_blocks(Hs, WT, Vr)
+        _dot_blocks(H, WT, L[nb:])
+        _dot_blocks(L[nb:], W, H)
         _gradient_blocks(L, R, G, weight_blocks(W.shape[0]))
 
 
