@@ -407,7 +407,12 @@ def _canonical_order(F: np.ndarray, X: np.ndarray) -> np.ndarray:
             end += 1
         if end - start > 1:
             group = order[start:end]
-            order[start:end] = group[np.lexsort(X[group].T[::-1])]
+            G = X[group]
+            # only the columns where the tied rows differ decide (constant keys change no
+            # lexsort order, and equal rows keep theirs: stable), often none of Nv + Nh
+            varying = np.flatnonzero(np.any(G != G[0], axis=0))
+            if varying.size:
+                order[start:end] = group[np.lexsort(G[:, varying].T[::-1])]
         start = end
     return order
 

@@ -637,21 +637,43 @@ def tap_fields(W, av, cv, ah, ch):
 
 
 @njit(cache=True, nogil=True)
-def _layer_entropy(code, B, A, a, c, U, V, rho, lo, hi, field, has_field, out):
-    """out[r] += sum_i log Z_i(B, A) - B a + A (a^2 + c) / 2: a layer's part of eq. 36."""
-    n, m = B.shape
-    for r in range(n):
-        s = 0.0
-        for i in range(m):
-            u = U[i] + field[r, i] if has_field else U[i]
-            lz, fa, fc = prior_moments(code, B[r, i], A[r, i], u, V[i], rho[i], lo, hi)
-            s += lz - B[r, i] * a[r, i] + 0.5 * A[r, i] * (a[r, i] * a[r, i] + c[r, i])
-        out[r] += s
+def _entropy_row(code, B, A, a, c, U, V, rho, lo, hi, field, has_field, r):
+    """sum_i log Z_i(B, A) - B a + A (a^2 + c) / 2 over row r: its layer's part of eq. 36."""
+    s = 0.0
+    for i in range(B.shape[1]):
+        u = U[i] + field[r, i] if has_field else U[i]
+        lz, fa, fc = prior_moments(code, B[r, i], A[r, i], u, V[i], rho[i], lo, hi)
+        s += lz - B[r, i] * a[r, i] + 0.5 * A[r, i] * (a[r, i] * a[r, i] + c[r, i])
+    return s
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _layer_entropy_rows(code, B, A, a, c, U, V, rho, lo, hi, field, has_field, out):
+    for r in prange(B.shape[0]):
+        out[r] += _entropy_row(code, B, A, a, c, U, V, rho, lo, hi, field, has_field, r)
 
 
 @njit(cache=True, nogil=True)
+def _layer_entropy(code, B, A, a, c, U, V, rho, lo, hi, field, has_field, out, parallel):
+    """out[r] += a layer's part of eq. 36 (:func:`_entropy_row`) for every row; ``parallel``:
+    rows on numba's threads (each row's sum is its own: the same bits on any thread count)."""
+    if parallel:
+        _layer_entropy_rows(code, B, A, a, c, U, V, rho, lo, hi, field, has_field, out)
+        return
+    for r in range(B.shape[0]):
+        out[r] += _entropy_row(code, B, A, a, c, U, V, rho, lo, hi, field, has_field, r)
+
+
 def tap_free_energy(W, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h, field, has_field,
                     av, cv, ah, ch):
+    """:func:`_tap_free_energy` with its rows on the calling thread's numba threads."""
+    return _tap_free_energy(W, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h, field, has_field,
+                            av, cv, ah, ch, get_num_threads() > 1)  # read in Python
+
+
+@njit(cache=True, nogil=True)
+def _tap_free_energy(W, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h, field, has_field,
+                     av, cv, ah, ch, parallel):
     """The TAP free energy F = -(eq. 36) of each row of moments, (K,).
 
     -F = sum_i [log Z_i^v(B_i, A_i) - B_i a_i + A_i (a_i^2 + c_i)/2] + (the same over j)
@@ -668,8 +690,8 @@ def tap_free_energy(W, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h,
     Av = -np.dot(ch, W2.T)
     Bv = Av * av + np.dot(ah, W.T)
     neg = np.zeros(K)
-    _layer_entropy(code_v, Bv, Av, av, cv, Uv, Vv, Rv, lo_v, hi_v, field, has_field, neg)
-    _layer_entropy(code_h, Bh, Ah, ah, ch, Uh, Vh, Rh, lo_h, hi_h, field, False, neg)
+    _layer_entropy(code_v, Bv, Av, av, cv, Uv, Vv, Rv, lo_v, hi_v, field, has_field, neg, parallel)
+    _layer_entropy(code_h, Bh, Ah, ah, ch, Uh, Vh, Rh, lo_h, hi_h, field, False, neg, parallel)
     for k in range(K):
         s = 0.0
         for j in range(ah.shape[1]):
@@ -678,34 +700,58 @@ def tap_free_energy(W, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h,
     return -neg
 
 
-@njit(cache=True, nogil=True)
 def data_terms(X, W, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h):
     """The data part of eq. 39 per row, and the hidden moments it needs for eqs. 40-42.
 
     Returns (logp, Ha, Hc, Hnz): logp[r] = sum_i log mu_v(x_i) + sum_j log Z_j^h(B_j, 0)
     with B = x^T W (for binary units, -logp is the RBM's free energy F(x)), and f_a, f_c,
-    P[h != 0] of the hidden units at (x^T W, 0).
+    P[h != 0] of the hidden units at (x^T W, 0).  The rows run on the calling thread's numba
+    threads (each row its own: the same bits on any thread count).
     """
-    n, Nv = X.shape
-    Nh = W.shape[1]
-    Bh = np.dot(X, W)
+    n, Nh = X.shape[0], W.shape[1]
+    Bh = _dot(X, W)
     Ha = np.empty((n, Nh), W.dtype)  # the dtype of the products that use them (eq. 40)
     Hc = np.empty((n, Nh), W.dtype)
     Hnz = np.empty((n, Nh), W.dtype)
     logp = np.empty(n)
-    for r in range(n):
-        s = 0.0
-        for i in range(Nv):
-            s += log_base_density(code_v, np.float64(X[r, i]), Uv[i], Vv[i], Rv[i], lo_v, hi_v)
-        for j in range(Nh):
-            b = np.float64(Bh[r, j])
-            lz, fa, fc = prior_moments(code_h, b, 0.0, Uh[j], Vh[j], Rh[j], lo_h, hi_h)
-            s += lz
-            Ha[r, j] = fa
-            Hc[r, j] = fc
-            Hnz[r, j] = prior_nonzero(code_h, b, 0.0, Uh[j], Vh[j], Rh[j], lo_h, hi_h)
-        logp[r] = s
+    if get_num_threads() > 1:
+        _data_rows_parallel(X, Bh, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h, Ha, Hc, Hnz, logp)
+    else:
+        _data_rows(X, Bh, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h, Ha, Hc, Hnz, logp)
     return logp, Ha, Hc, Hnz
+
+
+@njit(cache=True, nogil=True)
+def _dot(A, B):
+    """A B through numba's BLAS (scipy's, single-threaded in the engine), as the kernels multiply."""
+    return np.dot(A, B)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _data_row(X, Bh, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h, Ha, Hc, Hnz, logp, r):
+    s = 0.0
+    for i in range(X.shape[1]):
+        s += log_base_density(code_v, np.float64(X[r, i]), Uv[i], Vv[i], Rv[i], lo_v, hi_v)
+    for j in range(Bh.shape[1]):
+        b = np.float64(Bh[r, j])
+        lz, fa, fc = prior_moments(code_h, b, 0.0, Uh[j], Vh[j], Rh[j], lo_h, hi_h)
+        s += lz
+        Ha[r, j] = fa
+        Hc[r, j] = fc
+        Hnz[r, j] = prior_nonzero(code_h, b, 0.0, Uh[j], Vh[j], Rh[j], lo_h, hi_h)
+    logp[r] = s
+
+
+@njit(cache=True, nogil=True)
+def _data_rows(X, Bh, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h, Ha, Hc, Hnz, logp):
+    for r in range(X.shape[0]):
+        _data_row(X, Bh, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h, Ha, Hc, Hnz, logp, r)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _data_rows_parallel(X, Bh, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h, Ha, Hc, Hnz, logp):
+    for r in prange(X.shape[0]):
+        _data_row(X, Bh, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h, Ha, Hc, Hnz, logp, r)
 
 
 @njit(cache=True, nogil=True)

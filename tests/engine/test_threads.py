@@ -182,6 +182,23 @@ def test_tap_column_blocks_match_one_block_and_the_numpy_reference(n_threads):
     np.testing.assert_array_equal(got.iterations, it)
 
 
+@pytest.mark.parametrize("prior", ["bernoulli", "truncated_gauss_bernoulli"])
+def test_tap_free_energies_and_data_terms_give_the_same_bits_on_1_and_2_threads(prior):
+    # each row's sum is its own: the rows on two threads give one thread's numbers exactly
+    W, b_vis, b_hid, init = _tap_problem(57)
+    res = tap.tap_fixed_points(W, b_vis, b_hid, init, prior_vis=prior, tol=1e-9, max_iter=200)
+    model = tap._Model(W, b_vis, b_hid, prior, "bernoulli", "test")
+    got = {}
+    for n_threads in THREADS:
+        with threads.using(n_threads):
+            F = tap.tap_free_energy(W, b_vis, b_hid, res, prior_vis=prior)
+            terms = tap_kernels.data_terms(init, model.W, *model.vis, *model.hid)
+        got[n_threads] = (F, *terms)
+    for a, b in zip(got[1], got[2]):
+        np.testing.assert_array_equal(a, b)
+    assert np.all(np.isfinite(got[2][0])) and np.all(np.isfinite(got[2][1]))
+
+
 def _eq10_problem(dtype, fit_alpha):
     """(chains, W, b_vis, b_hid, the other arguments of bias_alpha_updates) of a tiny
     fractional RBM with chains in four blocks."""
