@@ -118,6 +118,12 @@ def _draw(base, j, p):
     return np.float64(u < p)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _advance(base, count):
+    """The stream position ``count`` draws after ``base``."""
+    return base + np.uint64(count) * GOLDEN
+
+
 @njit(cache=True, nogil=True)
 def _draw_row_at(p, base, out):
     """:func:`_draw_row` from the stream position ``base`` (the state is not advanced)."""
@@ -141,15 +147,8 @@ def _draw_row(p, state, out):
     possibly overlapping arrays only after a runtime overlap check, which fails when they
     are the same array and leaves the scalar loop.
     """
-    m = p.shape[0]
-    base = state[0]
-    if out.ctypes.data == p.ctypes.data:
-        for j in range(m):
-            out[j] = _draw(base, j, np.float64(out[j]))
-    else:
-        for j in range(m):
-            out[j] = _draw(base, j, np.float64(p[j]))
-    state[0] = base + np.uint64(m) * GOLDEN
+    _draw_row_at(p, state[0], out)
+    state[0] = _advance(state[0], p.shape[0])
 
 
 @njit(cache=True, nogil=True)
@@ -219,19 +218,8 @@ def _sample_row(x, bias, state, out, S):
 
     :func:`_sigmoid_row` then :func:`_draw_row`; in float32 fused into one loop (the
     probability stays in a register, promoted to float64 for the comparison as there)."""
-    if out.itemsize == 4:
-        m = x.shape[0]
-        base = state[0]
-        if out.ctypes.data == x.ctypes.data:  # in place: one pointer (see _draw_row)
-            for j in range(m):
-                out[j] = _draw(base, j, np.float64(sigmoid32(F32(out[j] + bias[j]))))
-        else:
-            for j in range(m):
-                out[j] = _draw(base, j, np.float64(sigmoid32(F32(x[j] + bias[j]))))
-        state[0] = base + np.uint64(m) * GOLDEN
-        return
-    _sigmoid_row(x, bias, out, S)
-    _draw_row(out, state, out)
+    _sample_row_at(x, bias, state[0], out, S)
+    state[0] = _advance(state[0], x.shape[0])
 
 
 @njit(cache=True, nogil=True)
@@ -428,12 +416,6 @@ def weight_blocks(n):
 @njit(cache=True, nogil=True, inline="always")
 def _block(n, nb, b):
     return b * n // nb, (b + 1) * n // nb
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _advance(base, count):
-    """The stream position ``count`` draws after ``base``."""
-    return base + np.uint64(count) * GOLDEN
 
 
 # Each pass of train_batches is a block body over the columns [j0, j1) of its output (W's rows
