@@ -287,13 +287,20 @@ COL_BLOCK = 256  # columns of W per parallel block, about
 
 
 @njit(cache=True, nogil=True)
-def col_blocks(m):
-    """The number of blocks m columns are split into: ceil(m / COL_BLOCK) made even (two
-    threads get equal shares), at most one per COL_UNIT columns -- set by m alone."""
-    units = (m + COL_UNIT - 1) // COL_UNIT
-    nb = (m + COL_BLOCK - 1) // COL_BLOCK
+def even_blocks(n, size):
+    """The number of blocks n items are split into: ceil(n / size) made even (two threads
+    get equal shares), at least 1 and at most n -- set by n alone, never by the thread count."""
+    nb = (n + size - 1) // size
     nb += nb % 2
-    return max(1, min(nb, units))
+    return max(1, min(nb, n))
+
+
+@njit(cache=True, nogil=True)
+def col_blocks(m):
+    """The number of blocks m columns are split into: :func:`even_blocks` of COL_BLOCK
+    columns, at most one per COL_UNIT columns -- set by m alone."""
+    units = (m + COL_UNIT - 1) // COL_UNIT
+    return max(1, min(even_blocks(m, COL_BLOCK), units))
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -29,6 +29,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from boltzlab.engine.kernels.common import even_blocks
 from boltzlab.engine.kernels.rbm import (_advance, _draw_row, _draw_row_at, _sample_fields_into, _sample_row_at, _sigmoid_row,
                                          _uniform, gibbs_chains, new_state, parallel_here, sigmoid, softplus)
 
@@ -76,10 +77,8 @@ INNER_BLOCK = 1024  # rows of eq. 9's sum per parallel block, about
 
 @njit(cache=True, nogil=True)
 def inner_blocks(n):
-    """Blocks eq. 9's n rows are summed in: ceil(n / INNER_BLOCK) made even, set by n alone."""
-    nb = (n + INNER_BLOCK - 1) // INNER_BLOCK
-    nb += nb % 2
-    return max(1, min(nb, n))
+    """Blocks eq. 9's n rows are summed in: :func:`even_blocks` of INNER_BLOCK rows."""
+    return even_blocks(n, INNER_BLOCK)
 
 
 @njit(cache=True, nogil=True)
@@ -320,13 +319,11 @@ CHAIN_BLOCK = 512  # chains per parallel block of the eq.-10 sampler, about
 
 @njit(cache=True, nogil=True)
 def chain_blocks(S):
-    """Blocks the S chains are split into: ceil(S / CHAIN_BLOCK) made even (two threads get
-    equal shares) -- set by S alone.  Large blocks: every block multiplies its chains by all
-    of W, so each packs W once (blocks of 64 chains packed W 32 times a step for S = 2000,
-    and two threads ran an insertion 1.05x faster than one)."""
-    nb = (S + CHAIN_BLOCK - 1) // CHAIN_BLOCK
-    nb += nb % 2
-    return max(1, min(nb, S))
+    """Blocks the S chains are split into: :func:`even_blocks` of CHAIN_BLOCK chains.  Large
+    blocks: every block multiplies its chains by all of W, so each packs W once (blocks of
+    64 chains packed W 32 times a step for S = 2000, and two threads ran an insertion 1.05x
+    faster than one)."""
+    return even_blocks(S, CHAIN_BLOCK)
 
 
 @njit(cache=True, nogil=True, parallel=True)
