@@ -98,6 +98,23 @@ def is_cached(name: str) -> bool:
     return marker is not None and os.path.exists(marker)
 
 
+def die_with_parent(parent: int) -> None:
+    """In a pool process, first thing: ask Linux to end this process when its parent dies.
+
+    ``serve`` stopped during a first start (SIGTERM, SIGKILL) left its compile processes
+    behind for half an hour (seen after the install test: 0.7 GB and a tenth of a core). No-op
+    where ``prctl`` is missing; a parent already gone ends the child at once."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:
+        os._exit(0)
+
+
 def _compile_child(name: str, niceness: int) -> tuple[str, float]:
     """In a pool process: warm one group (numba writes it to its cache)."""
     if niceness:
@@ -139,7 +156,8 @@ def compile_kernels(groups: Iterable[str] | None = None, processes: int | None =
     total = len(seconds) + len(names)
     processes = max(1, min(processes or os.cpu_count() or 1, len(names)))
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(processes, mp_context=context) as pool:
+    with ProcessPoolExecutor(processes, mp_context=context, initializer=die_with_parent,
+                             initargs=(os.getpid(),)) as pool:
         pending = {pool.submit(_compile_child, name, niceness) for name in names}  # FIFO: first groups first
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from boltzlab.engine import warmup
@@ -59,3 +61,45 @@ def test_cached_groups_start_no_process(monkeypatch):
     calls = []
     assert warmup.compile_kernels(on_done=lambda g, s, k, n: calls.append((g, s, k, n))) == dict.fromkeys(warmup.GROUPS, 0.0)
     assert calls == [(g, 0.0, k, len(warmup.GROUPS)) for k, g in enumerate(warmup.GROUPS, 1)]
+
+
+_PARENT = """
+import multiprocessing, os, sys, time
+from concurrent.futures import ProcessPoolExecutor
+from boltzlab.engine.warmup import die_with_parent
+pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=die_with_parent,
+                           initargs=(os.getpid(),))
+child = pool.submit(os.getpid).result()
+pool.submit(time.sleep, 600)  # a compile that would outlive its parent
+print(child, flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl's parent-death signal is Linux's")
+def test_compile_processes_end_when_their_parent_is_killed():
+    # serve stopped during a first start must not leave its compile processes running
+    import os
+    import signal
+    import subprocess
+
+    from tests.waiting import wait_for
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT], stdout=subprocess.PIPE, text=True, cwd=root)
+    try:
+        child = int(parent.stdout.readline())
+        assert _alive(child)
+    finally:
+        parent.send_signal(signal.SIGKILL)  # no handler, no atexit: only the kernel can tell the child
+        parent.wait(timeout=60)
+    assert wait_for(lambda: not _alive(child), timeout=60, interval=0.2)  # with the signal: well under a second
+
+
+def _alive(pid: int) -> bool:
+    """Whether pid runs (a zombie waiting for its reaper counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
