@@ -389,7 +389,7 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
 
             say(f"starting {workers} worker process{'es' if workers > 1 else ''} (a local Dask cluster)")
             local["cluster"], local["backend"] = use_local_cluster(workers, warm=False)
-            VISITORS.when_idle = local["backend"].recycle_soon
+            VISITORS.when_idle = lambda: local["backend"].recycle_soon(still_idle=lambda: not VISITORS.ids)
             say("the worker processes are up")
 
         first.append(start_workers)

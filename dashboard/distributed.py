@@ -52,6 +52,31 @@ class WorkerLost(RuntimeError):
     """The worker process holding a trainer died (or cannot be reached any more)."""
 
 
+#: Seconds a recycle of the worker processes may take (each nanny restarts its worker),
+#: and that new work waits for it before it is refused.
+RECYCLE_TIMEOUT = 120.0
+
+
+def _after(event: threading.Event, work: Callable[[], Any]) -> Any:
+    """A ``concurrent.futures`` future of ``work()``, run on a thread of its own once
+    ``event`` is set (or at once after :data:`RECYCLE_TIMEOUT`: ``work`` then says why it fails)."""
+    from concurrent.futures import Future
+
+    future: Future = Future()
+
+    def run() -> None:
+        event.wait(RECYCLE_TIMEOUT)
+        if not future.set_running_or_notify_cancel():  # cancelled meanwhile: superseded
+            return
+        try:
+            future.set_result(work())
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever polls the future
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="boltzlab-after-recycle", daemon=True).start()
+    return future
+
+
 #: How often a call that has not answered yet asks the scheduler whether the actor's worker
 #: is still there (seconds).  Only a check: a slow step on a live worker is waited for as
 #: long as it takes.
@@ -347,6 +372,10 @@ class DaskBackend:
         # every stand-in handed out, to release them all on close (weak: a reset drops them)
         self._remotes: weakref.WeakSet[RemoteTrainer] = weakref.WeakSet()
         self.closing = False  # set by close(): workers leaving then are no news
+        # set unless the workers are being recycled: work that arrives meanwhile waits for
+        # the new workers (an actor or a task placed on a restarting worker is lost)
+        self._open = threading.Event()
+        self._open.set()
 
     def __call__(self, trainers: Mapping[str, Trainer], owner: str = "") -> dict[str, RemoteTrainer]:
         """Ship ``trainers`` to a worker; their stand-ins, by name (``owner``: whose runs
@@ -358,6 +387,8 @@ class DaskBackend:
         trainers = dict(trainers)
         if not trainers:
             return {}
+        if not self._open.wait(RECYCLE_TIMEOUT):  # on a runner's thread: it may wait
+            raise DaskUnavailable(f"The Dask workers were not back from a recycle within {RECYCLE_TIMEOUT:g} s.")
         try:
             # one piece, so objects the trainers share stay shared on the worker
             [bundle] = self.client.scatter([trainers], hash=False, timeout=self.timeout)
@@ -392,7 +423,11 @@ class DaskBackend:
         ``pure=False``: two sessions asking for the same analysis get two tasks (and a
         superseded job can be cancelled without cancelling another session's).
         """
-        return self.client.submit(fn, *args, pure=False)
+        if self._open.is_set():
+            return self.client.submit(fn, *args, pure=False)
+        # called on the event loop, which never waits: a thread submits it once the new
+        # workers are up and passes its result on
+        return _after(self._open, lambda: self.client.submit(fn, *args, pure=False).result())
 
     def warm_workers(self) -> None:
         """Load the numba kernels in every worker, now and in each worker that joins later.
@@ -408,27 +443,35 @@ class DaskBackend:
             raise DaskUnavailable(f"The Dask workers at {self.address!r} could not load the engine "
                                   f"(is boltzlab installed on them?): {type(exc).__name__}: {exc}") from exc
 
-    def recycle_workers(self, timeout: float = 120.0) -> dict:
+    def recycle_workers(self, timeout: float = RECYCLE_TIMEOUT, still_idle: Callable[[], bool] | None = None) -> dict:
         """Restart every worker process through its nanny: what the processes kept (data
         caches, the heap of finished runs) goes back to the OS.  The plugins warm and renice
         the new ones before they take work.  For a cluster of this server's own, when no
         session uses it (an actor or a job on a restarted worker is lost).  Returns the
-        status of each worker (``"OK"``, ``"timed out"``: not back within ``timeout`` seconds, ...)."""
-        workers = list(self.client.scheduler_info()["workers"])
-        t0 = time.perf_counter()
-        with RECYCLING:  # the nannies' "killing" and "Restarting worker" warnings: routine here
-            status = self.client.restart_workers(workers, timeout=timeout, raise_for_error=False)
+        status of each worker (``"OK"``, ``"timed out"``: not back within ``timeout`` seconds, ...),
+        or ``{}`` when ``still_idle()``, asked once new work is held back, says a session came.
+        Trainers and jobs that arrive meanwhile wait for the new workers."""
+        self._open.clear()
+        try:
+            if still_idle is not None and not still_idle():
+                return {}
+            workers = list(self.client.scheduler_info()["workers"])
+            t0 = time.perf_counter()
+            with RECYCLING:  # the nannies' "killing" and "Restarting worker" warnings: routine here
+                status = self.client.restart_workers(workers, timeout=timeout, raise_for_error=False)
+        finally:
+            self._open.set()
         ok = sum(value == "OK" for value in status.values())
         logging.getLogger(__name__).info(
             "Recycled %d of %d worker processes (their memory back to the OS) in %.1f s%s", ok, len(status),
             time.perf_counter() - t0, "" if ok == len(status) else f": {status}")
         return status
 
-    def recycle_soon(self) -> None:
+    def recycle_soon(self, still_idle: Callable[[], bool] | None = None) -> None:
         """:meth:`recycle_workers` in a thread of its own (never on the server's event loop)."""
         def recycle() -> None:
             try:
-                self.recycle_workers()
+                self.recycle_workers(still_idle=still_idle)
             except Exception as exc:  # noqa: BLE001 - a failed recycle leaves the workers as they were
                 logging.getLogger(__name__).warning("Recycling the worker processes failed: %s: %s",
                                                     type(exc).__name__, exc)

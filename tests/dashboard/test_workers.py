@@ -352,6 +352,41 @@ def test_recycled_workers_are_new_processes_warm_and_below_the_server(local, mak
     assert record["pid"] in after
 
 
+def _pid() -> int:
+    return os.getpid()
+
+
+def test_work_that_arrives_during_a_recycle_waits_for_the_new_workers(local, make_runner):
+    """A visitor who comes while the workers are being recycled (serve recycles them once
+    nobody has been there for a while) gets the new workers: a job and a session's trainers
+    wait for them instead of landing on a worker about to be killed (the job came back
+    "cancelled" and the page said "Could not compute this")."""
+    backend = local[1]
+    before = set(backend.client.run(os.getpid).values())
+    results: list[dict] = []
+    recycle = threading.Thread(target=lambda: results.append(backend.recycle_workers(timeout=600)), daemon=True)
+    recycle.start()
+    assert wait_for(lambda: not backend._open.is_set() or results, timeout=60) and not results
+    job = backend.submit(_pid)  # on the event loop in serve: it must not block
+    session = make_runner(lambda: {"quick": PidTrainer()})
+    session.step_once()
+    recycle.join(600)
+    assert not recycle.is_alive() and set(results[0].values()) == {"OK"}, results
+    assert job.result(timeout=120) not in before
+    assert session.wait_idle(120.0)
+    [(_, record)] = session.drain()
+    assert record["pid"] not in before
+
+
+def test_a_recycle_is_called_off_when_a_visitor_came(local):
+    """``still_idle`` is asked once new work is held back: a visitor who came in the
+    meantime keeps the workers (and their actors) as they are."""
+    backend = local[1]
+    before = set(backend.client.run(os.getpid).values())
+    assert backend.recycle_workers(still_idle=lambda: False) == {}
+    assert set(backend.client.run(os.getpid).values()) == before and backend._open.is_set()
+
+
 def test_stopping_the_cluster_is_one_info_line_even_when_a_nanny_kills_its_worker(tmp_path, caplog):
     """serve's end (stop_local_cluster): a worker process still busy 4 s after its nanny asked
     it to exit is killed, with a WARNING that reads as a crash; routine at a stop, so dropped
