@@ -24,8 +24,11 @@ def test_frankwolfe_lab_grows_units_and_forks_cd(page: Page, app_url, shot):
     wait_until(lambda: len(points(page, "fw-ll:units")["x"]) >= 8, timeout=90)
     wait_until(lambda: len(points(page, "fw-ll:test")["x"]) >= 8)
     wait_until(lambda: len(points(page, "fw-inner:inner")["x"]) >= 8)
-    # the grid grows: at least 8 tiles of 8x8 pixels
+    # the grid grows: at least 8 tiles of 8x8 pixels (on its tab of the stage: only the tab
+    # in view is in the browser's document)
+    tab_header(page, "Receptive fields").click()
     wait_until(lambda: (page.evaluate(JS_IMAGE, "fw-fields") or 0) >= 8 * 64, timeout=60)
+    tab_header(page, "Log-likelihood · eq. 9").click()
     units = points(page, "fw-ll:units")["y"]
     assert units == sorted(units) and units[-1] >= 8  # one unit per iteration, no away steps
     shot("fw-growing")

@@ -106,8 +106,11 @@ def test_race_with_diverging_gradient_ascent(page: Page, app_url, shot):
     # convergence a late count could be its last; BSLM may already have converged)
     slow = len(points(page, "logpl:GA μ=0.5/log_pl")["x"])
     wait_until(lambda: len(points(page, "logpl:GA μ=0.5/log_pl")["x"]) >= max(10, slow + 1))
-    # the estimate heatmap follows the data switch (8 senate parties: 8 x 8 cells)
+    # the estimate heatmap follows the data switch (8 senate parties: 8 x 8 cells; on its tab
+    # of the stage: only the tab in view is in the browser's document)
+    tab_header(page, "Couplings M").click()
     wait_until(lambda: heat_cells(page) == 64)
+    tab_header(page, "Log-PL · log-likelihood").click()
     # the quadratic-bound MM and L-BFGS race too, and the bound never decreases
     for name in (BOUND, LBFGS):
         wait_until(lambda: len(points(page, f"logpl:{name}/log_pl")["x"]) >= 3)

@@ -75,7 +75,9 @@ def test_tap_trains_on_uploaded_images(page: Page, app_url, shot):
     expect(play).to_be_enabled(timeout=60_000)
     play.click()
     wait_until(lambda: len(points(page, "tap-ll:ll")["x"]) >= 3, timeout=120)
-    # the receptive fields of the 16 hidden units, tiled 4 x 4 in the images' own shape
+    # the receptive fields of the 16 hidden units, tiled 4 x 4 in the images' own shape (on
+    # their tab of the stage: only the tab in view is in the browser's document)
+    tab_header(page, "Fields (Fig. 4)").click()
     wait_until(lambda: (page.evaluate(JS_IMAGE, "fields") or 0) >= 16 * HEIGHT * WIDTH, timeout=60)
     page.get_by_role("button", name="❚❚ Pause").click()
     expect(page.get_by_role("button", name="▶ Play")).to_be_enabled(timeout=120_000)
@@ -110,6 +112,7 @@ def test_frankwolfe_trains_on_an_uploaded_csv_once_its_width_is_given(page: Page
     play.click()
     wait_until(lambda: len(points(page, "fw-ll:units")["x"]) >= 3, timeout=120)
     wait_until(lambda: len(points(page, "fw-ll:test")["x"]) >= 1, timeout=120)  # scored on its test images
+    tab_header(page, "Receptive fields").click()  # only the tab in view is in the browser's document
     wait_until(lambda: len(page.evaluate(JS_TILES, "fw-fields-tiles") or []) >= 3, timeout=60)
     assert {tuple(t) for t in page.evaluate(JS_TILES, "fw-fields-tiles")} == {(HEIGHT, WIDTH)}
     page.get_by_role("button", name="❚❚ Pause").click()

@@ -51,11 +51,15 @@ def test_tap_lab_trains_and_shows_solutions(page: Page, app_url, shot):
     assert all(c >= 1 for c in points(page, "tap-ll:count")["y"])
     # every solution's free energy, and the Helmholtz estimate
     wait_until(lambda: len(points(page, "fe-points")["x"]) >= 10)
-    # receptive fields and, after the first whole epoch, the Isomap views
+    # receptive fields and, after the first whole epoch, the Isomap views (each on its tab of
+    # the stage: only the tab in view is in the browser's document)
+    tab_header(page, "Fields (Fig. 4)").click()
     wait_until(lambda: (page.evaluate(JS_IMAGE, "fields") or 0) > 28 * 28, timeout=60)
+    tab_header(page, "Isomap").click()
     wait_until(lambda: len(points(page, "isomap")["x"]) >= 1, timeout=120)
     wait_until(lambda: len(points(page, "isomap-data")["x"]) >= 100, timeout=120)
     shot("tap-training")
+    tab_header(page, "Figs. 3 · 5").click()
     page.get_by_role("button", name="❚❚ Pause").click()
     expect(page.get_by_role("button", name="▶ Play")).to_be_enabled(timeout=120_000)
     epoch_text = page.evaluate(JS_TEXT, "Epoch ")
@@ -65,8 +69,10 @@ def test_tap_lab_trains_and_shows_solutions(page: Page, app_url, shot):
     page.get_by_role("button", name="8×8 digits", exact=True).click()
     wait_until(lambda: points(page, "tap-ll:ll")["x"] == [], timeout=30)
     page.get_by_role("button", name="▶ Play").click()
+    tab_header(page, "Histograms").click()
     wait_until(lambda: len(points(page, "truth:exact")["x"]) >= 5, timeout=90)
     wait_until(lambda: len(points(page, "truth:ais")["x"]) >= 5)
+    tab_header(page, "Isomap").click()
     wait_until(lambda: len(points(page, "isomap")["x"]) >= 1, timeout=120)
     page.get_by_role("button", name="❚❚ Pause").click()
     expect(page.get_by_role("button", name="▶ Play")).to_be_enabled(timeout=120_000)
@@ -96,6 +102,7 @@ def test_tap_presentation_mode_explains_each_step_and_outlines_a_unit(page: Page
     next_step.click()
     # the first step has no earlier weights to compare with: it outlines the strongest unit
     expect(page.get_by_text("has the strongest weights after this first step")).to_be_visible(timeout=60_000)
+    tab_header(page, "Fields (Fig. 4)").click()  # the outline is drawn on the fields' tab
     wait_until(lambda: page.evaluate(JS_BOXES, "fields-box") == 1, timeout=30)
     next_step.click()
     # the second step compares with the first: the count of solutions before → after, the unit that moved most

@@ -7,7 +7,7 @@ import itertools
 import pytest
 from playwright.sync_api import Page, expect
 
-from test_browser_fvbm import heat_cells, open_lab, sweep_text, wait_until
+from test_browser_fvbm import heat_cells, open_lab, sweep_text, tab_header, wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -38,6 +38,7 @@ def test_upload_bad_then_good_csv(page: Page, app_url, shot):
     expect(page.get_by_text("Still using: simulated d=10")).to_be_visible()
     expect(before).to_be_visible()  # the previous data (and its description) are kept
     page.get_by_role("button", name="Step").click()  # ... and the run on them
+    tab_header(page, "Couplings M").click()  # only the tab in view is in the browser's document
     wait_until(lambda: heat_cells(page) == 100)
     shot("fvbm-upload-bad")
 

@@ -179,6 +179,8 @@ def test_data_switch_sends_the_heatmaps_in_one_held_message(lab):
     Every change a data switch makes must go out in one held message, in order."""
     from panel.io.state import set_curdoc
 
+    lab.panel()  # the heatmaps' tab in view: only that tab of the stage is in the document
+    lab.stage_tabs.active = 2  # "Couplings M" (FVBMLab.stage)
     doc, log = _watch_events(lab)
     with set_curdoc(doc):
         lab.widgets["mode"].value = "Race"
