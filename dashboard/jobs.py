@@ -11,6 +11,11 @@ click handler therefore never waits.
 Jobs have keys: a newer job under the same key supersedes the older one, whose result is
 dropped (the same generation idea as the runner's), so a slider dragged across ten values
 draws the last one, not ten in turn.  No Panel code here.
+
+A job that refuses its input (a ``ValueError``: a user's file that is no data set, settings
+that do not fit) returns the refusal as its result (:class:`Refused`) instead of raising it:
+a raising task is logged by the Dask worker as an ERROR "Compute Failed" with its traceback,
+which reads as a server fault; the lab's ``error`` callback gets the ``ValueError`` either way.
 """
 
 from __future__ import annotations
@@ -30,15 +35,31 @@ _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
 
 
+class Refused:
+    """A job's ``ValueError``, carried back as its result (see the module's docstring)."""
+
+    def __init__(self, error: ValueError) -> None:
+        self.error = error
+
+
+def _run(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, with a ``ValueError`` returned as :class:`Refused` (on the worker)."""
+    try:
+        return fn(*args)
+    except ValueError as exc:
+        return Refused(exc)
+
+
 def submit(fn: Callable[..., Any], *args: Any) -> Any:
-    """Start ``fn(*args)`` on :data:`EXECUTOR` (or the local pool); its future."""
+    """Start ``fn(*args)`` on :data:`EXECUTOR` (or the local pool); its future, whose result
+    is a :class:`Refused` if ``fn`` raised a ``ValueError`` (:meth:`Jobs.poll` raises it again)."""
     global _POOL
     if EXECUTOR is not None:
-        return EXECUTOR(fn, *args)
+        return EXECUTOR(_run, fn, *args)
     with _POOL_LOCK:
         if _POOL is None:
             _POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="boltzlab-job")
-    return _POOL.submit(fn, *args)
+    return _POOL.submit(_run, fn, *args)
 
 
 @dataclass
@@ -95,6 +116,8 @@ class Jobs:
             del self._pending[key]
             try:
                 result = pending.future.result()
+                if isinstance(result, Refused):
+                    raise result.error
             except BaseException as exc:  # noqa: BLE001 - handed to the lab, not swallowed
                 if pending.error is None:
                     raise

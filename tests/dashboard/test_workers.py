@@ -203,6 +203,44 @@ def test_install_sends_runners_and_jobs_to_the_cluster_and_close_undoes_it(local
     assert runner_module.BACKEND is None and jobs.EXECUTOR is None
 
 
+def _keys_held(dask_scheduler=None) -> list:
+    return list(dask_scheduler.tasks)
+
+
+def _refuse(text: str) -> None:
+    raise ValueError(text)
+
+
+def _crash(text: str) -> None:
+    raise RuntimeError(text)
+
+
+def test_a_job_that_refuses_its_input_is_no_failed_task_on_the_cluster(local, monkeypatch):
+    """A user's bad file is refused with a ValueError in a job: the lab gets the error, but
+    the Dask task ends normally, so no worker logs "Compute Failed" with a traceback (read as
+    a server fault).  Any other exception is still a failed task."""
+    backend = local[1]
+    submitted = []
+
+    def execute(fn, *args):
+        submitted.append(future := backend.submit(fn, *args))
+        return future
+
+    monkeypatch.setattr(jobs, "EXECUTOR", execute)
+    errors: list[BaseException] = []
+    pending = jobs.Jobs()
+    pending.submit("refuse", _refuse, "Line 3 holds 7", then=errors.append, error=errors.append)
+    pending.submit("crash", _crash, "a bug", then=errors.append, error=errors.append)
+    assert pending.wait(120.0)
+    assert sorted((type(e).__name__, str(e)) for e in errors) == [("RuntimeError", "a bug"),
+                                                                   ("ValueError", "Line 3 holds 7")]
+    refused, crashed = submitted
+    assert refused.status == "finished" and crashed.status == "error"
+    for future in submitted:  # forgotten by the cluster before the next test recycles its workers
+        future.release()
+    assert wait_for(lambda: not backend.client.run_on_scheduler(_keys_held), timeout=60)
+
+
 def test_a_trainers_own_oserror_or_timeout_is_its_error_not_a_lost_worker(make_runner):
     runner = make_runner(lambda: {"timeout": RaisesOnce(TimeoutError("slow disk")),
                                   "oserror": RaisesOnce(FileNotFoundError("no such file: x.csv"))})
