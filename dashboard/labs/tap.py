@@ -343,7 +343,8 @@ class TAPLab(Lab):
         self.denoise_grid = ImageGrid("clean · noisy · TAP · OPE · 1-NN", kind="pixels", name="denoise",
                                       height=170, empty_text="", tile_label="image")
         self.mcc_curve = LiveCurve("Denoising: MCC vs flip probability p (Fig. 8)", "flip probability p",
-                                   "Matthews correlation (MCC)", name="mcc", height=300, legend_cols=3)
+                                   "Matthews correlation (MCC)", name="mcc", height=300, legend_cols=3,
+                                   empty_text="Press Compute MCC vs p")  # its own button, not ▶ Play
         for key, text, color in (("tap", "TAP", "#1f77b4"), ("ope", "OPE (eq. 46)", "#444444"),
                                  ("nn", "1-NN", "#ff7f0e")):
             self.mcc_curve.add_line(key, text, color)

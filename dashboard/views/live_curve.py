@@ -28,11 +28,14 @@ class LiveCurve:
         Maximum number of points kept per line (older points are discarded).
     legend_cols
         Entries per row of the legend under the plot.
+    empty_text
+        What the empty plot says (how to fill it).
     """
 
     def __init__(self, title: str, x_label: str, y_label: str, *, y2_label: str | None = None,
                  rollover: int = 5000, height: int = 320, name: str = "curve",
-                 plain_ticks: bool = False, legend_cols: int = 4) -> None:
+                 plain_ticks: bool = False, legend_cols: int = 4,
+                 empty_text: str = "Press ▶ Play to start") -> None:
         self.rollover = rollover
         self.name = name
         self.sources: dict[str, ColumnDataSource] = {}
@@ -69,7 +72,7 @@ class LiveCurve:
         fig.add_layout(self.legend, "below")
         self.figure = fig
         self._empty = Label(x=10, y=10, x_units="screen", y_units="screen",
-                            text="Press ▶ Play to start", text_color="#888",
+                            text=empty_text, text_color="#888",
                             text_font_size="12pt")
         fig.add_layout(self._empty)
         self.pane = pn.pane.Bokeh(fig, sizing_mode="stretch_width")

@@ -180,6 +180,7 @@ def test_the_tick_only_submits_the_heavy_analyses(lab, monkeypatch):
     assert lab.mcc_curve._empty.text == COMPUTING and lab.denoise_grid._empty.text == COMPUTING
     lab._reset()  # a new run: the views forget "Computing…" and the jobs are dropped
     assert "Press ▶ Play" in lab.embedding._empty.text and not lab.jobs.running()
+    assert lab.mcc_curve._empty.text == "Press Compute MCC vs p"  # its own button fills it, not ▶ Play
 
 
 def test_the_isomap_views_say_what_they_wait_for_once_the_run_has_started(lab, monkeypatch):
