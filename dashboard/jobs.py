@@ -109,11 +109,15 @@ class Jobs:
                 pending.future.cancel()
 
     def poll(self) -> int:
-        """Hand every finished job to its callback (oldest first); how many finished."""
+        """Hand every finished job to its callback (oldest first); how many were handed over."""
         done = sorted(((k, p) for k, p in self._pending.items() if p.future.done()),
                       key=lambda item: item[1].generation)
+        handed = 0
         for key, pending in done:
+            if self._pending.get(key) is not pending:
+                continue  # superseded by an earlier callback of this poll: dropped, as promised
             del self._pending[key]
+            handed += 1
             try:
                 result = pending.future.result()
                 if isinstance(result, Refused):
@@ -124,7 +128,7 @@ class Jobs:
                 pending.error(exc)
                 continue
             pending.then(result)
-        return len(done)
+        return handed
 
     def wait(self, timeout: float = 60.0) -> bool:
         """Block until every pending job finished (tests and headless use), then poll."""
