@@ -232,10 +232,9 @@ class Lab(pn.viewable.Viewer):
 
         The stage fits the viewport: each tab, one to three plots side by side with their
         own controls above them, is seen whole on the first screen (at 1440×900, and at
-        1280×720 in presentation mode); a figure not shown is one click away.  Only the tab in
-        view is in the browser's document (:meth:`build_stage`); the tick keeps every figure's
-        Python model current, so a tab brought into view shows the current state at once
-        (nothing is recomputed).
+        1280×720 in presentation mode); a figure not shown is one click away.  Every figure
+        is a live Bokeh model whichever tab is shown, so the tick keeps each one current and
+        a tab brought into view shows the current state at once (nothing is recomputed).
         """
         more = self.more_views()
         return {"Figures": self.main_view(), **({"More": more} if more is not None else {})}
@@ -937,12 +936,11 @@ class Lab(pn.viewable.Viewer):
         itself.  Declared ``stretch_width``, Panel made them ``stretch_both`` anyway, from their
         children, and logged a WARNING for each at every page open (issue 22).
 
-        ``dynamic``: only the tab in view is sent to the browser.  The others' figures are
-        updated in Python only (no document events, no websocket traffic) and added to the
-        document when their tab is clicked; a TAP page is 253 Bokeh models instead of 873,
-        and opening it costs the server's event loop half as much after the lab is built."""
+        Not ``dynamic``: with Panel's dynamic tabs a TAP page was 253 Bokeh models instead of
+        873 and opened far faster under load (docs/serving.md), but some tabs (FVBM's
+        couplings, the Bound lab's tightness views) came up blank when clicked."""
         tabs = [(label, fill(view)) for label, view in self.stage().items()]
-        self.stage_tabs = pn.Tabs(*tabs, dynamic=True, sizing_mode="stretch_both", margin=0,
+        self.stage_tabs = pn.Tabs(*tabs, dynamic=False, sizing_mode="stretch_both", margin=0,
                                   name=f"{self.key}-stage", css_classes=["lab-stage"],
                                   styles={"height": STAGE_HEIGHT, "min-height": "260px"})
         return self.stage_tabs
