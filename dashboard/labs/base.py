@@ -936,11 +936,14 @@ class Lab(pn.viewable.Viewer):
         itself.  Declared ``stretch_width``, Panel made them ``stretch_both`` anyway, from their
         children, and logged a WARNING for each at every page open (issue 22).
 
-        Not ``dynamic``: with Panel's dynamic tabs a TAP page was 253 Bokeh models instead of
-        873 and opened far faster under load (docs/serving.md), but some tabs (FVBM's
-        couplings, the Bound lab's tightness views) came up blank when clicked."""
+        ``dynamic``: only the tab in view is in the page's document; a click sends the tab
+        clicked (Panel keeps its models, so a second visit is only a swap).  A TAP page is 253
+        Bokeh models instead of 873, its page opens about twice as fast and the hidden tabs'
+        updates send nothing (docs/serving.md).  A tab comes up blank for the round trip, about
+        a second on a quiet machine: the layout test waits for it and checks every tab's
+        plots are painted."""
         tabs = [(label, fill(view)) for label, view in self.stage().items()]
-        self.stage_tabs = pn.Tabs(*tabs, dynamic=False, sizing_mode="stretch_both", margin=0,
+        self.stage_tabs = pn.Tabs(*tabs, dynamic=True, sizing_mode="stretch_both", margin=0,
                                   name=f"{self.key}-stage", css_classes=["lab-stage"],
                                   styles={"height": STAGE_HEIGHT, "min-height": "260px"})
         return self.stage_tabs

@@ -8,13 +8,17 @@ is cut by the canvas's edge (a title, an axis label, a legend: measured by Bokeh
 since canvas text is not in the DOM), nor a placeholder in the plot area by that area's edge;
 nothing in the sidebar (a widget, its label, its help icon) reaches past the sidebar's right
 edge, which would cut it; every tab of the lab's stage can be brought into view, and its plots
-are drawn whole inside the viewport.  Screenshots of every state go to
+are drawn whole inside the viewport and painted (a tab's plots are sent to the browser when
+it is clicked, so a canvas can have its box before it has drawn anything).  Screenshots of every state go to
 test-artifacts/layout-*.png.  Every wait is on a condition, never on the clock.
 """
 
 from __future__ import annotations
 
+import io
+
 import pytest
+from PIL import Image
 from playwright.sync_api import Page, expect
 
 from boltzlab.dashboard.labs import LABS
@@ -177,16 +181,26 @@ JS_CAPTION = """() => {
 }"""
 
 
-# how many visible HTML tables (a race's "who won") the page shows
+# how many visible HTML tables (a race's "who won") the stage's tab in view shows
 JS_TABLES = """() => {
   let n = 0;
-  const walk = (root) => {
+  const count = (root) => {
     for (const el of root.querySelectorAll('*')) {
-      if (el.shadowRoot) walk(el.shadowRoot);
+      if (el.shadowRoot) count(el.shadowRoot);
       if (el.tagName === 'TABLE' && el.checkVisibility({checkVisibilityCSS: true})) n += 1;
     }
   };
-  walk(document);
+  // only the stage's tab in view: while a click swaps tabs, the old one's table lingers
+  const find = (v) => {
+    if (!v) return;
+    if (v.model && String(v.model.type).endsWith('Tabs') && (v.model.css_classes || []).includes('lab-stage')) {
+      const shown = v.child_views[v.model.active];
+      if (shown) { if (shown.el.shadowRoot) count(shown.el.shadowRoot); count(shown.el); }
+      return;
+    }
+    for (const c of (v.child_views || [])) find(c);
+  };
+  for (const v of Bokeh.index) find(v);
   return n;
 }"""
 
@@ -198,6 +212,29 @@ def plots(page: Page) -> list[dict]:
 def outside(page: Page, width: int, height: int) -> list[dict]:
     return [p for p in plots(page) if p["x"] < -1 or p["y"] < -1 or p["x"] + p["w"] > width + 1
             or p["y"] + p["h"] > height + 1]
+
+
+def screenshot(page: Page, path: str, where: str) -> None:
+    """Save a screenshot of the page on which every visible plot is painted: its box is not a
+    single colour (a painted plot has at least its axes, a colour bar or a placeholder).  A
+    plot's box can be laid out before its canvas is drawn, and a tab just shown may still be
+    laid out again, so this waits for a screenshot taken between two equal looks at the plots."""
+    def painted() -> bytes | None:
+        shown = plots(page)
+        if not shown and not page.evaluate(JS_TABLES):  # (a tab between two renders)
+            return None
+        png = page.screenshot()
+        image = Image.open(io.BytesIO(png)).convert("L")
+        for p in shown:
+            low, high = image.crop((int(p["x"]), int(p["y"]), int(p["x"] + p["w"]), int(p["y"] + p["h"]))).getextrema()
+            if low == high:
+                return None
+        return png if plots(page) == shown else None
+
+    png = wait_for(painted, timeout=60)
+    assert png, f"{where}: plots not painted: {plots(page)}"
+    with open(path, "wb") as f:
+        f.write(png)
 
 
 def check_first_screen(page: Page, width: int, height: int, where: str, tables: bool = False) -> list[dict]:
@@ -244,7 +281,7 @@ def test_every_figure_is_on_the_first_screen(browser, app_url, lab, size):
         # the first tab's plots fill with the run's Records
         wait_until(lambda: any(p["rows"] > 2 for p in plots(page)), timeout=180)
         check_first_screen(page, width, height, f"{lab} {size} after Play")
-        page.screenshot(path=f"test-artifacts/layout-{lab}-{size}-play.png")
+        screenshot(page, f"test-artifacts/layout-{lab}-{size}-play.png", f"{lab} {size} after Play")
         page.get_by_role("button", name="❚❚ Pause").click()
         expect(play).to_be_enabled(timeout=120_000)
         if present:  # Next step narrates in the caption, which never moves a figure
@@ -259,14 +296,20 @@ def test_every_figure_is_on_the_first_screen(browser, app_url, lab, size):
             page.get_by_role("button", name="Step", exact=True).click()
             expect(play).to_be_enabled(timeout=120_000)
             check_first_screen(page, width, height, f"{lab} {size} after Step")
-        page.screenshot(path=f"test-artifacts/layout-{lab}-{size}-step.png")
+        screenshot(page, f"test-artifacts/layout-{lab}-{size}-step.png", f"{lab} {size} after a step")
         # every figure is one click away, drawn whole on the first screen
         labels = [t["text"] for t in page.evaluate(JS_TABS) if t["text"] != cls.title]
         assert len(labels) >= 2, labels
         for index, label in enumerate(labels):
+            # what the tab in view shows; a click swaps it once the server has sent the tab
+            # clicked, so until then the checks below would look at the old tab
+            before = ([p["title"] for p in plots(page)], page.evaluate(JS_TABLES))
             page.locator(".bk-tab").filter(has_text=label).first.click()
+            if index:  # (the first is the tab already in view)
+                assert wait_for(lambda: ([p["title"] for p in plots(page)], page.evaluate(JS_TABLES)) != before,
+                                timeout=120), f"{lab} {size}: tab {label!r} never came into view"
             check_first_screen(page, width, height, f"{lab} {size} stage tab {label!r}", tables=True)
-            page.screenshot(path=f"test-artifacts/layout-{lab}-{size}-tab{index}.png")
+            screenshot(page, f"test-artifacts/layout-{lab}-{size}-tab{index}.png", f"{lab} {size} stage tab {label!r}")
     finally:
         context.close()
 
