@@ -127,6 +127,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
 VIEWPORT = {"width": 1500, "height": 1700}
 PAGE_TIMEOUT_MS = 300_000  # 8 pages, each building all 4 labs, on 2 shared cores take minutes
 HOLD_LIMIT = 600.0  # at most this many seconds past --seconds the sessions train on for the probe
+FIRST_UPDATE_LIMIT = 300.0  # seconds from ▶ Play to the first plot update before the session is an error
 STEP_TIMEOUT_S = 30.0  # a Step whose plot patch has not come by then is missed
 HTTP_TIMEOUT_S = 10.0  # one measured GET
 
@@ -514,9 +515,16 @@ async def run_session(index: int, browser, url: str, lab: Lab, seconds: float, s
         if speed:
             await _select_speed(page, speed)
         await _press_play(page)
-        start = time.monotonic()
         start_load()
         first = await page.evaluate(JS_STATE)
+        # the clock starts at the first plot update, not at the click: on a busy machine the
+        # first steps can take longer than a short session (the warm-up plays 3 s)
+        waited = time.monotonic()
+        while (await page.evaluate(JS_STATE))["updates"] <= first["updates"]:
+            if time.monotonic() - waited > FIRST_UPDATE_LIMIT:
+                raise TimeoutError(f"no plot update {FIRST_UPDATE_LIMIT:.0f} s after ▶ Play")
+            await asyncio.sleep(0.25)
+        start = time.monotonic()
         next_sample = start
         while True:
             now = time.monotonic()
