@@ -362,6 +362,10 @@ class FrankWolfeLab(Lab):
         self.ll_curve.stream("units", [c["iteration"] for c in curves], [c["n_hidden"] for c in curves])
         for split in ("train", "valid", "test"):
             self._stream(self.ll_curve, split, [(c["iteration"], c[split]) for c in curves if split in c])
+        if not len(self.ll_curve.sources["train"].data["x"]):  # only the units line yet: say when
+            every = self._run_settings["eval_every"]
+            self.ll_curve.say("log-likelihood not evaluated" if self._run_settings["evaluate"] == "none"
+                              else f"log-likelihood at t = {every}, {2 * every}, …")
         self._stream(self.inner_curve, "inner", [(c["iteration"], c["inner"]) for c in curves
                                                  if c["inner"] is not None and np.isfinite(c["inner"])])
         self._stream(self.inner_curve, "bias", [(c["iteration"], c["bias_change"]) for c in curves

@@ -71,6 +71,7 @@ class LiveCurve:
                              border_line_alpha=0.0, background_fill_alpha=0.0)
         fig.add_layout(self.legend, "below")
         self.figure = fig
+        self._empty_text = empty_text
         self._empty = Label(x=10, y=10, x_units="screen", y_units="screen",
                             text=empty_text, text_color="#888",
                             text_font_size="12pt")
@@ -161,6 +162,12 @@ class LiveCurve:
         if self._empty.visible:
             self._empty.visible = False
 
+    def say(self, text: str) -> None:
+        """Write ``text`` where the empty plot says "Press ▶ Play", until the next point
+        comes (e.g. a line that waits for its first value while another already draws)."""
+        self._empty.text = text
+        self._empty.visible = True
+
     def add_hline(self, value: float | None, *, color: str = "#444", dash: str = "dashed",
                   axis: str = "left", text: str = "") -> HLine:
         """A labelled horizontal reference line (e.g. a target); ``None`` hides it."""
@@ -173,6 +180,7 @@ class LiveCurve:
             source.data = {"x": np.zeros(0), "y": np.zeros(0)}
         for marker in self._markers.values():
             marker.visible = True
+        self._empty.text = self._empty_text
         self._empty.visible = True
         self._x_max = 1.0
         self._draw_target()

@@ -171,3 +171,18 @@ def test_next_step_says_how_eq10_ended(lab):
     rows = lab.runner.history.rows["FW"]
     text = lab.describe_change("FW", rows[-2], rows[-1], None, None)
     assert "until the pixel means matched the data's" in text and rows[-1]["bias_converged"]
+
+
+def test_fig1_says_when_the_log_likelihood_comes_while_only_the_units_line_draws(lab):
+    lab.widgets["data"].value = "digits"
+    lab.widgets["eval_every"].value = 3
+    placeholder = lab.ll_curve._empty
+    assert placeholder.visible and placeholder.text == "Press ▶ Play to start"
+    steps(lab, 1)
+    assert lab.ll_curve.n_points("units") == 1 and lab.ll_curve.n_points("train") == 0
+    assert placeholder.visible and placeholder.text == "log-likelihood at t = 3, 6, …"
+    steps(lab, 2)
+    assert lab.ll_curve.n_points("train") == 1 and not placeholder.visible
+    lab._reset()
+    tick(lab)
+    assert placeholder.visible and placeholder.text == "Press ▶ Play to start"
