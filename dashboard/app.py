@@ -259,27 +259,31 @@ def mmap_big_blocks(threshold: int = 128 * 1024) -> bool:
 
     glibc starts at this threshold but raises it each time such a block is freed (up to 32
     MB), and from then on the sessions' arrays came from the heap and fragmented it: with 8
-    TAP users for 30 s the server kept +177 MB after they all left, with this +128 MB (no
+    TAP users for 30 s the server kept +177 MB after they all left, with this +126 MB (no
     Python objects of theirs were left: 0 labs, 1 document; the rest is the small-object
     heap, docs/serving.md).  A fixed threshold also stops that adjustment.  No-op where
     there is no glibc."""
-    import ctypes
-
-    try:
-        return bool(ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, threshold))
-    except (OSError, AttributeError):
-        return False
+    libc = _glibc()
+    return libc is not None and bool(libc.mallopt(M_MMAP_THRESHOLD, threshold))
 
 
 def _trim() -> None:
-    import ctypes
-
     global _trim_pending
     _trim_pending = False
+    libc = _glibc()
+    if libc is not None:
+        libc.malloc_trim(0)
+
+
+def _glibc():
+    """glibc (for ``mallopt`` and ``malloc_trim``), or ``None`` where there is none."""
+    import ctypes
+
     try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return None
+    return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
 
 
 def routes() -> dict:

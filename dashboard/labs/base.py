@@ -232,9 +232,10 @@ class Lab(pn.viewable.Viewer):
 
         The stage fits the viewport: each tab, one to three plots side by side with their
         own controls above them, is seen whole on the first screen (at 1440×900, and at
-        1280×720 in presentation mode); a figure not shown is one click away.  Every figure
-        is a live Bokeh model whichever tab is shown, so the tick keeps each one current and
-        a tab brought into view shows the current state at once (nothing is recomputed).
+        1280×720 in presentation mode); a figure not shown is one click away.  Only the tab in
+        view is in the browser's document (:meth:`build_stage`); the tick keeps every figure's
+        Python model current, so a tab brought into view shows the current state at once
+        (nothing is recomputed).
         """
         more = self.more_views()
         return {"Figures": self.main_view(), **({"More": more} if more is not None else {})}
