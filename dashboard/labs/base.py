@@ -95,6 +95,25 @@ def speed_setting(speeds: Mapping[str, float | None], default: str) -> param.Sel
                           doc="How fast ▶ Play steps the runs (a limit, not a promise).")
 
 
+def refresh_callback(callback: Callable[[], None], period_ms: int) -> Any:
+    """Start ``callback`` every ``period_ms`` in the current session (or on the running
+    asyncio loop of a notebook), as ``pn.state.add_periodic_callback`` does, but as a
+    *background* callback that does not log each run.
+
+    Panel counts each run of a plain periodic callback as "busy" work for its busy
+    indicator, which this app does not show: two updates of the global ``pn.state.busy``
+    and their watchers around every tick.  With 16 TAP sessions that bookkeeping took 40 %
+    as much of the server's event loop as the ticks themselves (py-spy on
+    ``python -m tests.load.protocol --lab TAP --sessions 16``), and the log lines one more
+    per tick.  (``background`` is the constructor keyword Panel's own FileSelector and
+    busy-counter clean-up use.)
+    """
+    from panel.io.callbacks import PeriodicCallback
+
+    periodic = PeriodicCallback(callback=callback, period=period_ms, log=False, background=True)
+    periodic.start()
+    return periodic
+
 class NotReady(ValueError):
     """Raised by ``prepare`` when the settings need something the user has still to give
     (e.g. a file to upload): said as information, not as an error; the old run stays.
@@ -595,7 +614,7 @@ class Lab(pn.viewable.Viewer):
         ``lab.show()``); later calls do nothing, so a lab never ticks twice."""
         if self._callback is not None:
             return
-        self._callback = pn.state.add_periodic_callback(self.tick, period=self.period_ms)
+        self._callback = refresh_callback(self.tick, self.period_ms)
         if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
             pn.state.on_session_destroyed(lambda context: self.close())
 

@@ -64,8 +64,10 @@ class FakeComm(Comm):
 @pytest.fixture
 def ticks(monkeypatch):
     """The periodic callbacks started for a lab's tick, as they are started."""
+    from boltzlab.dashboard.labs import base
+
     started: list = []
-    add = pn.state.add_periodic_callback
+    add = base.refresh_callback
 
     def counting(callback, *args, **kwargs):
         cb = add(callback, *args, **kwargs)
@@ -73,7 +75,7 @@ def ticks(monkeypatch):
             started.append(cb)
         return cb
 
-    monkeypatch.setattr(pn.state, "add_periodic_callback", counting)
+    monkeypatch.setattr(base, "refresh_callback", counting)
     return started
 
 

@@ -223,7 +223,8 @@ def test_a_job_that_refuses_its_input_is_no_failed_task_on_the_cluster(local, mo
     submitted = []
 
     def execute(fn, *args):
-        submitted.append(future := backend.submit(fn, *args))
+        future = backend.submit(fn, *args)
+        submitted.append(future.remote)  # the Dask future behind the result fetched here
         return future
 
     monkeypatch.setattr(jobs, "EXECUTOR", execute)
@@ -241,6 +242,23 @@ def test_a_job_that_refuses_its_input_is_no_failed_task_on_the_cluster(local, mo
         future.release()
     # (only these: an earlier test's actors may still be on their way out)
     assert wait_for(lambda: not keys & set(backend.client.run_on_scheduler(_keys_held)), timeout=60)
+
+
+def test_a_jobs_result_is_here_once_it_is_done_so_polling_never_waits_for_a_worker(local):
+    """Jobs.poll runs on the event loop: a job that says it is done must hand over its result
+    without a round trip to the worker (a Dask future's own result() is one)."""
+    backend = local[1]
+    job = backend.submit(os.getpid)
+    assert wait_for(job.done, timeout=120)
+
+    def fetch_again(*args, **kwargs):
+        raise AssertionError("result() went to the worker after done()")
+
+    job.remote.result = fetch_again
+    assert job.result(timeout=0) in set(backend.client.run(os.getpid).values())
+    superseded = backend.submit(time.sleep, 30)
+    assert superseded.cancel() and superseded.cancelled()
+    assert wait_for(lambda: superseded.remote.status == "cancelled", timeout=60)
 
 
 def test_a_trainers_own_oserror_or_timeout_is_its_error_not_a_lost_worker(make_runner):
