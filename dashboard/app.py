@@ -6,12 +6,17 @@ and trainers); ``serve()`` starts the server with a ``/liveness`` endpoint.
 
 from __future__ import annotations
 
+import logging
 import time
-from typing import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
+from typing import Any, Callable
 
 import panel as pn
 
 TITLE = "Boltzmann Lab"
+
+log = logging.getLogger(__name__)
 
 ABOUT = """
 ## About Boltzmann Lab
@@ -105,23 +110,30 @@ def create_app(only: str | None = None) -> pn.template.FastListTemplate:
     present = presentation_toggle(labs)
     number = VISITORS.arrived(id(pn.state.curdoc.session_context)) if served else 0
 
-    def build(index: int) -> None:
-        if index >= len(classes) or classes[index].title in labs:
-            return
-        if served and not STARTUP.ready(classes[index].kernels):
-            if not slots[index].objects:  # first visit while the kernels compile
-                slots[index].objects = [preparing(classes[index], lambda: build(index))]
-            return
+    def make(index: int) -> tuple[Any, pn.viewable.Viewable]:
+        lab = classes[index](owner=f"session {number} ({classes[index].title} lab)" if served else "")
+        return lab, lab.panel()
+
+    def attach(index: int, built: tuple[Any, pn.viewable.Viewable]) -> None:
+        lab, page = built
         with pn.io.hold():
-            lab = classes[index](owner=f"session {number} ({classes[index].title} lab)" if served else "")
             labs[lab.title] = lab
-            page = lab.panel()  # it stretches both ways (Lab.build_stage): so does its slot
+            # it stretches both ways (Lab.build_stage): so does its slot
             slots[index].param.update(objects=[page], sizing_mode=page.sizing_mode)
             if served:
                 lab.start()
                 lab.tools.apply_query(args)  # a shared link's settings (see dashboard.labtools)
             if present.value:
                 lab.set_presenting(True)
+
+    def build(index: int) -> None:
+        if index >= len(classes) or classes[index].title in labs or (served and slots[index].objects):
+            return
+        if served:  # built off the event loop: the page opens with a note, the lab follows
+            note = preparing(classes[index], partial(make, index), partial(attach, index))
+            slots[index].param.update(objects=[note], sizing_mode=note.sizing_mode)
+        else:
+            attach(index, make(index))
 
     tabs.param.watch(lambda event: build(event.new), "active")
     try:
@@ -150,30 +162,95 @@ def create_app(only: str | None = None) -> pn.template.FastListTemplate:
     return template
 
 
-#: how often a page waiting for its lab's kernels looks again (ms)
-PREPARING_PERIOD_MS = 500
+#: how often a page waiting for its lab looks again (ms)
+PREPARING_PERIOD_MS = 100
+
+#: Builds the labs of served sessions, one at a time, off the event loop (:func:`preparing`).
+#: One thread: under the GIL two builds would only take turns, and a queue opens the pages
+#: in the order they came.
+BUILDER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="boltzlab-build")
 
 
-def preparing(cls: type, open_lab: Callable[[], None]) -> pn.Column:
-    """What a lab's tab shows while its kernels compile on a server's first start: its
-    title and sentence, a ▶ Play that is not enabled yet, and what the server is doing;
-    ``open_lab()`` builds the lab as soon as they are ready (checked every
-    :data:`PREPARING_PERIOD_MS`, on the session's own loop)."""
+def build_off_the_loop(make: Callable[[], Any]) -> Future:
+    """``make()`` on :data:`BUILDER`, its future.
+
+    Building a lab (its widgets, its figures, its runner) took half of a page's 0.9 s on the
+    server's event loop, and every other session's tick, click and ``/liveness`` waited for
+    it.  In the thread it yields the GIL to the loop every few milliseconds.  Panel's
+    current document is set to a scratch one there: Bokeh patches the current document
+    process-wide while the loop runs a session's callback, and the lab's constructor must
+    not hold or freeze *that* session's document from this thread.
+    """
+    def run() -> Any:
+        from bokeh.document import Document
+        from panel.io.state import set_curdoc
+
+        with set_curdoc(Document()):
+            return make()
+
+    return BUILDER.submit(run)
+
+
+def preparing(cls: type, make: Callable[[], Any], open_lab: Callable[[Any], None]) -> pn.Column:
+    """What a lab's tab shows until the lab is built: its title and sentence, a ▶ Play that
+    is not enabled yet, and what the server is doing.
+
+    On a server's first start the lab waits for its kernels to compile ("preparing… first
+    start only"); then ``make()`` builds it off the event loop (:func:`build_off_the_loop`),
+    and ``open_lab(make())`` puts it on the page, on the session's own loop (checked every
+    :data:`PREPARING_PERIOD_MS`).  If ``make`` fails, the tab says why.
+    """
+    from boltzlab.dashboard.labs.base import refresh_callback
     from boltzlab.dashboard.startup import STARTUP
 
     play = pn.widgets.Button(label="▶ Play", color="success", disabled=True, width=90)
-    note = pn.pane.Markdown(f"Preparing… first start only ({STARTUP.progress()}).", margin=(0, 10))
+    note = pn.pane.Markdown("Opening the lab…", margin=(0, 10))
+    # stretched both ways as the lab that replaces it, so the page's tabs are sized for it
     view = pn.Column(pn.pane.Markdown(f"## {cls.heading or cls.title}\n\n{cls.summary}", max_width=900),
-                     pn.Row(play, note), sizing_mode="stretch_width", css_classes=["lab-preparing"])
+                     pn.Row(play, note), sizing_mode="stretch_both", css_classes=["lab-preparing"])
+    building: list[Future] = []
 
     def poll() -> None:
-        if STARTUP.ready(cls.kernels):
-            tick.stop()
-            open_lab()
-        else:
-            note.object = f"Preparing… first start only ({STARTUP.progress()})."
+        if not building:
+            if STARTUP.ready(cls.kernels):
+                building.append(build_off_the_loop(make))
+                note.object = "Opening the lab…"
+            else:
+                note.object = f"Preparing… first start only ({STARTUP.progress()})."
+            return
+        if not building[0].done() or not loaded:
+            return
+        tick.stop()
+        try:
+            built = building[0].result()
+        except Exception as exc:  # noqa: BLE001 - said on the page and logged, not swallowed
+            log.error("Could not open the %s lab: %s", cls.title, exc, exc_info=exc)
+            note.object = f"Could not open this lab: {exc}"
+            return
+        opened.append(True)
+        open_lab(built)
 
-    tick = pn.state.add_periodic_callback(poll, period=PREPARING_PERIOD_MS)
+    def abandoned(session_context: Any) -> None:
+        """The session ended first: the lab being built is closed once it is (its runner,
+        its trainers on the workers), not left running for nobody."""
+        tick.stop()
+        if building and not opened:
+            building[0].add_done_callback(lambda f: None if f.exception() else f.result()[0].close())
+
+    opened: list[bool] = []
+    # the page is put in once the browser has the document: a lab that came before the
+    # websocket did (a warm build is quick) reached the browser without its presentation mode
+    loaded: list[bool] = []
+    if STARTUP.ready(cls.kernels):  # at once: it builds while the page goes out
+        building.append(build_off_the_loop(make))
+    else:
+        note.object = f"Preparing… first start only ({STARTUP.progress()})."
+    tick = refresh_callback(poll, PREPARING_PERIOD_MS)
+    if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
+        pn.state.on_session_destroyed(abandoned)
+        pn.state.onload(lambda: loaded.append(True))
+    else:  # no session: no browser to wait for
+        loaded.append(True)
     return view
 
 

@@ -94,8 +94,9 @@ class Fetched(concurrent.futures.Future):
         remote.add_done_callback(self._fetch)
 
     def cancel(self) -> bool:
+        cancelled = super().cancel()  # first: the remote's cancellation calls _fetch at once
         self.remote.cancel()
-        return super().cancel()
+        return cancelled
 
     def _fetch(self, remote: Any) -> None:
         try:
