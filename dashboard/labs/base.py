@@ -898,8 +898,9 @@ class Lab(pn.viewable.Viewer):
             self.run_status.set("error", text + others + (" Press ↺ Reset to start again."
                                                         if not runner.active else ""))
         elif any(s.status == "starting" for s in states.values()):
-            self.run_status.set("info", "Starting… (handing the runs to a worker process)"
-                                + (": they play as soon as they are there" if playing else ""))
+            # one line on a projector (1280x720)
+            self.run_status.set("info", "Starting… they play once a worker has them" if playing
+                                else "Starting… (handing the runs to a worker)")
         elif playing:
             self.run_status.set("info", "Training…")
         elif not runner.active and states:

@@ -673,10 +673,12 @@ class BoundLab(Lab):
         st = self._stats.get("Bound majorization")
         if st and st["steps"]:
             if st["monotone"]:
-                self.monotone.set("ok", f"Bound majorization: **monotone so far** — J never increased in "
-                                        f"{st['steps']} steps (Theorem 1 at work).")
+                # short enough for one line on a projector (1280x720): the rest on hover
+                self.monotone.set("ok", f"Bound majorization: **monotone so far** ({st['steps']} steps)",
+                                  details=f"J never increased in {st['steps']} steps: Theorem 1 at work.")
             else:
-                self.monotone.set("error", "Bound majorization: J INCREASED — the bound failed to majorize.")
+                self.monotone.set("error", "Bound majorization: **J INCREASED**",
+                                  details="The bound failed to majorize J: a step raised it.")
         else:
             self.monotone.set("idle", "Bound majorization: no step yet")
         if any(s["steps"] for s in self._stats.values()):

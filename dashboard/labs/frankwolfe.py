@@ -457,9 +457,13 @@ class FrankWolfeLab(Lab):
         self.fork.disabled = self.runner.playing or self._last.get("n_hidden", 0) < 1
         if "selected" in self._last:
             sel, it = self._last["selected"]
-            self.select_status.set("ok", f"Stopping rule (§4) fired at iteration {it}: selected size {sel} hidden units")
+            # one line on a projector (1280x720): the rest on hover
+            self.select_status.set("ok", f"Stopping rule (§4) fired: **{sel} hidden units**",
+                                   details=f"At iteration {it} the train/validation gap grew: "
+                                           f"the model of {sel} hidden units is selected.")
         else:
-            self.select_status.set("idle", "Stopping rule (§4): the train/validation gap has not grown yet")
+            self.select_status.set("idle", "Stopping rule (§4): not fired yet",
+                                   details="It fires when the train/validation gap grows.")
 
     # ------------------------------------------------------------------ the CD fork (§4)
     @held

@@ -72,6 +72,22 @@ JS_OVERFLOW = """() => {
   return out;
 }"""
 
+# a one-line status badge whose text the page cut with "…" (its whole text is only on hover):
+# what a lab says in one line must fit it, on a projector too
+JS_CUT_BADGES = """() => {
+  const out = [];
+  const walk = (root) => {
+    for (const el of root.querySelectorAll('*')) {
+      if (el.shadowRoot) walk(el.shadowRoot);
+      if (el.classList && el.classList.contains('status-badge') && el.checkVisibility({checkVisibilityCSS: true})
+          && el.clientWidth > 0 && el.scrollWidth > el.clientWidth + 1)
+        out.push(`"${el.textContent.trim().slice(0, 80)}" ${el.scrollWidth} > ${el.clientWidth}`);
+    }
+  };
+  walk(document);
+  return out;
+}"""
+
 # text drawn on a visible plot's canvas that the canvas's edge cuts: a title (its text box, as
 # BokehJS laid it out), an axis label (its length, measured as BokehJS measures it, centred on
 # its axis) or a legend (its box); and a label in the plot area ("Press ▶ Play to start", "Computing
@@ -257,6 +273,7 @@ def check_first_screen(page: Page, width: int, height: int, where: str, tables: 
         assert shown, f"{where}: plots outside {width}x{height}: {outside(page, width, height)}"
     assert all(p["w"] >= 120 and p["h"] >= 120 for p in shown), (where, shown)
     assert page.evaluate(JS_OVERFLOW) == [], where
+    assert page.evaluate(JS_CUT_BADGES) == [], where
     assert page.evaluate(JS_SIDEBAR) == [], where
     # (a plot just shown may still be laying its text out)
     assert wait_for(lambda: page.evaluate(JS_CLIPPED) == [], timeout=30), (where, page.evaluate(JS_CLIPPED))
