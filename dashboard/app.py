@@ -94,7 +94,8 @@ def create_app(only: str | None = None) -> pn.template.FastListTemplate:
     (or only the lab whose key is ``only``, served at ``/<key>``) and an About page.
 
     A lab's widgets, plots and runner are built when its tab is first opened, not all at
-    page load; each built lab takes its settings from the link (``?fvbm.d=12``).
+    page load, and in a served session off the event loop (:func:`preparing`: the tab shows
+    the lab's note until then); each built lab takes its settings from the link (``?fvbm.d=12``).
     """
     from boltzlab.dashboard.labs import LABS
     from boltzlab.dashboard.startup import STARTUP

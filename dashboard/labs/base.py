@@ -114,6 +114,7 @@ def refresh_callback(callback: Callable[[], None], period_ms: int) -> Any:
     periodic.start()
     return periodic
 
+
 class NotReady(ValueError):
     """Raised by ``prepare`` when the settings need something the user has still to give
     (e.g. a file to upload): said as information, not as an error; the old run stays.
