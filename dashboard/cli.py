@@ -982,9 +982,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: options whose value is a secret: a Fernet key or a random secret is URL-safe base64, and 1
+#: in 64 begins with "-", which argparse takes for an option ("expected one argument")
+SECRET_OPTIONS = ("--cookie-secret", "--oauth-key", "--oauth-secret", "--oauth-encryption-key")
+
+
+def _secrets_joined(argv: list[str]) -> list[str]:
+    """``argv`` with each secret option and its value as one ``--option=value`` word (never a
+    value that is itself an option's name: a missing value is still an error)."""
+    out: list[str] = []
+    words = iter(argv)
+    for word in words:
+        if word in SECRET_OPTIONS:
+            value = next(words, None)
+            if value is None or re.fullmatch(r"--[a-z][a-z0-9-]*", value):
+                out.append(word)
+                word = value
+                if word is None:
+                    continue
+            else:
+                word = f"{word}={value}"
+        out.append(word)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_secrets_joined(sys.argv[1:] if argv is None else list(argv)))
     return args.func(args)
 
 

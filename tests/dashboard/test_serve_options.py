@@ -5,6 +5,7 @@ recorder; tests/browser/test_behind_proxy.py serves the real thing behind nginx.
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
@@ -17,7 +18,10 @@ from boltzlab.dashboard import app, cli
 
 CLIENT_SECRET = "client-SECRET-4f1d9a"
 COOKIE_SECRET = "cookie-SECRET-77c0b3"
-KEY = Fernet.generate_key().decode()
+# a Fernet key that begins with "-", as 1 in 64 of Fernet.generate_key()'s do: argparse took
+# such a value for an option (a random key here failed this file's tests once in CI)
+KEY = base64.urlsafe_b64encode(bytes([0xFB, *range(31)])).decode()
+assert KEY.startswith("-") and Fernet(KEY)
 SECRETS = (CLIENT_SECRET, COOKIE_SECRET, KEY)
 OAUTH = ["--oauth-provider", "github", "--oauth-key", "client-id", "--oauth-secret", CLIENT_SECRET]
 
@@ -206,3 +210,11 @@ def test_a_served_oauth_login_under_a_prefix_trusts_the_proxys_headers(tmp_path)
     finally:
         stop_server(proc)
     no_secret_in((tmp_path / "server.log").read_text(errors="replace"))
+
+
+def test_a_secret_that_begins_with_a_dash_is_a_value_not_an_option():
+    assert cli._secrets_joined(["serve", "--oauth-secret", "-s3cret", "--cookie-secret", "-x", "--port", "5006"]) == \
+        ["serve", "--oauth-secret=-s3cret", "--cookie-secret=-x", "--port", "5006"]
+    # a missing value is still argparse's error, not the next option taken as the secret
+    assert cli._secrets_joined(["serve", "--oauth-secret", "--port", "5006"]) == ["serve", "--oauth-secret", "--port", "5006"]
+    assert cli._secrets_joined(["serve", "--oauth-encryption-key"]) == ["serve", "--oauth-encryption-key"]
