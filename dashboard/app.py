@@ -345,6 +345,23 @@ def mmap_big_blocks(threshold: int = 128 * 1024) -> bool:
     return libc is not None and bool(libc.mallopt(M_MMAP_THRESHOLD, threshold))
 
 
+def freeze_startup_heap() -> int:
+    """Put every object alive now out of the garbage collector's reach (``gc.freeze``); how
+    many.  Called by :func:`serve` before it listens, when what is alive is the imported
+    libraries (Panel, Bokeh, Dask, numba, the labs' modules): ~350,000 objects that live as
+    long as the process, which every full collection walked again.  Panel runs one after
+    sessions close (at most every 5 s), on the event loop.  Measured in one process with the
+    labs imported: a full collection took 125-160 ms with no session at all; frozen, 0 ms with
+    none and 20 ms with 4 TAP labs (160 ms unfrozen)."""
+    import gc
+
+    from boltzlab.dashboard.labs import LABS  # noqa: F401 - their modules belong to the start too
+
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
+
+
 def _trim() -> None:
     global _trim_pending
     _trim_pending = False
@@ -505,6 +522,7 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
         # answers; a lab opens once its kernel groups are loaded and the workers are up
         # (create_app); the workers load the kernels from numba's cache
         when = [(("fvbm", "fvbm_bound"), warm_default_data)]
+        freeze_startup_heap()  # before any session, thread or worker exists
         if num_procs != 1:
             STARTUP.run(first=first, when=when, then=then)  # before Tornado forks: the children inherit it
         else:
