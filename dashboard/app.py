@@ -205,19 +205,23 @@ def preparing(cls: type, make: Callable[[], Any], open_lab: Callable[[Any], None
     from boltzlab.dashboard.startup import STARTUP
 
     play = pn.widgets.Button(label="▶ Play", color="success", disabled=True, width=90)
-    note = pn.pane.Markdown("Opening the lab…", margin=(0, 10))
+    note = pn.pane.Markdown("", margin=(0, 10))
     # stretched both ways as the lab that replaces it, so the page's tabs are sized for it
     view = pn.Column(pn.pane.Markdown(f"## {cls.heading or cls.title}\n\n{cls.summary}", max_width=900),
                      pn.Row(play, note), sizing_mode="stretch_both", css_classes=["lab-preparing"])
     building: list[Future] = []
 
+    def start() -> None:
+        """Build the lab once its kernels are loaded; say what the page waits for."""
+        if STARTUP.ready(cls.kernels):
+            building.append(build_off_the_loop(make))
+            note.object = "Opening the lab…"
+        else:
+            note.object = f"Preparing… first start only ({STARTUP.progress()})."
+
     def poll() -> None:
         if not building:
-            if STARTUP.ready(cls.kernels):
-                building.append(build_off_the_loop(make))
-                note.object = "Opening the lab…"
-            else:
-                note.object = f"Preparing… first start only ({STARTUP.progress()})."
+            start()
             return
         if not building[0].done() or not loaded:
             return
@@ -242,10 +246,7 @@ def preparing(cls: type, make: Callable[[], Any], open_lab: Callable[[Any], None
     # the page is put in once the browser has the document: a lab that came before the
     # websocket did (a warm build is quick) reached the browser without its presentation mode
     loaded: list[bool] = []
-    if STARTUP.ready(cls.kernels):  # at once: it builds while the page goes out
-        building.append(build_off_the_loop(make))
-    else:
-        note.object = f"Preparing… first start only ({STARTUP.progress()})."
+    start()  # at once: the lab builds while the page goes out
     tick = refresh_callback(poll, PREPARING_PERIOD_MS)
     if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
         pn.state.on_session_destroyed(abandoned)
