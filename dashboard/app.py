@@ -534,6 +534,7 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
                         websocket_origin=allow_websocket_origin, liveness=True, title=TITLE,
                         **extra, **kwargs)
     finally:
+        STARTUP.stop()
         if "backend" in local:
             from boltzlab.dashboard.distributed import stop_local_cluster
 

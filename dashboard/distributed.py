@@ -56,6 +56,9 @@ class WorkerLost(RuntimeError):
 #: Seconds a recycle of the worker processes may take (each nanny restarts its worker),
 #: and that new work waits for it before it is refused.
 RECYCLE_TIMEOUT = 120.0
+#: a server stopped while the workers warm up waits this long for the warm-up to finish
+#: (loading the kernels from numba's cache takes seconds) before it closes the cluster
+WARM_UP_WAIT_SECONDS = 30.0
 
 
 def _after(event: threading.Event, work: Callable[[], Any]) -> Any:
@@ -410,6 +413,9 @@ class DaskBackend:
         # the new workers (an actor or a task placed on a restarting worker is lost)
         self._open = threading.Event()
         self._open.set()
+        # set unless the warm-up plugin is being registered (:meth:`warm_workers`)
+        self._not_warming = threading.Event()
+        self._not_warming.set()
 
     def __call__(self, trainers: Mapping[str, Trainer], owner: str = "") -> dict[str, RemoteTrainer]:
         """Ship ``trainers`` to a worker; their stand-ins, by name (``owner``: whose runs
@@ -471,11 +477,16 @@ class DaskBackend:
         the old process died; such a worker takes tasks only once it is warm.  Raises
         :class:`DaskUnavailable` if a worker cannot run it (it cannot import ``engine``).
         """
+        self._not_warming.clear()
         try:
             self.client.register_plugin(_warm_up_plugin())
         except Exception as exc:
+            if self.closing:  # the server stopped during the warm-up: nothing to say
+                return
             raise DaskUnavailable(f"The Dask workers at {self.address!r} could not load the engine "
                                   f"(is boltzlab installed on them?): {type(exc).__name__}: {exc}") from exc
+        finally:
+            self._not_warming.set()
 
     def recycle_workers(self, timeout: float = RECYCLE_TIMEOUT, still_idle: Callable[[], bool] | None = None) -> dict:
         """Restart every worker process through its nanny: what the processes kept (data
@@ -517,6 +528,10 @@ class DaskBackend:
         from boltzlab.dashboard import jobs, runner
 
         self.closing = True
+        # a server stopped during its first seconds: let the warm-up in flight finish (a
+        # few seconds from numba's cache), or the scheduler, the workers and asyncio log
+        # its cancellation as ERRORs and tracebacks
+        self._not_warming.wait(WARM_UP_WAIT_SECONDS)
         if runner.BACKEND is self:
             runner.BACKEND = None
         if getattr(jobs.EXECUTOR, "__self__", None) is self:

@@ -47,6 +47,7 @@ class Startup:
         self.error: str | None = None
         self.finished = threading.Event()
         self.finished.set()
+        self.stopping = False  # set by stop(): what fails from then on is the stop's doing
 
     def ready(self, groups: Iterable[str] | None) -> bool:
         """Whether every group of ``groups`` (``None``: all) is loaded in this process, and
@@ -66,8 +67,18 @@ class Startup:
     def _reset(self) -> None:
         with self._lock:
             self._started, self._ready, self._compiled, self.error = True, set(), 0, None
-            self._first_done = False
+            self._first_done, self.stopping = False, False
             self.finished.clear()
+
+    def stop(self) -> None:
+        """The server is stopping: a start still under way is cut short by it (the worker
+        processes or the kernels' loading fail as the loop and the cluster close), and that is
+        not said as a failure."""
+        self.stopping = True
+
+    def _failed(self, what: str) -> None:
+        if not self.stopping:
+            say(f"{what} failed: {self.error}")
 
     def _loaded(self, group: str) -> None:
         with self._lock:
@@ -95,7 +106,7 @@ class Startup:
                 failed.append(exc)
                 with self._lock:
                     self.error = f"{type(exc).__name__}: {exc}"
-                say(f"starting failed: {self.error}")
+                self._failed("starting")
             else:
                 with self._lock:
                     self._first_done = True
@@ -129,7 +140,7 @@ class Startup:
         except BaseException as exc:
             with self._lock:
                 self.error = f"{type(exc).__name__}: {exc}"
-            say(f"preparing the kernels failed: {self.error}")
+            self._failed("preparing the kernels")
             raise
         finally:
             self.finished.set()

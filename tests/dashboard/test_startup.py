@@ -70,6 +70,28 @@ def test_a_failed_start_is_said_and_kept(monkeypatch, capsys):
     assert not s.ready(None)
 
 
+def test_a_start_cut_short_by_the_servers_stop_is_not_said_as_a_failure(monkeypatch, capsys):
+    """serve stopped during its start: the worker processes' start or the kernels' loading
+    fail as the loop and the cluster close; that is the stop, not news for the operator."""
+    s = startup.Startup()
+    stopped = threading.Event()
+
+    def stopped_meanwhile(**kwargs):
+        s.stop()
+        stopped.set()
+        raise RuntimeError("the event loop is closed")
+
+    def workers_start():  # ... and fails once the server stops
+        assert stopped.wait(60)
+        raise RuntimeError("cluster closed")
+
+    monkeypatch.setattr(startup, "compile_kernels", stopped_meanwhile)
+    with pytest.raises(RuntimeError):
+        s.run(first=[workers_start])
+    assert s.error is not None  # kept: a page still waiting says why it cannot open
+    assert "failed" not in capsys.readouterr().err
+
+
 def test_boltzlab_warmup_compiles_every_group_and_says_so(capsys):
     from boltzlab.dashboard.cli import main
 

@@ -527,6 +527,23 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.slow
+def test_a_server_stopped_while_it_starts_logs_no_error():
+    """Stopped as soon as its worker process is up, i.e. while the warm-up plugin is being
+    registered (or just before or after: each is a stop an operator may make), serve ends
+    cleanly: no ERROR from the scheduler or the worker, no traceback, no "failed"."""
+    proc, base = start_server("--workers", "1", env=dict(os.environ, OPENBLAS_NUM_THREADS="1"),
+                              ready_line="boltzlab serve: the worker processes are up")
+    try:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=120) == 0, server_output(proc)
+        said = server_output(proc, chars=100_000)
+        for bad in ("ERROR", "Traceback", "failed", "exception"):
+            assert bad not in said, said
+    finally:
+        stop_server(proc)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_stopping_serve_takes_its_worker_processes_down(stop):
     # the server and its worker warm the numba kernels first
