@@ -1011,6 +1011,14 @@ class Page(pn.Column):
             self.on_render(doc, comm)
         return super()._get_model(doc, root, parent, comm)
 
+    def render_models(self, doc: Any, root: Any, parent: Any) -> Any:
+        """Build the page's Bokeh models for ``root`` of ``doc`` now, without ``on_render``,
+        and register them as Panel does (``self._models``): a layout that then gets this page
+        under ``root`` takes these models instead of building them.  For
+        :func:`dashboard.app.render_off_the_loop`, which calls it on another thread; the caller
+        starts the tick."""
+        return super()._get_model(doc, root, parent, None)
+
 
 def _loop_running() -> bool:
     """True when called on a running asyncio loop (a Jupyter kernel runs cells on one)."""

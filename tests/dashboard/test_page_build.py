@@ -1,14 +1,18 @@
-"""A served session's lab is built off the event loop (``app.build_off_the_loop``)."""
+"""A served session's lab is built off the event loop (``app.build_off_the_loop``), and so are
+its page's Bokeh models (``app.render_off_the_loop``)."""
 
 from __future__ import annotations
 
 import threading
 
 import panel as pn
+import pytest
 from bokeh.document import Document
 from bokeh.io.doc import patch_curdoc
+from panel.io.state import set_curdoc
 
-from boltzlab.dashboard.app import build_off_the_loop
+from boltzlab.dashboard.app import build_off_the_loop, render_off_the_loop
+from boltzlab.dashboard.labs import LABS
 
 
 class _Session:
@@ -35,3 +39,71 @@ def test_a_failed_build_is_the_futures_exception():
 
     error = build_off_the_loop(fails).exception(timeout=60)
     assert isinstance(error, ValueError) and str(error) == "no such data set"
+
+
+def _session_page() -> tuple[Document, pn.Column]:
+    """A session's document as ``create_app`` makes it: the template, its tabs, a lab's slot."""
+    from boltzlab.dashboard.app import Fast, Template
+
+    doc = Document()
+    with set_curdoc(doc):
+        slot = pn.Column(sizing_mode="stretch_width")
+        template = Template(title="t", main=[pn.Tabs(slot, pn.Column("about", name="About"))],
+                            main_layout=None, theme_toggle=False, busy_indicator=None, font_url="",
+                            design=Fast)
+        template.server_doc(doc)
+    return doc, slot
+
+
+@pytest.mark.parametrize("key", [cls.key for cls in LABS])
+def test_a_labs_page_is_rendered_off_the_loop_without_touching_the_document(key):
+    """``render_off_the_loop`` builds the page's Bokeh models on the builder thread; the
+    document is not changed, held or frozen from there; putting the page in its slot on the
+    loop then takes those models (nothing built twice) and the page is whole in the document."""
+    cls = next(c for c in LABS if c.key == key)
+    doc, slot = _session_page()
+    builder_calls: list[str] = []
+    main = threading.get_ident()
+
+    def watch(obj: object, name: str) -> None:
+        original = getattr(obj, name)
+
+        def wrapper(*args, **kwargs):
+            if threading.get_ident() != main:
+                builder_calls.append(name)
+            return original(*args, **kwargs)
+        setattr(obj, name, wrapper)
+
+    for name in ("hold", "unhold", "add_root", "remove_root", "add_next_tick_callback",
+                 "add_periodic_callback", "add_timeout_callback"):
+        watch(doc, name)
+    watch(doc.callbacks, "trigger_on_change")
+    watch(doc.models, "freeze")
+    watch(doc.models, "recompute")
+
+    with set_curdoc(doc):
+        lab = cls()
+        try:
+            page = lab.panel()
+            before = set(doc.models)
+            render_off_the_loop(page, slot).result(timeout=120)
+            assert set(doc.models) == before
+            (ref, (model, _)), = page._models.items()
+            assert doc.get_model_by_id(ref) in doc.roots
+            with pn.io.hold():
+                slot.objects = [page]
+            assert page._models[ref][0] is model  # the models built on the thread, not new ones
+            assert doc.get_model_by_id(model.id) is model
+            assert all(doc.get_model_by_id(m.id) is m for m in model.references())
+        finally:
+            lab.close()
+    assert builder_calls == []
+
+
+def test_a_slot_not_in_the_document_is_left_to_the_loop():
+    """Rendered nowhere (or in a test without a session): a done future, nothing built."""
+    from boltzlab.dashboard.labs.base import Page
+
+    page = Page(pn.pane.Markdown("x"))
+    future = render_off_the_loop(page, pn.Column())
+    assert future.done() and future.result() is None and page._models == {}
