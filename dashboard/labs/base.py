@@ -617,7 +617,9 @@ class Lab(pn.viewable.Viewer):
             return
         self._callback = refresh_callback(self.tick, self.period_ms)
         if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
-            pn.state.on_session_destroyed(lambda context: self.close())
+            # not waiting for the runner's thread: on the server's event loop that wait was
+            # up to 0.5 s per session (16 TAP sessions closing together held it 5 s)
+            pn.state.on_session_destroyed(lambda context: self.close(wait=0))
 
     def _rendered(self, doc: Any, comm: Any) -> None:
         """The page is being rendered into ``doc``: start the tick there, once.
@@ -637,12 +639,13 @@ class Lab(pn.viewable.Viewer):
         elif comm is not None and _loop_running():
             self.start()
 
-    def close(self) -> None:
-        """Stop the tick, the analyses and the runner (its thread, its trainers)."""
+    def close(self, wait: float = 0.5) -> None:
+        """Stop the tick, the analyses and the runner (its thread, its trainers); wait at most
+        ``wait`` seconds for the runner's thread to end (it ends by itself)."""
         if self._callback is not None:
             self._callback.stop()
         self.jobs.cancel()
-        self.runner.close(timeout=0.5)
+        self.runner.close(timeout=wait)
 
     def tick(self) -> None:
         """Drain what is new and draw it in one held batch (one websocket message).
@@ -1015,7 +1018,7 @@ class Page(pn.Column):
         """Build the page's Bokeh models for ``root`` of ``doc`` now, without ``on_render``,
         and register them as Panel does (``self._models``): a layout that then gets this page
         under ``root`` takes these models instead of building them.  For
-        :func:`dashboard.app.render_off_the_loop`, which calls it on another thread; the caller
+        :func:`dashboard.app.render_models`, which calls it on another thread; the caller
         starts the tick."""
         return super()._get_model(doc, root, parent, None)
 

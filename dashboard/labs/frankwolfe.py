@@ -601,9 +601,9 @@ class FrankWolfeLab(Lab):
         self._fork = None
         self._refresh_cd_status(note)
 
-    def close(self) -> None:
+    def close(self, wait: float = 0.5) -> None:
         self._stop_cd()
-        super().close()
+        super().close(wait)
 
     # ------------------------------------------------------------------ presentation
     def describe_change(self, name, before, after, before_arrays, after_arrays) -> str | None:
