@@ -388,6 +388,7 @@ class HttpProbe:
         self.host, self.port, self.path = parts.hostname, parts.port, path
         self.every, self.limit = every, limit
         self.ms: list[float] = []
+        self.at: list[float] = []  # when each timed request was sent (time.monotonic())
         self.failures: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"loadtest-get{path}", daemon=True)
@@ -420,7 +421,9 @@ class HttpProbe:
         next_at = time.monotonic()
         while not self._stop.is_set() and len(self.ms) + len(self.failures) < self.limit:
             try:
+                sent = time.monotonic()
                 self.ms.append(self._get())
+                self.at.append(sent)
             except (OSError, http.client.HTTPException) as exc:
                 self.failures.append(f"{type(exc).__name__}: {exc}")
             next_at = max(next_at + self.every, time.monotonic())  # one in flight; no catch-up burst

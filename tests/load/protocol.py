@@ -533,7 +533,7 @@ async def _probes(server: Server, path: str, plot: str, window: Window, seconds:
     for p in http.values():
         await asyncio.to_thread(p.join)
     wall = time.monotonic() - began
-    return {"probe": probe, "pages": opened, "http": http, "window_seconds": round(wall, 1),
+    return {"probe": probe, "pages": opened, "http": http, "window_seconds": round(wall, 1), "began": began,
             "client_cpu_percent": round(100 * (time.process_time() - cpu0) / wall, 1)}
 
 
@@ -636,6 +636,11 @@ async def run(sessions: int = 16, seconds: float = 60.0, lab: str = "TAP", port:
         "sessions_served": sum(r["served"] for r in users),
         "errors": errors,
         "liveness_ms": http["liveness"],
+        # when the slow ones were sent (s into the window): next to a new page's, a GET /'s?
+        "liveness_over_target": [[round(at - measured["began"], 1), round(ms)] for at, ms in
+                                 zip(measured["http"]["liveness"].at, measured["http"]["liveness"].ms)
+                                 if ms > TARGETS["liveness_p95_ms"]],
+        "root_sent_at_s": [round(at - measured["began"], 1) for at in measured["http"]["root"].at],
         "root_ms": http["root"],
         "http_failures": _counts(f"{name}: {f}" for name, p in measured["http"].items() for f in p.failures),
         "step_to_patch_ms": {**_percentiles(probe["step_ms"]), "missed": probe["missed"], "all": probe["step_ms"]},
