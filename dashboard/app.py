@@ -110,10 +110,14 @@ def create_app(only: str | None = None) -> pn.template.FastListTemplate:
     args = (pn.state.session_args or {}) if served else {}
     present = presentation_toggle(labs)
     number = VISITORS.arrived(id(pn.state.curdoc.session_context)) if served else 0
+    session_doc = pn.state.curdoc
 
     def make(index: int) -> tuple[Any, pn.viewable.Viewable]:
         lab = classes[index](owner=f"session {number} ({classes[index].title} lab)" if served else "")
-        return lab, lab.panel()
+        page = lab.panel()
+        if served:  # off the loop (preparing): its Bokeh models too
+            render_models(page, slots[index], session_doc)
+        return lab, page
 
     def attach(index: int, built: tuple[Any, pn.viewable.Viewable]) -> None:
         lab, page = built
@@ -131,8 +135,7 @@ def create_app(only: str | None = None) -> pn.template.FastListTemplate:
         if index >= len(classes) or classes[index].title in labs or (served and slots[index].objects):
             return
         if served:  # built off the event loop: the page opens with a note, the lab follows
-            note = preparing(classes[index], partial(make, index), partial(attach, index),
-                             lambda built: render_off_the_loop(built[1], slots[index]))
+            note = preparing(classes[index], partial(make, index), partial(attach, index))
             slots[index].param.update(objects=[note], sizing_mode=note.sizing_mode)
         else:
             attach(index, make(index))
@@ -193,53 +196,47 @@ def build_off_the_loop(make: Callable[[], Any]) -> Future:
     return BUILDER.submit(run)
 
 
-def render_off_the_loop(page: Any, slot: pn.layout.ListLike) -> Future:
-    """Build ``page``'s Bokeh models on :data:`BUILDER` for the place ``slot`` has in the
-    current session's document (``Page.render_models``), before the page is put in ``slot``
-    on the loop, which then only attaches them.
+def render_models(page: Any, slot: pn.layout.ListLike, doc: Any) -> bool:
+    """Build ``page``'s Bokeh models for the place ``slot`` has in the session's document
+    ``doc`` (``Page.render_models``), called off the event loop (:func:`preparing`'s
+    builder thread) before the page is put in ``slot`` on the loop, which then only attaches
+    them.  Whether it did: a ``slot`` not in exactly one place of ``doc``, or a failure
+    (logged), leaves the models to the loop, with nothing half-built.
 
     Building a TAP page's ~250 Bokeh models was 70 % of attaching it on the loop (0.47 of
-    0.67 s of CPU, cProfile, `/tmp` script building the lab into a template's document): one
-    block in which every other session's tick and ``/liveness`` waited.  The models are made
-    detached from the document; the thread sees the session's document as Panel's current
-    one (its style sheets and relative paths are the session's), and nothing in building
-    models changes a document (``tests/dashboard/test_page_build.py`` checks it for every lab).
-    A ``slot`` not in exactly one place of the document gets a done future: the loop builds.
+    0.67 s of CPU; cProfile, building the lab into a template's document in one process):
+    one block in which every other session's tick and ``/liveness`` waited.  The models are
+    made detached from the document; the thread sees ``doc`` as Panel's current one (its
+    style sheets and relative paths are the session's), and nothing in building models
+    changes a document (``tests/dashboard/test_page_build.py`` checks it for every lab).
     """
     from panel.io.state import set_curdoc
 
-    doc = pn.state.curdoc
     roots = {root.ref["id"]: root for root in (doc.roots if doc is not None else ())}
     # (Panel's templates also render their main area under a root kept out of the document)
-    placed = [(roots[ref], parent) for ref, (parent, _) in slot._models.items() if ref in roots]
+    placed = [(roots[ref], parent) for ref, (parent, _) in list(slot._models.items()) if ref in roots]
     if len(placed) != 1 or not hasattr(page, "render_models"):
-        done: Future = Future()
-        done.set_result(None)
-        return done
+        return False
     root, parent = placed[0]
-
-    def run() -> None:
-        with set_curdoc(doc):
-            try:
-                page.render_models(doc, root, parent)
-            except BaseException:
-                page._cleanup(root)  # nothing half-built is taken: the loop builds it all
-                raise
-
-    return BUILDER.submit(run)
+    with set_curdoc(doc):
+        try:
+            page.render_models(doc, root, parent)
+        except Exception as exc:  # noqa: BLE001 - the loop builds them instead
+            page._cleanup(root)
+            log.warning("A page's models are built on the event loop: %s", exc, exc_info=exc)
+            return False
+    return True
 
 
-def preparing(cls: type, make: Callable[[], Any], open_lab: Callable[[Any], None],
-              render: Callable[[Any], Future] | None = None) -> pn.Column:
+def preparing(cls: type, make: Callable[[], Any], open_lab: Callable[[Any], None]) -> pn.Column:
     """What a lab's tab shows until the lab is built: its title and sentence, a ▶ Play that
     is not enabled yet, and what the server is doing.
 
     On a server's first start the lab waits for its kernels to compile ("preparing… first
-    start only"); then ``make()`` builds it off the event loop (:func:`build_off_the_loop`),
-    once the browser has the document ``render(built)`` builds its Bokeh models off the loop
-    too (:func:`render_off_the_loop`), and ``open_lab(built)`` puts it on the page, on the
-    session's own loop (checked every :data:`PREPARING_PERIOD_MS`).  If ``make`` fails, the
-    tab says why; if ``render`` fails, the loop builds the models.
+    start only"); once the browser has the document, ``make()`` builds it off the event loop
+    (:func:`build_off_the_loop`; ``create_app``'s makes its Bokeh models there too,
+    :func:`render_models`), and ``open_lab(make())`` puts it on the page, on the session's
+    own loop (checked every :data:`PREPARING_PERIOD_MS`).  If ``make`` fails, the tab says why.
     """
     from boltzlab.dashboard.labs.base import refresh_callback
     from boltzlab.dashboard.startup import STARTUP
@@ -250,13 +247,14 @@ def preparing(cls: type, make: Callable[[], Any], open_lab: Callable[[Any], None
     view = pn.Column(pn.pane.Markdown(f"## {cls.heading or cls.title}\n\n{cls.summary}", max_width=900),
                      pn.Row(play, note), sizing_mode="stretch_both", css_classes=["lab-preparing"])
     building: list[Future] = []
-    rendering: list[Future] = []
 
     def start() -> None:
-        """Build the lab once its kernels are loaded; say what the page waits for."""
+        """Say what the page waits for; build the lab once its kernels are loaded and the
+        browser has the page."""
         if STARTUP.ready(cls.kernels):
-            building.append(build_off_the_loop(make))
             note.object = "Opening the lab…"
+            if loaded:
+                building.append(build_off_the_loop(make))
         else:
             note.object = f"Preparing… first start only ({STARTUP.progress()})."
 
@@ -264,7 +262,7 @@ def preparing(cls: type, make: Callable[[], Any], open_lab: Callable[[Any], None
         if not building:
             start()
             return
-        if not building[0].done() or not loaded:
+        if not building[0].done():
             return
         try:
             built = building[0].result()
@@ -273,14 +271,7 @@ def preparing(cls: type, make: Callable[[], Any], open_lab: Callable[[Any], None
             log.error("Could not open the %s lab: %s", cls.title, exc, exc_info=exc)
             note.object = f"Could not open this lab: {exc}"
             return
-        if render is not None and not rendering:
-            rendering.append(render(built))
-        if rendering and not rendering[0].done():
-            return
         tick.stop()
-        if rendering and rendering[0].exception() is not None:
-            log.warning("The %s lab's page was built on the event loop: %s", cls.title,
-                        rendering[0].exception(), exc_info=rendering[0].exception())
         opened.append(True)
         open_lab(built)
 
@@ -292,16 +283,20 @@ def preparing(cls: type, make: Callable[[], Any], open_lab: Callable[[Any], None
             building[0].add_done_callback(lambda f: None if f.exception() else f.result()[0].close())
 
     opened: list[bool] = []
-    # the page is put in once the browser has the document: a lab that came before the
-    # websocket did (a warm build is quick) reached the browser without its presentation mode
+    # Built once the browser has the document (Panel's onload): a lab put in before the
+    # websocket came (a warm build is quick) reached the browser without its presentation
+    # mode, and a GET that never opens a websocket (a health check, a crawler, the load
+    # test's GET / probe) built a whole lab for nobody, on a thread that took the GIL from the
+    # loop while it answered (GET / took 0.3-0.8 s on an idle server, 0.1-0.3 s without).
     loaded: list[bool] = []
-    start()  # at once: the lab builds while the page goes out
+    served = pn.state.curdoc is not None and pn.state.curdoc.session_context is not None
+    if not served:  # no session: no browser to wait for
+        loaded.append(True)
+    start()
     tick = refresh_callback(poll, PREPARING_PERIOD_MS)
-    if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
+    if served:
         pn.state.on_session_destroyed(abandoned)
         pn.state.onload(lambda: loaded.append(True))
-    else:  # no session: no browser to wait for
-        loaded.append(True)
     return view
 
 
@@ -350,14 +345,34 @@ class Visitors:
 
 VISITORS = Visitors()
 
-#: seconds after a session closes before the heap is trimmed: after Panel's own debounced
-#: gc.collect (5 s), and once for a burst of closing sessions
-TRIM_DELAY = 10.0
+#: Panel collects garbage (a full ``gc.collect``) once no session has ended for this many
+#: seconds (``panel.io.document.GC_DEBOUNCE``, 5 s by default; set by :func:`collect_when_quiet`)
+GC_QUIET_SECONDS = 30.0
+#: and the heap is trimmed once no session has ended for this long: after that collection
+TRIM_DELAY = GC_QUIET_SECONDS + 5.0
 _trim_pending = False
+_last_close = 0.0
+
+
+def collect_when_quiet(seconds: float = GC_QUIET_SECONDS) -> None:
+    """Let Panel's full garbage collection after closed sessions wait until no session has
+    ended for ``seconds`` (Panel waits 5 s).
+
+    A full collection walks every object of every open session and holds the event loop
+    meanwhile: 0.6-0.9 s with 16 TAP users (py-spy, ``tests.load.protocol --sessions 16``),
+    where a visitor every 5 s (a health check, the load test's ``GET /``) made one every
+    15-20 s, and each a slow ``/liveness``.  Waiting for a quiet moment, the closed sessions'
+    cycles are collected once a burst is over; meanwhile Python's own collector runs its full
+    collections as always (when a quarter of the old objects are new since the last one).
+    """
+    from panel.io import document
+
+    document.GC_DEBOUNCE = seconds
 
 
 def release_memory(session_context: object) -> None:
-    """After a session closes: hand freed heap pages back to the OS, once per burst.
+    """After a session closes: hand freed heap pages back to the OS, once a burst of closing
+    sessions is over and Panel has collected them (:func:`collect_when_quiet`).
 
     CPython keeps freed memory in its arenas and glibc's heap, so without ``malloc_trim`` the
     server's RSS stayed near its peak after tabs closed (measured: +207 MB after 4 TAP
@@ -365,16 +380,27 @@ def release_memory(session_context: object) -> None:
     too, on the event loop at every closed session, took a quarter of the server's main
     thread with 8 TAP sessions and a visitor every 5 s.  No-op where there is no glibc.
     """
-    global _trim_pending
+    global _trim_pending, _last_close
+    _last_close = time.monotonic()
     if _trim_pending:
         return
     _trim_pending = True
     try:
         from tornado.ioloop import IOLoop
 
-        IOLoop.current().call_later(TRIM_DELAY, _trim)
+        IOLoop.current().call_later(TRIM_DELAY, _trim_when_quiet)
     except RuntimeError:  # no event loop (e.g. a test calling this directly)
         _trim()
+
+
+def _trim_when_quiet() -> None:
+    quiet = time.monotonic() - _last_close
+    if quiet < TRIM_DELAY:  # another session closed meanwhile: after the burst
+        from tornado.ioloop import IOLoop
+
+        IOLoop.current().call_later(TRIM_DELAY - quiet, _trim_when_quiet)
+        return
+    _trim()
 
 
 #: glibc's mallopt parameter for the size from which blocks are mmapped
@@ -544,6 +570,7 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
     budget.set_limits(step_seconds=max_step_seconds, isomap_rows=max_isomap_rows)
     quiet_closed_connections()
     mmap_big_blocks()
+    collect_when_quiet()
     from boltzlab.dashboard.labs.fvbm_setup import warm_default_data
     from boltzlab.dashboard.startup import STARTUP, say
 

@@ -1,5 +1,5 @@
 """A served session's lab is built off the event loop (``app.build_off_the_loop``), and so are
-its page's Bokeh models (``app.render_off_the_loop``)."""
+its page's Bokeh models (``app.render_models``)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,16 @@ from bokeh.document import Document
 from bokeh.io.doc import patch_curdoc
 from panel.io.state import set_curdoc
 
-from boltzlab.dashboard.app import build_off_the_loop, render_off_the_loop
+from boltzlab.dashboard.app import build_off_the_loop, render_models
 from boltzlab.dashboard.labs import LABS
+from tests.waiting import wait_for
 
 
 class _Session:
     """Stands in for a session's context: Panel's current document needs one."""
+
+    class request:  # what Panel reads of it (the page's query arguments)
+        arguments: dict = {}
 
 
 def test_the_build_runs_on_another_thread_against_a_scratch_document():
@@ -57,7 +61,7 @@ def _session_page() -> tuple[Document, pn.Column]:
 
 @pytest.mark.parametrize("key", [cls.key for cls in LABS])
 def test_a_labs_page_is_rendered_off_the_loop_without_touching_the_document(key):
-    """``render_off_the_loop`` builds the page's Bokeh models on the builder thread; the
+    """``render_models`` builds the page's Bokeh models on the builder thread; the
     document is not changed, held or frozen from there; putting the page in its slot on the
     loop then takes those models (nothing built twice) and the page is whole in the document."""
     cls = next(c for c in LABS if c.key == key)
@@ -86,7 +90,7 @@ def test_a_labs_page_is_rendered_off_the_loop_without_touching_the_document(key)
         try:
             page = lab.panel()
             before = set(doc.models)
-            render_off_the_loop(page, slot).result(timeout=120)
+            assert build_off_the_loop(lambda: render_models(page, slot, doc)).result(timeout=120)
             assert set(doc.models) == before
             (ref, (model, _)), = page._models.items()
             assert doc.get_model_by_id(ref) in doc.roots
@@ -101,9 +105,63 @@ def test_a_labs_page_is_rendered_off_the_loop_without_touching_the_document(key)
 
 
 def test_a_slot_not_in_the_document_is_left_to_the_loop():
-    """Rendered nowhere (or in a test without a session): a done future, nothing built."""
+    """A slot rendered nowhere in the document (or no document): nothing built."""
     from boltzlab.dashboard.labs.base import Page
 
     page = Page(pn.pane.Markdown("x"))
-    future = render_off_the_loop(page, pn.Column())
-    assert future.done() and future.result() is None and page._models == {}
+    doc, _ = _session_page()
+    assert not render_models(page, pn.Column(), doc) and not render_models(page, pn.Column(), None)
+    assert page._models == {}
+
+
+def test_a_render_that_fails_leaves_nothing_half_built():
+    """The loop then builds the whole page as before."""
+    from boltzlab.dashboard.labs.base import Page
+
+    class Broken(pn.pane.Markdown):
+        priority = 0  # never Panel's choice for a string elsewhere
+
+        def _get_model(self, *args, **kwargs):
+            raise RuntimeError("no model for you")
+
+    doc, slot = _session_page()
+    page = Page(pn.pane.Markdown("x"), pn.Column(pn.pane.Markdown("y"), Broken("z")))
+    assert not render_models(page, slot, doc)
+    for part in (page, page.objects[0], page.objects[1], page.objects[1].objects[0]):
+        assert part._models == {}
+
+
+def test_a_served_lab_is_built_only_once_the_browser_has_the_page(monkeypatch):
+    """A GET that never opens a websocket (a health check, a crawler, the load test's GET /
+    probe) builds no lab; once the browser has the document (Panel's onload) the lab is
+    built, rendered and put on the page."""
+    from boltzlab.dashboard import app
+    from boltzlab.dashboard.labs import base
+
+    polls, loads, builds, opened = [], [], [], []
+    monkeypatch.setattr(base, "refresh_callback", lambda poll, period: polls.append(poll) or _Stopped())
+    monkeypatch.setattr(pn.state, "onload", lambda callback: loads.append(callback))
+    monkeypatch.setattr(pn.state, "on_session_destroyed", lambda callback: None)
+
+    def build(make):
+        builds.append(make)
+        return build_off_the_loop(make)
+
+    monkeypatch.setattr(app, "build_off_the_loop", build)
+    doc = Document()
+    context = _Session()
+    doc._session_context = lambda: context
+    with set_curdoc(doc):
+        note = app.preparing(LABS[0], lambda: "the lab", opened.append)
+        (poll,), (load,) = polls, loads
+        for _ in range(5):
+            poll()
+        assert builds == [] and opened == [] and "Opening the lab" in str(note.objects[1].objects[1].object)
+        load()
+        assert wait_for(lambda: poll() or opened == ["the lab"], timeout=60)
+    assert len(builds) == 1
+
+
+class _Stopped:
+    def stop(self) -> None:
+        pass
