@@ -14,6 +14,8 @@ from typing import Any, Callable
 
 import panel as pn
 
+from boltzlab.dashboard.views.text import StaticMarkdown
+
 TITLE = "Boltzmann Lab"
 
 log = logging.getLogger(__name__)
@@ -102,7 +104,7 @@ def create_app(only: str | None = None) -> pn.template.FastListTemplate:
 
     classes = [cls for cls in LABS if only is None or cls.key == only]
     slots = [pn.Column(name=cls.title, sizing_mode="stretch_width", margin=0) for cls in classes]
-    pages = [*slots] if only else [*slots, pn.Column(pn.pane.Markdown(ABOUT, max_width=820), name="About")]
+    pages = [*slots] if only else [*slots, pn.Column(StaticMarkdown(ABOUT, max_width=820), name="About")]
     tabs = pn.Tabs(*pages, sizing_mode="stretch_width", dynamic=False)
     pn.config.notifications = True  # "server busy" and other transient messages
     labs: dict[str, object] = {}  # title -> lab, as built
@@ -244,7 +246,7 @@ def preparing(cls: type, make: Callable[[], Any], open_lab: Callable[[Any], None
     play = pn.widgets.Button(label="▶ Play", color="success", disabled=True, width=90)
     note = pn.pane.Markdown("", margin=(0, 10))
     # stretched both ways as the lab that replaces it, so the page's tabs are sized for it
-    view = pn.Column(pn.pane.Markdown(f"## {cls.heading or cls.title}\n\n{cls.summary}", max_width=900),
+    view = pn.Column(StaticMarkdown(f"## {cls.heading or cls.title}\n\n{cls.summary}", max_width=900),
                      pn.Row(play, note), sizing_mode="stretch_both", css_classes=["lab-preparing"])
     building: list[Future] = []
 

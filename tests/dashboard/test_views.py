@@ -65,3 +65,18 @@ def test_density_curve_of_a_single_value_is_a_normalised_bump():
     y = density_curve(np.array([0.2, 0.2]), grid)
     assert grid[np.argmax(y)] == pytest.approx(0.2, abs=1e-3)
     assert np.trapezoid(y, grid) == pytest.approx(1.0, abs=1e-3)
+
+
+def test_static_markdown_renders_as_markdown_once_per_text():
+    import panel as pn
+
+    from boltzlab.dashboard.views.text import StaticMarkdown
+
+    text = "## About\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n*static* text (test_views)"
+    plain = pn.pane.Markdown(text)._transform_object(text)
+    pane = StaticMarkdown(text)
+    assert pane._transform_object(text) == plain  # the same HTML as Panel's own pane
+    cached = StaticMarkdown._html[next(k for k in StaticMarkdown._html if k[0] == text)]
+    assert pane._transform_object(text) == cached and pane._transform_object(text) is not cached
+    assert StaticMarkdown(text, hard_line_break=True)._transform_object(text + "\nx") != plain
+    assert pn.panel("a string").__class__ is not StaticMarkdown  # never Panel's pick
