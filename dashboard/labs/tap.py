@@ -124,6 +124,8 @@ PRESETS = [
 
 RANK_ROWS = 1000  # training digits behind "rank by mean activation" (a 1000 x Nv x Nh product: ~5-8 ms on MNIST)
 FIELDS_SECONDS = 1.0  # images re-layout parts of the page in the browser: at most once a second while playing
+# the stage tabs whose image grids are drawn only in view while playing (Lab.in_view)
+ISOMAP_TAB, FIELDS_TAB, SAMPLES_TAB = "Isomap", "Fields (Fig. 4)", "Samples"
 EMBED_SECONDS = 5.0  # while training, the solutions' Isomap (~3 s on MNIST) is refitted at most this often
 COMPUTING = "Computing…"
 # Figs. 6-7 once the run has started, until their first Isomap is drawn: the TAP solutions come
@@ -385,7 +387,7 @@ class TAPLab(Lab):
                             sizing_mode="stretch_width")
         return {"Figs. 3 · 5": self.main_view(),
                 "Histograms": pn.Row(self.hist.view, self.truth.view, sizing_mode="stretch_width"),
-                "Isomap": embed, "Fields (Fig. 4)": fields, "Denoising": denoise, "Samples": self.samples_grid.view}
+                ISOMAP_TAB: embed, FIELDS_TAB: fields, "Denoising": denoise, SAMPLES_TAB: self.samples_grid.view}
 
     def badges(self) -> list:
         return [self.solutions_status.pane]
@@ -521,15 +523,21 @@ class TAPLab(Lab):
 
     def on_tick(self) -> None:
         """Draw the receptive fields, samples and solutions when due (at most once a second
-        while playing; at once when paused, e.g. after ``lab.run``); start the Isomap jobs when due."""
-        due = not self.runner.playing or time.monotonic() - self._fields_time >= FIELDS_SECONDS
+        while playing, and only when their tab is in view: :meth:`in_view`; at once when
+        paused, e.g. after ``lab.run``); start the Isomap jobs when due."""
+        playing = self.runner.playing
+        due = not playing or time.monotonic() - self._fields_time >= FIELDS_SECONDS
         if (self._fields_stale or self._solutions_stale) and due:
-            if self._fields_stale:
+            if self._fields_stale and (not playing or self.in_view(FIELDS_TAB, SAMPLES_TAB)):
                 self._show_fields()
                 self._show_samples()
-            if self._solutions_stale:
+            if self._solutions_stale and (not playing or self.in_view(ISOMAP_TAB)):
                 self._show_solutions()
         self._submit_embedding()
+
+    def on_stage_shown(self, label: str) -> None:
+        if label in (FIELDS_TAB, SAMPLES_TAB, ISOMAP_TAB):
+            self._fields_time = -math.inf  # drawn at the next tick
 
     def busy(self) -> bool:
         return self._embedding_dirty or self._fields_stale or self._solutions_stale

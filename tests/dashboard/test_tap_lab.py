@@ -7,6 +7,7 @@ import re
 import math
 import pickle
 import threading
+import time
 from concurrent.futures import Future
 
 import numpy as np
@@ -277,3 +278,33 @@ def test_a_refused_data_switch_keeps_the_old_run_drawn_on_its_own_data(lab):
     assert lab.fields.n_tiles == DEFAULTS["mnist"]["n_hidden"] and lab.ll_curve.n_points("ll") == 2
     lab.widgets["K"].value = 20  # a valid setting: now the digits run, with the digits' views
     assert lab.runner.trainers["TAP"].n_visible == 64 and lab.fields.image_shape == (8, 8)
+
+
+def test_while_playing_the_image_grids_are_drawn_only_in_view(lab, monkeypatch):
+    """Hidden receptive fields, samples and solutions cost the shared event loop nothing while
+    a run plays; a click on their tab draws them at the next tick; paused, all are drawn."""
+    lab.widgets["data"].value = "digits"
+    steps(lab, 2)  # paused: everything drawn at once
+    assert lab.fields.n_tiles == DEFAULTS["digits"]["n_hidden"] and not lab._fields_stale
+    playing = {"now": True}
+    monkeypatch.setattr(type(lab.runner), "playing", property(lambda self: playing["now"]))
+    drawn = []
+    for name in ("_show_fields", "_show_samples", "_show_solutions"):
+        monkeypatch.setattr(lab, name, lambda name=name: drawn.append(name) or
+                            setattr(lab, "_fields_stale" if name != "_show_solutions" else "_solutions_stale", False))
+    lab._fields_stale = lab._solutions_stale = True
+    lab._fields_time = -math.inf
+    assert lab.stage_tabs.active == 0
+    lab.on_tick()
+    assert drawn == [] and lab._fields_stale and lab._solutions_stale
+    lab._fields_time = time.monotonic()  # drawn a moment ago: the click still draws at once
+    lab.stage_tabs.active = list(lab.stage()).index(tap_lab.FIELDS_TAB)
+    lab.on_tick()
+    assert drawn == ["_show_fields", "_show_samples"] and lab._solutions_stale
+    lab.stage_tabs.active = list(lab.stage()).index(tap_lab.ISOMAP_TAB)
+    lab.on_tick()
+    assert drawn[-1] == "_show_solutions"
+    lab.stage_tabs.active = 0
+    lab._fields_stale, playing["now"] = True, False
+    lab.on_tick()  # paused: drawn whatever the tab
+    assert drawn[-2:] == ["_show_fields", "_show_samples"]
