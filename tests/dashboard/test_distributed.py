@@ -6,6 +6,7 @@ another interpreter and Records really come back over TCP, as on a real cluster.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
 import subprocess
@@ -297,9 +298,21 @@ def test_a_served_app_trains_its_sessions_on_the_cluster(cluster, backend, tmp_p
                               env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
     try:
         before = n_actors(backend)
-        page = urllib.request.urlopen(base + "/", timeout=240).read().decode()  # builds a session
-        assert "Boltzmann Lab" in page
-        # every lab's trainers of that session now live on the worker
-        assert wait_for(lambda: n_actors(backend) > before, timeout=60)
+        page = urllib.request.urlopen(base + "/", timeout=240).read().decode()
+        assert "Boltzmann Lab" in page  # a page nobody opens builds no lab
+
+        async def opened_session_trains_on_the_cluster() -> bool:
+            from tests.load.loadtest import LABS as LOAD_LABS
+            from tests.load.protocol import User
+
+            user = User(base, "/", LOAD_LABS["FVBM"].plot + ":")  # a browser's session, minus drawing
+            try:
+                await user.open()  # the page's lab is built once the browser has the page
+                # the session's trainers now live on the worker
+                return await asyncio.to_thread(wait_for, lambda: n_actors(backend) > before, 60)
+            finally:
+                await user.close()
+
+        assert asyncio.run(opened_session_trains_on_the_cluster())
     finally:
         stop_server(proc)
