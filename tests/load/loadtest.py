@@ -34,8 +34,9 @@ What it does
    (17 s): Bokeh's defaults, which ``pn.serve`` keeps.  So a closed tab's runners are stopped
    15-32 s after it closes.  The tool polls the server every 2 s until its thread count is
    back to the idle count (each session runs one worker thread per runner, so this shows
-   the sessions were destroyed) and RSS moved < 2 MB over 10 s, or ``--settle`` seconds
-   passed.  That RSS is **after**.  A Python process need not return freed memory to the OS
+   the sessions were destroyed) and RSS moved < 2 MB over 10 s, at least until the server's
+   collection and heap trim after closed sessions were due (``dashboard.app.TRIM_DELAY``),
+   or ``--settle`` seconds passed.  That RSS is **after**.  A Python process need not return freed memory to the OS
    (pymalloc arenas, malloc fragmentation), and nobody can call ``gc`` from outside, so
    "after" is reported as measured.
 
@@ -667,8 +668,15 @@ async def _warm_up(browser, url: str, lab: Lab, seconds: float = 3.0) -> list[st
 
 
 async def _settle(server: Server, threads_idle: int, timeout: float, series: list, t0: float,
-                  every: float = 2.0, window: float = 10.0, tolerance_mb: float = 2.0) -> dict:
-    """Poll until the sessions are discarded (threads back to idle) and RSS is stable."""
+                  every: float = 2.0, window: float = 10.0, tolerance_mb: float = 2.0,
+                  at_least: float | None = None) -> dict:
+    """Poll until the sessions are discarded (threads back to idle) and RSS is stable, and at
+    least ``at_least`` seconds (default: until the server's collection and heap trim after
+    closed sessions are due, ``dashboard.app.TRIM_DELAY``, and one window more)."""
+    if at_least is None:
+        from boltzlab.dashboard.app import TRIM_DELAY
+
+        at_least = TRIM_DELAY + window
     start = time.monotonic()
     mine: list[dict] = []
     while True:
@@ -678,7 +686,7 @@ async def _settle(server: Server, threads_idle: int, timeout: float, series: lis
         mine.append({**sample, "since": now - start})
         recent = [s["rss_mb"] for s in mine if s["since"] >= now - start - window]
         discarded = sample["threads"] <= threads_idle
-        stable = now - start >= window and max(recent) - min(recent) <= tolerance_mb
+        stable = now - start >= max(window, at_least) and max(recent) - min(recent) <= tolerance_mb
         if (discarded and stable) or now - start >= timeout:
             return {**sample, "seconds": round(now - start, 1), "discarded": discarded, "stable": stable}
         await asyncio.sleep(every)

@@ -66,8 +66,9 @@ Once all play, the **load window** of ``--seconds`` starts, with:
 
 The window lasts ``--seconds`` and at least until the probes are done (at most
 ``HOLD_LIMIT`` s more).  Then every user closes its websocket, the tool waits until Bokeh
-discarded the sessions (server threads back to the idle count) and RSS is stable (at most
-``--settle`` s), and takes RSS **after**.  ``errors``: a user or probe that failed (page,
+discarded the sessions (server threads back to the idle count) and RSS is stable, at least
+until the server's collection and trim after closed sessions were due (at most ``--settle``
+s), and takes RSS **after**.  ``errors``: a user or probe that failed (page,
 token, websocket, a button that never enabled), an ``ERROR`` message from the server, a
 websocket the server closed, and ERROR lines / tracebacks in the server log (loadtest's
 ``Server.log_findings``).  ``targets``: the issue's targets (``/liveness`` p95 <= 100 ms,
