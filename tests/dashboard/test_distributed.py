@@ -26,7 +26,7 @@ from boltzlab.engine.fvbm import FVBMTrainer
 from boltzlab.engine.stepping import Record, Trainer
 from fakes import FakeTrainer
 from tests.serving import start_server, stop_server
-from tests.waiting import wait_for, tick
+from tests.waiting import in_own_thread, tick, wait_for
 
 WALL_TIME_KEYS = {"wall_time", "elapsed"}
 
@@ -313,6 +313,7 @@ def test_a_served_app_trains_its_sessions_on_the_cluster(cluster, backend, tmp_p
             finally:
                 await user.close()
 
-        assert asyncio.run(opened_session_trains_on_the_cluster())
+        # (in a thread of its own: Playwright may hold this thread's event loop)
+        assert in_own_thread(lambda: asyncio.run(opened_session_trains_on_the_cluster()))
     finally:
         stop_server(proc)
