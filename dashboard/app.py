@@ -266,14 +266,13 @@ def preparing(cls: type, make: Callable[[], Any], open_lab: Callable[[Any], None
             return
         if not building[0].done():
             return
+        tick.stop()
         try:
             built = building[0].result()
         except Exception as exc:  # noqa: BLE001 - said on the page and logged, not swallowed
-            tick.stop()
             log.error("Could not open the %s lab: %s", cls.title, exc, exc_info=exc)
             note.object = f"Could not open this lab: {exc}"
             return
-        tick.stop()
         opened.append(True)
         open_lab(built)
 
