@@ -7,6 +7,7 @@ and trainers); ``serve()`` starts the server with a ``/liveness`` endpoint.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
@@ -525,7 +526,7 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
           workers: int | None = None, max_step_seconds: float | None = None,
           max_isomap_rows: int | None = None, dask_tls_ca_file: str | None = None,
           dask_tls_cert: str | None = None, dask_tls_key: str | None = None,
-          dask_insecure: bool = False, **kwargs):
+          dask_insecure: bool = False, recycle_mb: float | None = None, **kwargs):
     """Serve the app at ``/`` with a ``/liveness`` endpoint (blocks until stopped).
 
     ``max_training`` caps the runs that train at once in this process (each further ▶ Play
@@ -544,10 +545,12 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
     with ``dask_scheduler``, or worker processes with ``num_procs`` > 1.
     ``max_step_seconds`` and ``max_isomap_rows`` set every session's work budget
     (:func:`boltzlab.dashboard.budget.set_limits`; ``None``: as it is, by default 2 s and 500 rows).
+    Run by ``boltzlab serve``'s supervisor (:mod:`boltzlab.dashboard.recycling`), it serves on
+    the supervisor's sockets and asks for a successor once it is idle and its RSS is more than
+    ``recycle_mb`` above its start's (``None``: never).
     """
-    import os
-
     from boltzlab.dashboard.logs import quiet_closed_connections
+    from boltzlab.dashboard.recycling import Child
     from boltzlab.dashboard.runner import SLOTS
 
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 0):
@@ -577,6 +580,9 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
 
     local: dict = {}  # the local cluster and its backend, once started
     first, then = [], []
+    child = Child.from_environment()
+    if child is not None:
+        child.listen()  # from now on, a supervisor gone stops this server
     if dask_scheduler is not None:  # first: an unreachable scheduler fails before anything starts
         from boltzlab.dashboard.distributed import scheduler_security, use_dask
 
@@ -589,12 +595,28 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
 
             say(f"starting {workers} worker process{'es' if workers > 1 else ''} (a local Dask cluster)")
             local["cluster"], local["backend"] = use_local_cluster(workers, warm=False)
-            VISITORS.when_idle = lambda: local["backend"].recycle_soon(still_idle=lambda: not VISITORS.ids)
             say("the worker processes are up")
 
         first.append(start_workers)
         then.append(lambda: local["backend"].warm_workers())  # from numba's cache, now compiled
-    previous = _stop_on_sigterm() if workers else None
+
+    def when_idle() -> None:  # nobody for VISITORS.idle_seconds
+        if child is not None and child.retiring:  # the last session of a retired server left
+            _stop_self()
+            return
+        grown = child.grown(recycle_mb) if child is not None and recycle_mb is not None else None
+        if grown is not None:  # a fresh process, its workers too
+            child.ask_recycle(grown)
+        elif "backend" in local:  # the workers' memory back
+            local["backend"].recycle_soon(still_idle=lambda: not VISITORS.ids)
+
+    VISITORS.when_idle = when_idle
+    if child is not None:
+        child.use_sockets()
+        show = show and not child.successor  # the browser was opened by the first one
+        child.on_retire = _retire_soon
+        then.append(child.ready)
+    previous = _stop_on_sigterm() if workers or child is not None else None
     try:
         # the kernels compile (first start) or load in the background while the server
         # answers; a lab opens once its kernel groups are loaded and the workers are up
@@ -621,6 +643,27 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
             import signal
 
             signal.signal(signal.SIGTERM, previous)
+
+
+def _retire_soon() -> None:
+    """The supervisor's successor took over (from its thread): on the loop, stop accepting
+    connections, and stop once the last session has left (now, if none is open)."""
+    from panel.io.state import state
+
+    def retire(server) -> None:
+        server._http.stop()  # Bokeh keeps its Tornado HTTPServer there; the sockets stay open in the supervisor
+        if not VISITORS.ids:
+            _stop_self()
+
+    for server, *_ in list(state._servers.values()):
+        server.io_loop.add_callback(retire, server)
+
+
+def _stop_self() -> None:
+    """Stop this server the orderly way (as a SIGTERM from outside: :func:`_stop_on_sigterm`)."""
+    import signal
+
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _stop_on_sigterm():

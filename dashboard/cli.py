@@ -19,6 +19,8 @@ from boltzlab.dashboard.progress import TerminalProgress
 
 EXIT_BAD_INPUT = 2
 EXIT_NO_MPLE = 3
+#: serve's --recycle-mb: a fresh server process takes over from an idle one that grew this much (MB)
+RECYCLE_MB = 50.0
 
 
 def _error(message: str, code: int = EXIT_BAD_INPUT) -> int:
@@ -183,7 +185,7 @@ def _login_options(args: argparse.Namespace) -> dict:
         options["cookie_secret"] = cookie_secret
     if args.admin:
         options["admin"] = True
-    for note in notes:  # once everything is checked
+    for note in notes if not _serving_for_supervisor() else ():  # once everything is checked (and said)
         print(f"boltzlab serve: {note}", file=sys.stderr)
     return options
 
@@ -241,8 +243,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
         auth["use_xheaders"] = True
     if key is not None:
         _encrypt_oauth_tokens(key)
-    # the options are good: say so before the imports of a few seconds (a start that talks)
-    print(f"boltzlab serve: starting Boltzmann Lab {_version()}", file=sys.stderr, flush=True)
+    # the supervisor runs the server with the same command line: without one (arguments made
+    # in Python), the server runs in this process
+    recycle = args.recycle_mb > 0 and args.num_procs == 1 and getattr(args, "argv", None) is not None
+    if not _serving_for_supervisor():
+        # the options are good: say so before the imports of a few seconds (a start that talks)
+        print(f"boltzlab serve: starting Boltzmann Lab {_version()}", file=sys.stderr, flush=True)
+        if recycle:  # this process holds the port; the server runs in a child it can replace
+            from boltzlab.dashboard.recycling import supervise
+
+            secret = {"PANEL_COOKIE_SECRET": auth["cookie_secret"]} \
+                if "cookie_secret" in auth and args.cookie_secret is None else {}  # a random one: shared
+            return supervise(args.argv, args.port, args.address, env=secret)
     from boltzlab.dashboard.app import serve
     from boltzlab.dashboard.distributed import DaskUnavailable
 
@@ -253,11 +265,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
             max_training=args.max_training, dask_scheduler=args.dask_scheduler, workers=args.workers,
             max_step_seconds=args.max_step_seconds, max_isomap_rows=args.max_isomap_rows,
             dask_tls_ca_file=args.dask_tls_ca_file, dask_tls_cert=args.dask_tls_cert,
-            dask_tls_key=args.dask_tls_key, dask_insecure=args.dask_insecure, **auth,
+            dask_tls_key=args.dask_tls_key, dask_insecure=args.dask_insecure,
+            recycle_mb=args.recycle_mb if recycle else None, **auth,
         )
     except DaskUnavailable as exc:
         return _error(str(exc))
     return 0
+
+
+def _serving_for_supervisor() -> bool:
+    """Whether this ``serve`` is the server a supervisor started (its options were checked and
+    its notes said there: :mod:`boltzlab.dashboard.recycling`)."""
+    import os
+
+    return bool(os.environ.get("BOLTZLAB_SERVE_SOCKETS"))
 
 
 def cmd_warmup(args: argparse.Namespace) -> int:
@@ -767,6 +788,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="run the trainers and the analyses in N worker processes of a local Dask cluster "
                             "that serve starts and stops (default: one per core); 0: in threads of the server "
                             "process (development, tests)")
+    serve.add_argument("--recycle-mb", type=_number(float, 0, inclusive=True), default=RECYCLE_MB, metavar="MB",
+                       help="when nobody has used the server for a few seconds and its memory is more than MB "
+                            "above what it was at its start, a fresh server process takes over on the same port "
+                            f"(default {RECYCLE_MB:g}; 0: never; only with --num-procs 1)")
     serve.set_defaults(func=cmd_serve)
 
     warmup = sub.add_parser(
@@ -1008,7 +1033,8 @@ def _secrets_joined(argv: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(_secrets_joined(sys.argv[1:] if argv is None else list(argv)))
+    args = parser.parse_args(words := _secrets_joined(sys.argv[1:] if argv is None else list(argv)))
+    args.argv = words  # serve's supervisor runs the server with them
     return args.func(args)
 
 

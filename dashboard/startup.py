@@ -28,7 +28,8 @@ COMPILE_NICENESS = 10
 
 def say(message: str) -> None:
     """One line of the server's start on stderr (before logging is set up, and always shown)."""
-    print(f"boltzlab serve: {message}", file=sys.stderr, flush=True)
+    sys.stderr.write(f"boltzlab serve: {message}\n")  # one write: threads' lines do not interleave
+    sys.stderr.flush()
 
 
 class Startup:

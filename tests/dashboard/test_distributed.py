@@ -270,15 +270,16 @@ def _serve(*args: str, env_extra: dict | None = None, timeout: float = 120) -> s
 
 def test_serve_with_an_unreachable_scheduler_exits_with_a_message_not_a_traceback():
     # Dask's own connect-timeout setting keeps this short
-    out = _serve("--dask-scheduler", "tcp://127.0.0.1:1", "--dask-insecure", "--port", "1",
+    # (the web port a free one: serve's supervisor listens before its server connects)
+    out = _serve("--dask-scheduler", "tcp://127.0.0.1:1", "--dask-insecure", "--port", "0",
                  env_extra={"DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "1s"})
     assert out.returncode == 2
     assert "Cannot reach the Dask scheduler at 'tcp://127.0.0.1:1' within 1 s" in out.stderr
     assert "Traceback" not in out.stderr
     # without --dask-insecure a plain tcp:// scheduler is refused before anything connects
-    out = _serve("--dask-scheduler", "tcp://127.0.0.1:1", "--port", "1")
+    out = _serve("--dask-scheduler", "tcp://127.0.0.1:1", "--port", "0")
     assert out.returncode == 2 and "--dask-insecure" in out.stderr and "Traceback" not in out.stderr
-    out = _serve("--dask-tls-cert", "x.pem", "--port", "1")
+    out = _serve("--dask-tls-cert", "x.pem", "--port", "0")
     assert out.returncode == 2 and "external cluster" in out.stderr and "Traceback" not in out.stderr
     out = _serve("--dask-scheduler", "tcp://127.0.0.1:1", "--num-procs", "2")
     assert out.returncode == 2 and "--num-procs 1" in out.stderr and "Traceback" not in out.stderr

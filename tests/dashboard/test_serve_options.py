@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 
 import pytest
 from cryptography.fernet import Fernet
@@ -14,7 +15,7 @@ from panel.config import config
 from panel.io.state import state
 from panel.util import edit_readonly
 
-from boltzlab.dashboard import app, cli
+from boltzlab.dashboard import app, cli, recycling
 
 CLIENT_SECRET = "client-SECRET-4f1d9a"
 COOKIE_SECRET = "cookie-SECRET-77c0b3"
@@ -32,6 +33,14 @@ def served(monkeypatch, tmp_path):
     called); Panel's global state that ``cmd_serve`` sets is restored afterwards."""
     calls: list[dict] = []
     monkeypatch.setattr(app, "serve", lambda **kwargs: calls.append(kwargs))
+
+    def supervise(argv, port, address, env=None):  # the server's command line, run here
+        monkeypatch.setenv(recycling.ENV_SOCKETS, "-1")
+        for name, value in (env or {}).items():
+            monkeypatch.setenv(name, value)
+        return cli.main(argv)
+
+    monkeypatch.setattr(recycling, "supervise", supervise)
     for var in cli.LOGIN_ENV.values():
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(state, "encryption", None)
@@ -104,7 +113,10 @@ def test_oauth_options_reach_serve_and_the_key_encrypts(served, capsys):
 def test_oauth_without_encryption_key_or_cookie_secret_warns_and_draws_a_secret(served, capsys):
     calls, _ = served
     assert cli.main(["serve", "--workers", "0", *OAUTH]) == 0
-    secret = calls[0]["cookie_secret"]
+    # drawn once by serve's supervisor and handed to its server processes in their environment,
+    # where Panel reads it: a fresh server process keeps the logins (dashboard.recycling)
+    assert "cookie_secret" not in calls[0]
+    secret = os.environ["PANEL_COOKIE_SECRET"]
     assert len(secret) >= 32 and state.encryption is None
     err = capsys.readouterr().err
     assert "no --oauth-encryption-key given" in err and "using a random one" in err

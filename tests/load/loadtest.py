@@ -263,6 +263,22 @@ def _children(pid: int) -> list[int]:
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def serving_pid(pid: int) -> int:
+    """The process that serves for ``boltzlab serve``'s process ``pid``: its newest child that
+    is a ``boltzlab serve`` too (the supervisor's server, replaced when it is recycled:
+    boltzlab.dashboard.recycling), or ``pid`` itself (``--recycle-mb 0``, ``--num-procs`` > 1)."""
+    newest, started = pid, -1
+    for child in _children(pid):
+        try:
+            stat = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()
+            command = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if int(stat[1]) == pid and b"boltzlab" in command and b"serve" in command and int(stat[19]) > started:
+            newest, started = child, int(stat[19])  # ppid (field 4), starttime (field 22)
+    return newest
+
+
 def _status(pid: int) -> dict[str, float]:
     """VmRSS (kB), Threads and CPU seconds (user + system) of one process; zeros if it is gone."""
     try:
@@ -315,17 +331,20 @@ class Server:
         """RSS (MB) of the server and its children, the server's thread count, and the CPU the
         server used since the last sample, in % of one core (100 = one core busy)."""
         assert self.proc is not None
-        main = _status(self.proc.pid)
-        children = [_status(c) for c in _children(self.proc.pid)]
-        rss_kb = main["rss_kb"] + sum(c["rss_kb"] for c in children)
-        cpu_s, now = main["cpu_s"] + sum(c["cpu_s"] for c in children), time.monotonic()
+        top = _status(self.proc.pid)
+        server = serving_pid(self.proc.pid)
+        children = {c: _status(c) for c in _children(self.proc.pid)}
+        main = children.get(server, top)
+        rss_kb = top["rss_kb"] + sum(c["rss_kb"] for c in children.values())
+        cpu_s, now = top["cpu_s"] + sum(c["cpu_s"] for c in children.values()), time.monotonic()
         last_cpu, last_time = self._last_cpu
         cpu = None  # CPU time comes in 10 ms ticks: no rate over less than a second
         if now - last_time >= 1.0:
-            cpu = round(100 * (cpu_s - last_cpu) / (now - last_time), 1)
+            # (none either across a recycled server: its CPU time left with it)
+            cpu = round(100 * (cpu_s - last_cpu) / (now - last_time), 1) if cpu_s >= last_cpu else None
             self._last_cpu = (cpu_s, now)
         return {"rss_mb": round(rss_kb / 1024, 1), "server_rss_mb": round(main["rss_kb"] / 1024, 1),
-                "threads": main["threads"], "cpu_percent": cpu}
+                "threads": main["threads"], "cpu_percent": cpu, "server_pid": server}
 
     def log_findings(self) -> dict:
         """What the server log says: errors, and the noise of tabs closed mid-stream.
