@@ -1055,6 +1055,11 @@ def warm_up_tap() -> None:
     Vr = rng.random((12, 5)) * (rng.random((12, 5)) < 0.7)
     for kind in ("truncated_gaussian", "truncated_gauss_bernoulli"):
         TAPTrainer(Vr, 3, prior_vis=kind, prior_hid=kind, batch_size=6, n_chains=3, max_epochs=1).step()
+    # on several threads a tiny model is split by chains; one of more hidden units by columns
+    Wc = rng.normal(0, 0.1, (5, kernels.CHAIN_SPLIT_MAX_HIDDEN + 1))
+    for dtype in ("float32", "float64"):
+        res = tap_fixed_points(Wc, np.zeros(5), np.zeros(Wc.shape[1]), V[:4], dtype=dtype)
+    tap_free_energy(Wc, np.zeros(5), np.zeros(Wc.shape[1]), res)
     W = rng.normal(0, 0.1, (5, 3))
     init = random_init(3, 5, 0, "spin")
     tap_fixed_points(W, np.zeros(5), np.zeros(3), init, prior_vis="spin", prior_hid="spin", field_vis=np.zeros((3, 5)))

@@ -516,12 +516,53 @@ def tap_iterate(W, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_
              av, cv, ah, ch, damping, tol, max_iter, iters, converged, False)
 
 
+#: a model with at most this many hidden units runs Algorithm 1 and eq. 36 on several threads
+#: by blocks of chains (:func:`chain_blocks`), a larger one by blocks of columns
+CHAIN_SPLIT_MAX_HIDDEN = 256
+CHAIN_BLOCK = 64  # chains per block, about
+
+
+@njit(cache=True, nogil=True)
+def chain_blocks(K):
+    """The number of blocks K chains are split into on several threads (``even_blocks`` of
+    CHAIN_BLOCK: set by K alone)."""
+    nb = (K + CHAIN_BLOCK - 1) // CHAIN_BLOCK
+    nb += nb % 2
+    return max(1, min(nb, K))
+
+
+def by_chains(K, Nh):
+    """Whether a problem of K chains and Nh hidden units is split by chains on several threads:
+    with few hidden units a column block is too thin to pay for its fork (at Nh = 100 the TAP
+    lab's Algorithm 1 ran 1.0x on two threads by columns), while K / 2 chains keep each
+    block's products whole."""
+    return Nh <= CHAIN_SPLIT_MAX_HIDDEN and chain_blocks(K) > 1
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _iterate_chain_blocks(W, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h, field, has_field,
+                          av, cv, ah, ch, damping, tol, max_iter, iters, converged):
+    """:func:`tap_iterate` on each of the :func:`chain_blocks` of the chains, in parallel
+    (a chain's sweeps never look at another chain: each block is Algorithm 1 on its rows)."""
+    K = av.shape[0]
+    nb = chain_blocks(K)
+    for b in prange(nb):
+        r0 = K * b // nb
+        r1 = K * (b + 1) // nb
+        f = field[r0:r1] if has_field else field[0:1]
+        _iterate(W, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h, f, has_field,
+                 av[r0:r1], cv[r0:r1], ah[r0:r1], ch[r0:r1], damping, tol, max_iter, iters[r0:r1],
+                 converged[r0:r1], False)
+
+
 def tap_iterate_blocks(W, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h, field, has_field,
                        av, cv, ah, ch, damping, tol, max_iter, iters, converged):
     """:func:`tap_iterate` on the calling thread's numba threads (:mod:`boltzlab.engine.threads`).
 
     On one thread it is :func:`tap_iterate` itself: one product per matrix, no fork.  On
-    more, each half-step is split into blocks of columns (:func:`col_blocks` of the layer:
+    more, a model with few hidden units (:func:`by_chains`) runs :func:`tap_iterate` on
+    blocks of chains in parallel (:func:`chain_blocks`, one fork per call); a larger one
+    splits each half-step into blocks of columns (:func:`col_blocks` of the layer:
     hidden units for the hidden half-step, visible units for the visible one) run in
     parallel: two forks per sweep, every block multiplying all active chains by its columns
     of W (or W^T, W^2, (W^2)^T) in place, so each thread packs only its share of the matrices.
@@ -532,10 +573,16 @@ def tap_iterate_blocks(W, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo
     rounds a block of columns differently from the same columns of the whole product; its
     DGEMM does not: float64 moments are the same bits on any thread count), and a chain's
     squared change is summed per column block, which can move a convergence decision when
-    it lands within rounding of ``tol``.
+    it lands within rounding of ``tol``.  Blocks of chains change only how many rows each
+    product has (the same blocks on any n >= 2 threads).
     """
+    parallel = get_num_threads() > 1  # read in Python: a kernel that asked could not be cached
+    if parallel and by_chains(av.shape[0], ah.shape[1]):
+        _iterate_chain_blocks(W, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h, field, has_field,
+                              av, cv, ah, ch, damping, tol, max_iter, iters, converged)
+        return
     _iterate(W, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h, field, has_field,
-             av, cv, ah, ch, damping, tol, max_iter, iters, converged, get_num_threads() > 1)  # read in Python
+             av, cv, ah, ch, damping, tol, max_iter, iters, converged, parallel)
 
 
 @njit(cache=True, nogil=True)
@@ -666,9 +713,30 @@ def _layer_entropy(code, B, A, a, c, U, V, rho, lo, hi, field, has_field, out, p
 
 def tap_free_energy(W, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h, field, has_field,
                     av, cv, ah, ch):
-    """:func:`_tap_free_energy` with its rows on the calling thread's numba threads."""
+    """:func:`_tap_free_energy` on the calling thread's numba threads: its entropy rows, or
+    with few hidden units (:func:`by_chains`) whole blocks of rows, products included (each
+    row's value is its own either way)."""
+    parallel = get_num_threads() > 1  # read in Python
+    if parallel and by_chains(av.shape[0], ah.shape[1]):
+        return _free_energy_chain_blocks(W, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h, field,
+                                         has_field, av, cv, ah, ch)
     return _tap_free_energy(W, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h, field, has_field,
-                            av, cv, ah, ch, get_num_threads() > 1)  # read in Python
+                            av, cv, ah, ch, parallel)
+
+
+@njit(cache=True, nogil=True, parallel=True)
+def _free_energy_chain_blocks(W, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h, field, has_field,
+                              av, cv, ah, ch):
+    K = av.shape[0]
+    out = np.empty(K)
+    nb = chain_blocks(K)
+    for b in prange(nb):
+        r0 = K * b // nb
+        r1 = K * (b + 1) // nb
+        f = field[r0:r1] if has_field else field[0:1]
+        out[r0:r1] = _tap_free_energy(W, code_v, Uv, Vv, Rv, lo_v, hi_v, code_h, Uh, Vh, Rh, lo_h, hi_h, f, has_field,
+                                      av[r0:r1], cv[r0:r1], ah[r0:r1], ch[r0:r1], False)
+    return out
 
 
 @njit(cache=True, nogil=True)

@@ -93,7 +93,8 @@ import sys
 import numpy as np
 from boltzlab.engine import tap, threads
 from boltzlab.engine.kernels import frankwolfe as fwk
-from tests.engine.test_threads import BOUNDS, SEEDS, SHAPE, _eq10_problem, _tap_problem, _train, _train_setup
+from tests.engine.test_threads import (BOUNDS, COLUMN_HIDDEN, SEEDS, SHAPE, _eq10_problem, _tap_problem, _train,
+                                       _train_setup)
 out = {}
 for n_threads in (2, 3):
     with threads.using(n_threads):
@@ -103,10 +104,11 @@ for n_threads in (2, 3):
             got, recon = _train(V, rows, BOUNDS, SEEDS, state, True, 2)
             for i, g in enumerate(got + [recon]):
                 out[f"{n_threads} rbm {dtype.__name__} {i}"] = g
-            W, b_vis, b_hid, init = _tap_problem(40)
-            res = tap.tap_fixed_points(W, b_vis, b_hid, init, tol=1e-9, max_iter=200, dtype=dtype.__name__)
-            for name in ("a_vis", "c_vis", "a_hid", "c_hid", "iterations", "converged"):
-                out[f"{n_threads} tap {dtype.__name__} {name}"] = getattr(res, name)
+            for split, n_hid in (("chains", 90), ("columns", COLUMN_HIDDEN)):
+                W, b_vis, b_hid, init = _tap_problem(40, n_hid=n_hid)
+                res = tap.tap_fixed_points(W, b_vis, b_hid, init, tol=1e-9, max_iter=200, dtype=dtype.__name__)
+                for name in ("a_vis", "c_vis", "a_hid", "c_hid", "iterations", "converged"):
+                    out[f"{n_threads} tap {split} {dtype.__name__} {name}"] = getattr(res, name)
             chains, W, b, c, args = _eq10_problem(dtype, True)
             alpha = fwk.bias_alpha_updates(chains, W, b, c, *args)[0]
             for name, value in (("chains", chains), ("b_vis", b), ("alpha", alpha)):
@@ -132,9 +134,14 @@ def test_the_blocks_give_the_same_bits_on_2_and_3_threads(tmp_path):
                    cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     out = np.load(path)
     keys = [k[2:] for k in out.files if k.startswith("2 ")]
-    assert len(keys) == 2 * (9 + 6 + 3) + 2
+    assert len(keys) == 2 * (9 + 2 * 6 + 3) + 2
     for key in keys:
         np.testing.assert_array_equal(out["2 " + key], out["3 " + key], err_msg=key)
+
+
+#: hidden units of the TAP problems split by columns on several threads (more than
+#: tap_kernels.CHAIN_SPLIT_MAX_HIDDEN; fewer are split by chains)
+COLUMN_HIDDEN = 300
 
 
 def _tap_problem(K, n_vis=120, n_hid=90, seed=0):
@@ -143,11 +150,16 @@ def _tap_problem(K, n_vis=120, n_hid=90, seed=0):
     return W, rng.normal(0, 0.2, n_vis), rng.normal(0, 0.2, n_hid), (rng.random((K, n_vis)) < 0.4).astype(float)
 
 
+@pytest.mark.parametrize("n_hid, split", [(COLUMN_HIDDEN, "columns"), (90, "chains")])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_tap_column_blocks_on_1_and_2_threads_agree_to_rounding(dtype):
+def test_tap_blocks_on_1_and_2_threads_agree_to_rounding(dtype, n_hid, split):
     K = 40
-    W, b_vis, b_hid, init = _tap_problem(K)
-    assert tap_kernels.col_blocks(W.shape[0]) == tap_kernels.col_blocks(W.shape[1]) == 2
+    W, b_vis, b_hid, init = _tap_problem(K, n_hid=n_hid)
+    if split == "columns":
+        assert not tap_kernels.by_chains(K, n_hid)
+        assert tap_kernels.col_blocks(W.shape[0]) == tap_kernels.col_blocks(W.shape[1]) == 2
+    else:
+        assert tap_kernels.by_chains(K, n_hid) and tap_kernels.chain_blocks(K) == 2
     field = np.random.default_rng(5).normal(0, 0.5, init.shape)
     results = {}
     for n_threads in THREADS:
@@ -162,12 +174,13 @@ def test_tap_column_blocks_on_1_and_2_threads_agree_to_rounding(dtype):
     assert np.abs(a.iterations - b.iterations).max() <= 1
 
 
+@pytest.mark.parametrize("n_hid", [COLUMN_HIDDEN, 90], ids=["columns", "chains"])
 @pytest.mark.parametrize("n_threads", THREADS)
-def test_tap_column_blocks_match_one_block_and_the_numpy_reference(n_threads):
+def test_tap_blocks_match_one_block_and_the_numpy_reference(n_threads, n_hid):
     from boltzlab.engine.experiments.bench_tap import numpy_tap_sweeps
 
-    K = 133
-    W, b_vis, b_hid, init = _tap_problem(K)
+    K = 133  # 4 chain blocks (chains), 2 column blocks of each layer (columns)
+    W, b_vis, b_hid, init = _tap_problem(K, n_hid=n_hid)
     with threads.using(n_threads):
         got = tap.tap_fixed_points(W, b_vis, b_hid, init, tol=0.0, max_iter=30)
     av, cv, ah, ch, _ = numpy_tap_sweeps(W, b_vis, b_hid, init, 30)
@@ -185,7 +198,7 @@ def test_tap_column_blocks_match_one_block_and_the_numpy_reference(n_threads):
 @pytest.mark.parametrize("prior", ["bernoulli", "truncated_gauss_bernoulli"])
 def test_tap_free_energies_and_data_terms_give_the_same_bits_on_1_and_2_threads(prior):
     # each row's sum is its own: the rows on two threads give one thread's numbers exactly
-    W, b_vis, b_hid, init = _tap_problem(57)
+    W, b_vis, b_hid, init = _tap_problem(57, n_hid=COLUMN_HIDDEN)
     res = tap.tap_fixed_points(W, b_vis, b_hid, init, prior_vis=prior, tol=1e-9, max_iter=200)
     model = tap._Model(W, b_vis, b_hid, prior, "bernoulli", "test")
     got = {}
@@ -197,6 +210,25 @@ def test_tap_free_energies_and_data_terms_give_the_same_bits_on_1_and_2_threads(
     for a, b in zip(got[1], got[2]):
         np.testing.assert_array_equal(a, b)
     assert np.all(np.isfinite(got[2][0])) and np.all(np.isfinite(got[2][1]))
+
+
+@pytest.mark.parametrize("prior", ["bernoulli", "truncated_gauss_bernoulli"])
+def test_tap_free_energies_by_chain_blocks_agree_with_one_thread_and_the_reference(prior):
+    from tests.engine.test_tap import Layer, ref_free_energy
+
+    K = 133  # 4 blocks of rows, their products included
+    W, b_vis, b_hid, init = _tap_problem(K)
+    assert tap_kernels.by_chains(K, W.shape[1]) and tap_kernels.chain_blocks(K) == 4
+    res = tap.tap_fixed_points(W, b_vis, b_hid, init, prior_vis=prior, tol=1e-9, max_iter=200)
+    got = {}
+    for n_threads in THREADS:
+        with threads.using(n_threads):
+            got[n_threads] = tap.tap_free_energy(W, b_vis, b_hid, res, prior_vis=prior)
+    np.testing.assert_allclose(got[2], got[1], rtol=1e-13, atol=0)
+    if prior == "bernoulli":
+        ref = ref_free_energy(W, Layer("bernoulli", b_vis), Layer("bernoulli", b_hid), res.a_vis, res.c_vis,
+                              res.a_hid, res.c_hid)
+        np.testing.assert_allclose(got[2], ref, rtol=1e-10)
 
 
 def _eq10_problem(dtype, fit_alpha):
