@@ -278,7 +278,9 @@ def _serving_for_supervisor() -> bool:
     its notes said there: :mod:`boltzlab.dashboard.recycling`)."""
     import os
 
-    return bool(os.environ.get("BOLTZLAB_SERVE_SOCKETS"))
+    from boltzlab.dashboard.recycling import ENV_SOCKETS
+
+    return bool(os.environ.get(ENV_SOCKETS))
 
 
 def cmd_warmup(args: argparse.Namespace) -> int:

@@ -49,6 +49,7 @@ STOP_SECONDS = 90.0
 
 
 def say(message: str) -> None:
+    """One line of serve's on stderr (before logging is set up, and always shown)."""
     sys.stderr.write(f"boltzlab serve: {message}\n")  # one write: threads' lines do not interleave
     sys.stderr.flush()
 
@@ -70,7 +71,6 @@ class _Server:
                                      pass_fds=[*fds, theirs.fileno()], process_group=0)
         theirs.close()
         self._buffer = b""
-        self.ready = False
 
     def messages(self) -> list[str]:
         """What it wrote since the last call (whole lines); ``[]`` at its end."""

@@ -15,21 +15,15 @@ of them through the warm-up worker plugin once everything is compiled).
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from typing import Callable, Iterable
 
+from boltzlab.dashboard.recycling import say
 from boltzlab.engine.warmup import GROUPS, compile_kernels, warm_group
 
 #: the compiling processes run at this niceness: the server answers first
 COMPILE_NICENESS = 10
-
-
-def say(message: str) -> None:
-    """One line of the server's start on stderr (before logging is set up, and always shown)."""
-    sys.stderr.write(f"boltzlab serve: {message}\n")  # one write: threads' lines do not interleave
-    sys.stderr.flush()
 
 
 class Startup:

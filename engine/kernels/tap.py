@@ -60,7 +60,7 @@ import numpy as np
 from numba import get_num_threads, njit, prange
 
 from boltzlab.engine.kernels.common import (COL_BLOCK, COL_UNIT, F32, HALF_32, ONE_32, ZERO_32, _fdiv,  # noqa: F401
-                                            col_block, col_blocks, exp_nonpositive, exp_nonpositive32, logaddexp,
+                                            col_block, col_blocks, even_blocks, exp_nonpositive, exp_nonpositive32, logaddexp,
                                             matmul, sigmoid32)
 
 BERNOULLI = 0
@@ -526,9 +526,7 @@ CHAIN_BLOCK = 64  # chains per block, about
 def chain_blocks(K):
     """The number of blocks K chains are split into on several threads (``even_blocks`` of
     CHAIN_BLOCK: set by K alone)."""
-    nb = (K + CHAIN_BLOCK - 1) // CHAIN_BLOCK
-    nb += nb % 2
-    return max(1, min(nb, K))
+    return even_blocks(K, CHAIN_BLOCK)
 
 
 def by_chains(K, Nh):

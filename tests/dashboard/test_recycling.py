@@ -13,14 +13,10 @@ import pytest
 
 from boltzlab.dashboard.recycling import Child, rss_mb
 from tests.load.loadtest import serving_pid
-from tests.serving import answers, server_output, start_server, stop_server
+from tests.serving import _said, answers, server_output, start_server, stop_server
 from tests.waiting import in_own_thread, wait_for
 
-TOOK_OVER = b"boltzlab serve: the fresh server process"
-
-
-def _said(proc, text: bytes) -> bool:
-    return text in proc.server_log.read_bytes()
+TOOK_OVER = "boltzlab serve: the fresh server process"
 
 
 def _open_a_lab(base: str) -> None:

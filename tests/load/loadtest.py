@@ -263,12 +263,12 @@ def _children(pid: int) -> list[int]:
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def serving_pid(pid: int) -> int:
+def serving_pid(pid: int, children: list[int] | None = None) -> int:
     """The process that serves for ``boltzlab serve``'s process ``pid``: its newest child that
     is a ``boltzlab serve`` too (the supervisor's server, replaced when it is recycled:
     boltzlab.dashboard.recycling), or ``pid`` itself (``--recycle-mb 0``, ``--num-procs`` > 1)."""
     newest, started = pid, -1
-    for child in _children(pid):
+    for child in _children(pid) if children is None else children:
         try:
             stat = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()
             command = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
@@ -332,8 +332,9 @@ class Server:
         server used since the last sample, in % of one core (100 = one core busy)."""
         assert self.proc is not None
         top = _status(self.proc.pid)
-        server = serving_pid(self.proc.pid)
-        children = {c: _status(c) for c in _children(self.proc.pid)}
+        descendants = _children(self.proc.pid)
+        server = serving_pid(self.proc.pid, descendants)
+        children = {c: _status(c) for c in descendants}
         main = children.get(server, top)
         rss_kb = top["rss_kb"] + sum(c["rss_kb"] for c in children.values())
         cpu_s, now = top["cpu_s"] + sum(c["cpu_s"] for c in children.values()), time.monotonic()
