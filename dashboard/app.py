@@ -9,11 +9,14 @@ from __future__ import annotations
 import logging
 import os
 import time
+import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import Any, Callable
 
 import panel as pn
+from bokeh.application.handlers.handler import Handler
+from panel.io.application import Application as PanelApplication
 
 from boltzlab.dashboard.views.text import StaticMarkdown
 
@@ -471,6 +474,81 @@ def routes() -> dict:
     return {"/": create_app, **{f"/{cls.key}": page_of(cls.key) for cls in LABS}}
 
 
+def applications(admin: bool = False) -> dict:
+    """:func:`routes` as the Bokeh applications ``serve`` gives Panel: each session's page
+    built off the event loop (:class:`PageApplication`)."""
+    return {path: PageApplication(PageHandler(make), admin=admin) for path, make in routes().items()}
+
+
+class PageHandler(Handler):
+    """Fills a session's document with the page ``make()`` returns, as Panel's function handler
+    does, but without Bokeh's ``patch_curdoc``: that one patches the current document of the
+    whole process, and :class:`PageApplication` runs this on the builder thread while the loop
+    runs other sessions' callbacks (which patch it too).  Panel's current document (a context
+    variable, per thread) is set instead, which is what the app's code reads."""
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        super().__init__()
+        self._make = make
+
+    def modify_document(self, doc: Any) -> None:
+        from panel.io.state import set_curdoc, state
+
+        state._launching.add(doc)  # Panel's "still launching" (extensions may load late)
+        try:
+            with set_curdoc(doc):
+                try:
+                    page = self._make()
+                except Exception as exc:  # noqa: BLE001 - said on the page and logged
+                    log.error("Could not build a page: %s", exc, exc_info=exc)
+                    page = pn.pane.Alert(f"This page could not be built: {exc}", alert_type="danger")
+                page.server_doc(doc, title=TITLE, location=True)
+        finally:
+            state._launching.discard(doc)
+        # as Panel's handler leaves a served document: its own reconnect and notifications
+        doc.config.update(reconnect_session=pn.config.reconnect is True, notifications=None,
+                          notify_connection_status=False)
+
+
+#: the documents :class:`PageApplication` filled off the loop, for its ``initialize_document``
+_FILLED: "weakref.WeakSet" = weakref.WeakSet()
+
+
+class PageApplication(PanelApplication):
+    """Panel's application, with a new session's document filled on :data:`BUILDER`.
+
+    Bokeh makes a session (at a page's ``GET``) by awaiting ``on_session_created`` and then
+    calling ``initialize_document`` on the loop: the app's template and its ~100 Bokeh models,
+    0.1 s of a quiet server's loop for every ``GET /`` (0.2 s under load; py-spy: 91 % of a
+    ``GET /``), in which every other session's tick and ``/liveness`` waited.  Here the await
+    does that work on the builder thread (in the order the pages came, before their labs),
+    and the later call finds the document filled.  The document is new, in no session yet:
+    nothing else reads it meanwhile.  Panel notes the thread that filled a document as the
+    one allowed to change it directly; that is the loop's, as if it had been filled there.
+    """
+
+    async def on_session_created(self, session_context: Any) -> None:
+        import asyncio
+        import threading
+
+        from panel.io.state import state
+
+        await super().on_session_created(session_context)
+        doc = session_context._document
+        loop_thread = threading.get_ident()
+        try:
+            await asyncio.wrap_future(BUILDER.submit(super().initialize_document, doc))
+        finally:  # failed: Bokeh logs it, and the page is what the handler left (its alert)
+            _FILLED.add(doc)
+            state._thread_id_[doc] = loop_thread
+
+    def initialize_document(self, doc: Any) -> None:
+        if doc in _FILLED:
+            _FILLED.discard(doc)
+            return
+        super().initialize_document(doc)  # not served through Bokeh's sessions: here
+
+
 # presentation mode, in the browser: Bokeh widgets take their size from this CSS variable
 # (custom properties reach into the shadow DOM) and text from the body's font size.  (CSS
 # zoom would be simpler, but Bokeh then measures its canvases wrongly and plots overlap.)
@@ -629,7 +707,7 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
             STARTUP.start(first=first, when=when, then=then)
         extra = {"num_procs": num_procs} if num_procs != 1 else {}
         kwargs.setdefault("websocket_max_message_size", WEBSOCKET_MAX_BYTES)
-        return pn.serve(routes(), port=port, address=address, show=show,
+        return pn.serve(applications(admin=bool(kwargs.get("admin"))), port=port, address=address, show=show,
                         websocket_origin=allow_websocket_origin, liveness=True, title=TITLE,
                         **extra, **kwargs)
     finally:

@@ -20,14 +20,14 @@ pytestmark = pytest.mark.browser
 def gated(monkeypatch):
     """(the server's Startup, nothing loaded yet; the app's URL)."""
     from boltzlab.dashboard import startup
-    from boltzlab.dashboard.app import routes
+    from boltzlab.dashboard.app import applications
 
     gate = startup.Startup()
     gate._reset()  # as serve's start does: no group loaded
     gate._first_done = True  # no worker processes to wait for (the app's runs are threads here)
     monkeypatch.setattr(startup, "STARTUP", gate)
     port = free_port()
-    server = pn.serve(routes(), port=port, address="127.0.0.1", show=False, threaded=True, liveness=True,
+    server = pn.serve(applications(), port=port, address="127.0.0.1", show=False, threaded=True, liveness=True,
                       title="Boltzmann Lab")
     url = f"http://127.0.0.1:{port}"
     assert wait_for(lambda: answers(url + "/liveness"), timeout=120)

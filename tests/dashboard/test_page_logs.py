@@ -5,7 +5,7 @@ visitor does; an administrator reading the server's log must not take them for p
 Before, each page open logged about seven Panel warnings ("sizing_mode='stretch_width' on
 Tabs is being overridden to 'stretch_both' by a child's sizing").
 
-The app is served in this process, as ``boltzlab serve --workers 0`` serves it (``routes()``,
+The app is served in this process, as ``boltzlab serve --workers 0`` serves it (``applications()``,
 the closed-tab filter of ``dashboard/logs.py``), and each lab's page is opened by the
 protocol-level client of the load tests (``tests/load/protocol.py``: the ``GET`` that builds the
 session on the server, the websocket, the document pulled, ``document_ready``, then the
@@ -69,12 +69,12 @@ def logged():
 def served():
     """The app served in this process on a free port (its base URL, its Bokeh server); a closed
     tab's session is discarded within a second (Bokeh's default waits 15 s)."""
-    from boltzlab.dashboard.app import TITLE, routes
+    from boltzlab.dashboard.app import TITLE, applications
     from boltzlab.dashboard.logs import quiet_closed_connections
 
     quiet_closed_connections()  # as serve() does
     port, server_id = free_port(), uuid.uuid4().hex
-    thread = pn.serve(routes(), port=port, address="127.0.0.1", show=False, threaded=True, liveness=True,
+    thread = pn.serve(applications(), port=port, address="127.0.0.1", show=False, threaded=True, liveness=True,
                       title=TITLE, server_id=server_id, check_unused_sessions_milliseconds=200,
                       unused_session_lifetime_milliseconds=200)
     base = f"http://127.0.0.1:{port}"
