@@ -181,7 +181,6 @@ class Child:
         self.control = socket.socket(fileno=control)
         self.successor = successor
         self.start_mb: float | None = None
-        self.asked = False
         self.retiring = False
         self.on_retire: Callable[[], None] | None = None
 
@@ -246,10 +245,10 @@ class Child:
         return grown if grown > limit_mb else None
 
     def ask_recycle(self, grown_mb: float) -> None:
-        """Ask the supervisor for a successor (once)."""
-        if not self.asked:
-            self.asked = True
-            self._tell(f"recycle {rss_mb():.0f} MB, {grown_mb:.0f} MB above its start")
+        """Ask the supervisor for a successor.  Asked at every idle spell: the supervisor starts
+        one at a time and, after one failed to start, none for :data:`RETRY_AFTER_SECONDS`;
+        asked once only, a server whose successor failed would have kept its memory for good."""
+        self._tell(f"recycle {rss_mb():.0f} MB, {grown_mb:.0f} MB above its start")
 
     def _tell(self, message: str) -> None:
         try:

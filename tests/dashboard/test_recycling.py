@@ -41,14 +41,15 @@ def test_the_server_learns_its_growth_from_its_start(monkeypatch):
     a, b = socket.socketpair()
     child = Child([], b.fileno(), successor=False)
     assert child.grown(0.0) is None  # not ready: nothing to compare with
-    sizes = iter([500.0, 540.0, 620.0, 620.0])
+    sizes = iter([500.0, 540.0, 620.0, 620.0, 620.0])
     monkeypatch.setattr("boltzlab.dashboard.recycling.rss_mb", lambda: next(sizes))
     child.ready()
     assert a.recv(100) == b"ready\n"
     assert child.grown(50.0) is None  # +40 MB
     assert child.grown(50.0) == pytest.approx(120.0)
     child.ask_recycle(120.0)
-    child.ask_recycle(120.0)  # once
+    assert a.recv(100) == b"recycle 620 MB, 120 MB above its start\n"
+    child.ask_recycle(120.0)  # at its next idle spell again: the supervisor decides
     assert a.recv(100) == b"recycle 620 MB, 120 MB above its start\n"
     a.close()
     assert 0 < rss_mb()
