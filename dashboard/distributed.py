@@ -130,6 +130,20 @@ def _status(trainer: Any) -> Status:
             None if message is None else str(message))
 
 
+def bind_actor(actor: Any, client: Any, future: Any) -> None:
+    """Attach Dask's actor handle to ``client`` (and its task's ``future``) if it is not.
+
+    A handle binds itself to the client ``get_client()`` finds, when it is made and again at
+    each call; this backend's client is not the default one, so in a thread where none is
+    current (a runner's, a loaded machine's late deserialization) the handle stays unbound,
+    and its first call fails inside a property whose AttributeError Dask's ``__getattr__``
+    then reports as "type object 'TrainerActor' has no attribute '_io_loop'" (seen once, a
+    Bound lab's run in the browser tests beside a load test).
+    """
+    if getattr(actor, "_client", None) is None and getattr(actor, "_worker", None) is None:
+        actor._client, actor._future = client, future
+
+
 class TrainerActor:
     """Holds one trainer on a Dask worker (created with ``client.submit(..., actor=True)``).
 
@@ -440,6 +454,8 @@ class DaskBackend:
             raise DaskUnavailable(f"Could not start the trainers on the Dask cluster at {self.address!r}: "
                                   f"{type(exc).__name__}: {exc}") from exc
         del bundle  # the actors hold their trainers; the worker may drop the shipped copy
+        for name, actor in actors.items():
+            bind_actor(actor, self.client, futures[name])
         remotes = {}
         for name, trainer in trainers.items():
             cls = RemoteBatchTrainer if hasattr(trainer, "steps") else RemoteTrainer

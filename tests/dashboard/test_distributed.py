@@ -99,6 +99,30 @@ def test_remote_fvbm_gives_exactly_the_local_records(backend):
         remote.step()
 
 
+def test_an_actor_handle_made_where_no_client_is_current_is_bound_to_the_backends(backend):
+    """The backend's client is not Dask's default: a handle made in a thread where no client is
+    current is unbound, and its calls failed ("type object 'TrainerActor' has no attribute
+    '_io_loop'"); ``bind_actor`` attaches it to the backend's client."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from distributed.actor import Actor
+
+    from boltzlab.dashboard.distributed import TrainerActor, bind_actor
+
+    build = small_factory(tol=1e-6)
+    local, remote = build()["BSLM"], backend(build())["BSLM"]
+
+    def in_a_fresh_thread():
+        handle = Actor(TrainerActor, remote._actor._address, remote._actor.key)
+        assert handle._client is None and handle._worker is None  # unbound, as in the failure
+        bind_actor(handle, backend.client, remote._future)
+        remote._actor = handle
+        return remote.step()
+
+    with ThreadPoolExecutor(1) as pool:
+        assert_same(pool.submit(in_a_fresh_thread).result(timeout=120), local.step())
+
+
 def test_state_dict_round_trip_continues_exactly(backend):
     build = small_factory(tol=1e-6, init="random", seed=3)
     remote = backend(build())["BSLM"]
