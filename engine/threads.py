@@ -88,6 +88,40 @@ def single_blas() -> None:
             lib.set_num_threads(1)
 
 
+#: OpenBLAS's cores with "small matrix" SGEMM kernels (SMALL_MATRIX_OPT, AVX-512): a product
+#: of at most SMALL_GEMM multiply-adds (M N K) runs there without packing its operands.  The
+#: other cores' builds pack every call, where splitting a product only adds packings.
+SMALL_GEMM_CORES = ("skylakex", "cooperlake", "sapphirerapids")
+SMALL_GEMM = 100 * 100 * 100
+SMALL_GEMM_MIN_ROWS = 4  # fewer rows per product than this: the product whole is no slower
+
+
+def small_gemm_rows(k: int, n: int, itemsize: int) -> int:
+    """Rows per product for products (rows, k) x (k, n) of ``itemsize``-byte floats that run
+    in the BLAS's small-matrix kernel, or 0: multiply whole.
+
+    Measured here (scipy's OpenBLAS 0.3.30, SkylakeX, one thread, k = 784, n = 100): whole,
+    16-50 rows ran at 56-90 GFLOP/s, where 12-row pieces ran at 94-135 (the small kernel's
+    limit is M N K <= 10^6: 12 rows); at 100 rows both ran alike.  A run of Algorithm 1
+    passes through every row count as its chains converge, and on two threads each block
+    of chains starts at half of them.  Float32 only (float64 results are compared with
+    exact answers and keep their one product); 0 off OpenBLAS's AVX-512 cores.
+    """
+    if itemsize != 4 or k * n <= 0:
+        return 0
+    rows = SMALL_GEMM // (k * n)
+    if rows < SMALL_GEMM_MIN_ROWS or not _small_gemm_blas():
+        return 0
+    return rows
+
+
+def _small_gemm_blas() -> bool:
+    libs = _blas_controllers()
+    return bool(libs) and all(lib.internal_api == "openblas"
+                              and str(getattr(lib, "architecture", "")).lower() in SMALL_GEMM_CORES
+                              for lib in libs)
+
+
 # ------------------------------------------------------------------ fair share between runs
 
 #: A run counts as playing while it steps and for this long after (the round trip between

@@ -195,6 +195,37 @@ def test_tap_blocks_match_one_block_and_the_numpy_reference(n_threads, n_hid):
     np.testing.assert_array_equal(got.iterations, it)
 
 
+def test_small_gemm_rows_follow_the_blas_and_the_shape(monkeypatch):
+    monkeypatch.setattr(threads, "_small_gemm_blas", lambda: True)
+    assert threads.small_gemm_rows(784, 100, 4) == 12  # 12 x 784 x 100 <= 10^6 < 13 x ...
+    assert threads.small_gemm_rows(784, 500, 4) == 0  # pieces of 2 rows: multiply whole
+    assert threads.small_gemm_rows(784, 100, 8) == 0  # float64 keeps its one product
+    monkeypatch.setattr(threads, "_small_gemm_blas", lambda: False)
+    assert threads.small_gemm_rows(784, 100, 4) == 0
+
+
+@pytest.mark.parametrize("n_threads", THREADS)
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_tap_products_in_row_pieces_match_whole_products_and_the_numpy_reference(monkeypatch, dtype, n_threads):
+    from boltzlab.engine.experiments.bench_tap import numpy_tap_sweeps
+
+    K, sweeps = 45, 30  # pieces of 7 rows: 6 whole ones and a remainder, in each chain block
+    W, b_vis, b_hid, init = _tap_problem(K)
+    seen = []
+    monkeypatch.setattr(tap_kernels, "small_gemm_rows", lambda k, n, itemsize: seen.append((k, n)) or 7)
+    with threads.using(n_threads):
+        got = tap.tap_fixed_points(W, b_vis, b_hid, init, tol=0.0, max_iter=sweeps, dtype=dtype)
+    assert seen == [W.shape]
+    monkeypatch.undo()
+    whole = tap.tap_fixed_points(W, b_vis, b_hid, init, tol=0.0, max_iter=sweeps, dtype=dtype)
+    av, _, ah, _, _ = numpy_tap_sweeps(W, b_vis, b_hid, init.astype(dtype), sweeps)
+    atol = 1e-5 if dtype == "float32" else 1e-12
+    for ref in (whole, None):
+        a_vis, a_hid = (ref.a_vis, ref.a_hid) if ref is not None else (av, ah)
+        np.testing.assert_allclose(got.a_vis, a_vis, rtol=0, atol=atol)
+        np.testing.assert_allclose(got.a_hid, a_hid, rtol=0, atol=atol)
+
+
 @pytest.mark.parametrize("prior", ["bernoulli", "truncated_gauss_bernoulli"])
 def test_tap_free_energies_and_data_terms_give_the_same_bits_on_1_and_2_threads(prior):
     # each row's sum is its own: the rows on two threads give one thread's numbers exactly
