@@ -98,7 +98,13 @@ class Fetched(concurrent.futures.Future):
 
     def cancel(self) -> bool:
         cancelled = super().cancel()  # first: the remote's cancellation calls _fetch at once
-        self.remote.cancel()
+        # A task that has finished is not cancelled on the cluster, only dropped here: its
+        # result may be on its way (_fetch gathers it), and a key cancelled under a gather
+        # made the scheduler log "ERROR - Couldn't gather keys: ... 'forgotten'" for a job
+        # that was merely superseded (seen when a closing page cancelled its lab's jobs).
+        # The scheduler forgets it once the last reference (this future's) is released.
+        if not self.remote.done():
+            self.remote.cancel()
         return cancelled
 
     def _fetch(self, remote: Any) -> None:

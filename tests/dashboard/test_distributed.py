@@ -7,6 +7,7 @@ another interpreter and Records really come back over TCP, as on a real cluster.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import gc
 import os
 import subprocess
@@ -20,7 +21,7 @@ import pytest
 
 from boltzlab import engine
 from boltzlab.dashboard import runner as runner_module
-from boltzlab.dashboard.distributed import DaskBackend, DaskUnavailable, RemoteTrainer, use_dask
+from boltzlab.dashboard.distributed import DaskBackend, DaskUnavailable, Fetched, RemoteTrainer, use_dask
 from boltzlab.dashboard.labs.fvbm_setup import load_data, monotone_guaranteed, trainer_factory
 from boltzlab.engine.fvbm import FVBMTrainer
 from boltzlab.engine.stepping import Record, Trainer
@@ -231,6 +232,41 @@ def test_a_failing_remote_step_stops_only_that_trainer(dask_runners):
     assert runner.states["bad"].status == "error" and "kernel exploded" in runner.states["bad"].message
     # the good one stopped by its own rule, read from the cached status of its last reply
     assert runner.states["good"].status == "max_sweeps" and runner.states["good"].message == "stopped at max_sweeps"
+
+
+class _RemoteJob:
+    """Stands in for a job's Dask future: finished or not, and whether it was cancelled."""
+
+    def __init__(self, finished: bool) -> None:
+        self.finished, self.cancelled, self.callbacks = finished, False, []
+
+    def done(self) -> bool:
+        return self.finished or self.cancelled
+
+    def add_done_callback(self, callback) -> None:
+        self.callbacks.append(callback)
+
+    def result(self):
+        if self.cancelled:
+            raise concurrent.futures.CancelledError()
+        return 42
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+@pytest.mark.parametrize("finished", [False, True])
+def test_a_superseded_job_is_cancelled_on_the_cluster_only_while_it_runs(finished):
+    """A job still running is cancelled on the cluster; one that has finished is only dropped
+    here: cancelling its key while its result was being gathered made the scheduler log an
+    ERROR ("Couldn't gather keys ... forgotten") for a routine supersession."""
+    remote = _RemoteJob(finished)
+    job = Fetched(remote)
+    assert job.cancel() and job.cancelled()
+    assert remote.cancelled is (not finished)
+    for callback in remote.callbacks:  # the fetch that was under way finds the job dropped
+        callback(remote)
+    assert job.cancelled()
 
 
 def test_the_fvbm_lab_steps_and_draws_on_the_cluster(dask_runners):
