@@ -18,6 +18,7 @@ import panel as pn
 from bokeh.application.handlers.handler import Handler
 from panel.io.application import Application as PanelApplication
 
+from boltzlab.dashboard.views.browser_code import in_browser
 from boltzlab.dashboard.views.text import StaticMarkdown
 
 TITLE = "Boltzmann Lab"
@@ -577,7 +578,7 @@ def presentation_toggle(labs: dict) -> pn.widgets.Toggle:
     what the step changed, and ``?present=1`` keeps it on in a shared link."""
     toggle = pn.widgets.Toggle(label="Presentation mode", value=False, width=200,
                                color="light", margin=(12, 10))
-    toggle.jscallback(value=PRESENT_JS)
+    in_browser(toggle, PRESENT_JS, "active")  # Bokeh's Toggle: its value is 'active'
 
     def changed(event) -> None:
         toggle.label = "Presentation mode: on" if event.new else "Presentation mode"

@@ -35,6 +35,7 @@ import param
 
 from boltzlab.dashboard.runner import History
 from boltzlab.dashboard.views import StatusBadge
+from boltzlab.dashboard.views.browser_code import in_browser
 from boltzlab.engine.archive import ArchiveSpec, Member, NotAnArchive, read_npz
 from boltzlab.engine.stepping import MAX_CHECKPOINT_BYTES
 
@@ -420,8 +421,7 @@ class LabTools:
         self.preset = w.Select(label="Preset", options=[PRESET_PLACEHOLDER, *titles],
                                value=PRESET_PLACEHOLDER, width=300)
         self.copy_link = w.Button(label="Copy link", width=110)
-        self.copy_link.js_on_click(args={"button": self.copy_link, "label": "Copy link"},
-                                   code=COPY_LINK_JS)
+        in_browser(self.copy_link, COPY_LINK_JS, "click", button=self.copy_link, label="Copy link")
         self.save = w.FileDownload(callback=self._checkpoint_file, filename=f"boltzlab-{lab.key}.npz",
                                    label="Save checkpoint", color="primary", width=170,
                                    embed=False)
@@ -440,8 +440,8 @@ class LabTools:
                                         filename=f"boltzlab-{lab.key}-run.py", width=135, embed=False)
         self.script = w.TextAreaInput(value="", visible=False, width=300, height=180,
                                       css_classes=[f"{lab.key}-python-script"])
-        self.script.jscallback(value="if (navigator.clipboard && window.isSecureContext) "
-                                     "{ navigator.clipboard.writeText(cb_obj.value) }")
+        in_browser(self.script, "if (navigator.clipboard && window.isSecureContext) "
+                                "{ navigator.clipboard.writeText(cb_obj.value) }", "value")
         self.copy_python.on_click(lambda event: self.show_script())
         self.message = StatusBadge("", "info", visible=False, name=f"{lab.key}-tools-message")
         self.next_step = w.Button(label="Next step ▶", color="success", width=170, align="end",

@@ -343,6 +343,9 @@ JS_FONTS = """() => {
 }"""
 
 
+JS_PRESENT_VAR = "document.documentElement.style.getPropertyValue('--bokeh-font-size')"
+
+
 def test_the_presentation_link_and_switch_give_the_same_plot_fonts(browser, app_url):
     """``?present=1`` scales the plots before the design's theme reaches them, the header switch
     after: both must end with the same sizes (the switch once gave 1.62em, the link 16.9px)."""
@@ -361,5 +364,9 @@ def test_the_presentation_link_and_switch_give_the_same_plot_fonts(browser, app_
         switched = wait_for(lambda: (f := page.evaluate(JS_FONTS)) != plain and f, timeout=60)
         assert switched == linked
         assert switched != plain  # the plots' fonts did grow
+        # the switch's own browser code (views.browser_code.in_browser) set the page's sizes
+        assert page.evaluate(JS_PRESENT_VAR) == "17px"
+        page.get_by_role("button", name="Presentation mode: on").click()
+        assert wait_for(lambda: page.evaluate(JS_PRESENT_VAR) == "", timeout=60)
     finally:
         context.close()
