@@ -13,7 +13,7 @@ from panel.io.state import set_curdoc
 
 from boltzlab.dashboard.app import build_off_the_loop, render_models
 from boltzlab.dashboard.labs import LABS
-from tests.waiting import wait_for
+from tests.waiting import in_own_thread, wait_for
 
 
 class _Session:
@@ -155,13 +155,163 @@ def test_a_served_lab_is_built_only_once_the_browser_has_the_page(monkeypatch):
         note = app.preparing(LABS[0], lambda: "the lab", opened.append)
         (poll,), (load,) = polls, loads
         for _ in range(5):
-            poll()
+            assert poll() is None
         assert builds == [] and opened == [] and "Opening the lab" in str(note.objects[1].objects[1].object)
         load()
-        assert wait_for(lambda: poll() or opened == ["the lab"], timeout=60)
+        assert wait_for(lambda: _finish(poll()) or opened == ["the lab"], timeout=60)
+        assert poll() is None and opened == ["the lab"]  # a poll queued behind the opening one
     assert len(builds) == 1
+
+
+def _finish(result) -> None:
+    """Run what a poll returned (a coroutine that opens the lab) as Panel would await it;
+    here no session has a connection, so it finishes without waiting."""
+    if result is None:
+        return
+    with pytest.raises(StopIteration):
+        result.send(None)
+
+
+class _Socket:
+    """A session's websocket: what is sent on it, and which thread made each message."""
+
+    def __init__(self) -> None:
+        self.sent: list = []
+
+    async def send_message(self, message) -> None:
+        self.sent.append(message)
+
+
+class _Protocol:
+    def __init__(self) -> None:
+        from bokeh.protocol import Protocol
+
+        self._protocol, self.threads = Protocol(), []
+
+    def create(self, msgtype, *args, **kwargs):
+        self.threads.append(threading.current_thread().name)
+        return self._protocol.create(msgtype, *args, **kwargs)
+
+
+class _Connection:
+    def __init__(self) -> None:
+        self.protocol, self._socket = _Protocol(), _Socket()
+
+
+def _connected_page():
+    """A document as a served session has it once the browser is connected: a root whose
+    models the browser knows, one connection, and Bokeh's changes dispatched to a recorder."""
+    from bokeh.models import Column, Div
+
+    connection = _Connection()
+
+    class Context(_Session):
+        class session:
+            _subscribed_connections = {connection}
+
+    doc, context = Document(), Context()
+    doc._session_context = lambda: context
+    root = Column(children=[Div(text="preparing")])
+    doc.add_root(root)
+    doc.models.flush_synced()  # the browser has pulled the document
+    dispatched: list = []
+    doc.callbacks.on_change(dispatched.append)
+    return doc, root, connection, dispatched
+
+
+def _run(coroutine):
+    import asyncio
+
+    return in_own_thread(lambda: asyncio.run(coroutine))
+
+
+def test_a_lab_goes_on_its_page_in_one_message_serialized_off_the_loop():
+    """``sent_off_the_loop``: the change is made on the loop's thread, the PATCH-DOC message
+    that carries it is made on the sender thread (the new models in it, now known to the
+    browser), sent on the session's connection, and nothing of it goes through Bokeh's own
+    dispatch; a session callback the change added is still dispatched."""
+    from bokeh.models import Div
+
+    from boltzlab.dashboard import app
+
+    doc, root, connection, dispatched = _connected_page()
+    changed_on: list[str] = []
+    loop_thread: list[str] = []
+    new = Div(text="the lab")
+
+    def change() -> None:
+        changed_on.append(threading.current_thread().name)
+        root.children = [new]
+        root.css_classes = ["lab"]
+        doc.add_next_tick_callback(lambda: None)  # as a lab's start adds its tick
+
+    async def opened():
+        loop_thread.append(threading.current_thread().name)
+        await app.sent_off_the_loop(doc, change)
+
+    _run(opened())
+    assert changed_on == loop_thread
+    (message,) = connection._socket.sent
+    assert connection.protocol.threads == ["boltzlab-send_0"]
+    assert message.msgtype == "PATCH-DOC"
+    events = message.content["events"]
+    assert {e["attr"] for e in events} == {"children", "css_classes"}
+    assert new.id in str(message.content) and "the lab" in str(message.content)
+    assert new in doc.models.synced_references and doc.get_model_by_id(new.id) is new
+    assert [type(e).__name__ for e in dispatched] == ["SessionCallbackAdded"]
+    assert doc.callbacks.hold_value is None and doc.callbacks._held_events == []
+
+
+def test_without_a_connection_the_change_is_simply_made():
+    from bokeh.models import Div
+
+    from boltzlab.dashboard import app
+
+    doc, root, connection, dispatched = _connected_page()
+    type(doc.session_context).session._subscribed_connections = set()
+
+    async def opened():
+        await app.sent_off_the_loop(doc, lambda: setattr(root, "children", [Div(text="x")]))
+
+    _run(opened())
+    assert connection._socket.sent == [] and connection.protocol.threads == []
+    assert [type(e).__name__ for e in dispatched] == ["ModelChangedEvent"]
 
 
 class _Stopped:
     def stop(self) -> None:
         pass
+
+
+def test_a_change_that_fails_leaves_what_it_changed_to_bokeh():
+    from bokeh.models import Div
+
+    from boltzlab.dashboard import app
+
+    doc, root, connection, dispatched = _connected_page()
+
+    def change() -> None:
+        root.children = [Div(text="half")]
+        raise RuntimeError("no lab after all")
+
+    with pytest.raises(RuntimeError, match="no lab after all"):
+        _run(app.sent_off_the_loop(doc, change))
+    assert connection._socket.sent == [] and doc.callbacks.hold_value is None
+    assert [type(e).__name__ for e in dispatched] == ["ModelChangedEvent"]
+
+
+def test_a_message_that_cannot_be_made_off_the_loop_is_left_to_bokeh(caplog):
+    from bokeh.models import Div
+
+    from boltzlab.dashboard import app
+
+    doc, root, connection, dispatched = _connected_page()
+
+    def refuse(*args, **kwargs):
+        raise ValueError("cannot serialize")
+
+    connection.protocol.create = refuse
+    _run(app.sent_off_the_loop(doc, lambda: setattr(root, "children", [Div(text="x")])))
+    assert connection._socket.sent == []
+    assert [type(e).__name__ for e in dispatched] == ["ModelChangedEvent"]
+    assert "sent from the event loop: cannot serialize" in caplog.text
