@@ -38,6 +38,7 @@ import types
 import weakref
 from typing import Any, Callable, Mapping
 
+from boltzlab.dashboard.runner import Build, BuildRefused
 from boltzlab.engine.stepping import Record, Trainer
 
 #: ``(done, status, message)``; ``status``/``message`` are ``None`` when the trainer has
@@ -56,6 +57,9 @@ class WorkerLost(RuntimeError):
 #: Seconds a recycle of the worker processes may take (each nanny restarts its worker),
 #: and that new work waits for it before it is refused.
 RECYCLE_TIMEOUT = 120.0
+#: Seconds a Build may take on a worker (:meth:`DaskBackend.build`): it waits for a free
+#: task thread there, and a worker's first TAP or Frank-Wolfe build loads MNIST
+BUILD_SECONDS = 120.0
 #: a server stopped while the workers warm up waits this long for the warm-up to finish
 #: (loading the kernels from numba's cache takes seconds) before it closes the cluster
 WARM_UP_WAIT_SECONDS = 30.0
@@ -134,6 +138,21 @@ def _status(trainer: Any) -> Status:
     message = getattr(trainer, "message", None)
     return (bool(getattr(trainer, "done", False)), None if status is None else str(status),
             None if message is None else str(message))
+
+
+def _about(trainer: Any) -> tuple[type, Status, bool]:
+    """What a :class:`RemoteTrainer` knows of its trainer without asking: its class, its
+    status, and whether it has ``steps(k)``."""
+    return type(trainer), _status(trainer), hasattr(trainer, "steps")
+
+
+def _built(build: Callable[[], Mapping[str, Trainer]]) -> dict[str, Trainer]:
+    """A Build's trainers, built on the worker this task runs on (:meth:`DaskBackend.build`)."""
+    return dict(build())
+
+
+def _abouts(trainers: Mapping[str, Trainer]) -> dict[str, tuple[type, Status, bool]]:
+    return {name: _about(trainer) for name, trainer in trainers.items()}
 
 
 def bind_actor(actor: Any, client: Any, future: Any) -> None:
@@ -253,11 +272,11 @@ class RemoteTrainer:
     Dropping the last reference releases the actor (and the trainer on the worker).
     """
 
-    def __init__(self, actor: Any, future: Any, trainer: Trainer) -> None:
+    def __init__(self, actor: Any, future: Any, trainer_class: type, status: Status) -> None:
         self._actor = actor
         self._future = future  # with the actor handle, keeps the actor alive
-        self.trainer_class: type = type(trainer)
-        self._remember(_status(trainer))  # the shipped trainer is an exact copy
+        self.trainer_class = trainer_class
+        self._remember(status)  # the held trainer's, when it was shipped or built
 
     def _remember(self, status: Status) -> None:
         self._done, self._status, self._message = status
@@ -447,25 +466,71 @@ class DaskBackend:
         trainers = dict(trainers)
         if not trainers:
             return {}
-        if not self._open.wait(RECYCLE_TIMEOUT):  # on a runner's thread: it may wait
-            raise DaskUnavailable(f"The Dask workers were not back from a recycle within {RECYCLE_TIMEOUT:g} s.")
+        self._wait_open()
         try:
             # one piece, so objects the trainers share stay shared on the worker
             [bundle] = self.client.scatter([trainers], hash=False, timeout=self.timeout)
+        except Exception as exc:
+            raise self._cannot_start(exc) from exc
+        return self._hold(bundle, {name: _about(trainer) for name, trainer in trainers.items()}, owner)
+
+    def build(self, build: Build, owner: str = "") -> dict[str, RemoteTrainer]:
+        """Build ``build``'s trainers on a worker and hold them there; their stand-ins, by name.
+
+        Only the Build travels: its settings, and a bundled data set by its key (a worker
+        loads each set once per process, and its sessions share it).  Shipping the built
+        trainers instead pickled a TAP lab's MNIST rows, 23 MB, in this process and sent
+        them through the in-process scheduler over TLS: CPU the server's event loop then
+        waited for.  Uploaded images travel inside the Build, as they must.
+
+        The Build is scattered, not submitted as a task, so that a lost worker's actors are
+        not quietly rebuilt elsewhere (see :meth:`RemoteTrainer._call`).  Raises
+        :class:`boltzlab.dashboard.runner.BuildRefused` with the Build's own error if it
+        raised on the worker, :class:`DaskUnavailable` if the cluster failed.
+        """
+        self._wait_open()
+        try:
+            [recipe] = self.client.scatter([build], hash=False, timeout=self.timeout)
+            bundle = self.client.submit(_built, recipe, pure=False)
+            error = bundle.exception(timeout=max(self.timeout, BUILD_SECONDS))  # waits; None if it built
+        except Exception as exc:
+            raise self._cannot_start(exc) from exc
+        if error is not None and type(error).__module__.split(".")[0] == "distributed":  # KilledWorker, ...
+            raise self._cannot_start(error)
+        if error is not None:
+            raise BuildRefused(error)
+        try:
+            about = self.client.submit(_abouts, bundle, pure=False).result(timeout=self.timeout)
+        except Exception as exc:
+            raise self._cannot_start(exc) from exc
+        del recipe  # the worker may drop the Build now; the actors hold what it built
+        return self._hold(bundle, about, owner)
+
+    def _wait_open(self) -> None:
+        if not self._open.wait(RECYCLE_TIMEOUT):  # on a runner's thread: it may wait
+            raise DaskUnavailable(f"The Dask workers were not back from a recycle within {RECYCLE_TIMEOUT:g} s.")
+
+    def _cannot_start(self, exc: BaseException) -> DaskUnavailable:
+        return DaskUnavailable(f"Could not start the trainers on the Dask cluster at {self.address!r}: "
+                               f"{type(exc).__name__}: {exc}")
+
+    def _hold(self, bundle: Any, about: Mapping[str, tuple[type, Status, bool]], owner: str) -> dict[str, RemoteTrainer]:
+        """An actor for each trainer of ``bundle`` (a future of ``{name: trainer}`` on a
+        worker), and its stand-in made from ``about`` (:func:`_about`)."""
+        try:
             futures = {name: self.client.submit(TrainerActor, bundle, name, actor=True, pure=False)
-                       for name in trainers}
+                       for name in about}
             with self.client.as_current():  # the actor handles attach to this (non-default) client
                 actors = {name: future.result(timeout=self.timeout) for name, future in futures.items()}
         except Exception as exc:
-            raise DaskUnavailable(f"Could not start the trainers on the Dask cluster at {self.address!r}: "
-                                  f"{type(exc).__name__}: {exc}") from exc
+            raise self._cannot_start(exc) from exc
         del bundle  # the actors hold their trainers; the worker may drop the shipped copy
         for name, actor in actors.items():
             bind_actor(actor, self.client, futures[name])
         remotes = {}
-        for name, trainer in trainers.items():
-            cls = RemoteBatchTrainer if hasattr(trainer, "steps") else RemoteTrainer
-            remotes[name] = remote = cls(actors[name], futures[name], trainer)
+        for name, (trainer_class, status, batches) in about.items():
+            cls = RemoteBatchTrainer if batches else RemoteTrainer
+            remotes[name] = remote = cls(actors[name], futures[name], trainer_class, status)
             remote._owner, remote._run = owner, name  # private: never forwarded to the trainer
             self._remotes.add(remote)
         return remotes

@@ -33,7 +33,9 @@ TrainerFactory = Callable[[], Mapping[str, Trainer]]
 class Build:
     """A factory whose runs' names are known now and whose trainers the runner's own thread
     builds: building takes tens of milliseconds (data, initial weights), which a click or
-    a page being built on the server's event loop must not wait for.
+    a page being built on the server's event loop must not wait for.  Under a
+    :data:`BACKEND` with ``build`` it is built on a worker instead, so ``build`` should load
+    a bundled data set itself, not capture its arrays (they would be pickled to go there).
 
     ``build()`` returns ``{name: trainer}`` with exactly ``names``; a plain callable given
     to the :class:`Runner` instead is called at once, by its caller.
@@ -47,6 +49,16 @@ class Build:
         if tuple(trainers) != tuple(self.names):
             raise ValueError(f"The factory built the runs {list(trainers)}; it declared {list(self.names)}.")
         return trainers
+
+
+class BuildRefused(Exception):
+    """Raised by a :data:`BACKEND`'s ``build`` when the :class:`Build` itself raised where it
+    ran (a bad setting the lab's checks let through): the runner refuses it as it refuses a
+    Build that raised on its own thread.  ``error`` is the Build's exception."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.error = error
 
 
 class ServerBusy(RuntimeError):
@@ -95,6 +107,8 @@ SLOTS = TrainingSlots()
 #: Where trainers run.  ``None``: in the runner's own thread (the default).  Otherwise a
 #: callable that takes the factory's ``{name: trainer}`` and the runner's owner and returns
 #: stand-ins with the same interface (``boltzlab serve --dask-scheduler``: proxies to Dask actors on a cluster).
+#: If it also has ``build(build, owner)``, a :class:`Build` is handed to that instead, to be
+#: built where its trainers will step (:meth:`Runner._build_remotely`).
 BACKEND: Callable[[Mapping[str, Trainer], str], Mapping[str, Trainer]] | None = None
 
 
@@ -486,6 +500,9 @@ class Runner:
         """Build the trainers (a :class:`Build`), then hand them to :data:`BACKEND`, and put
         its stand-ins in their place (called by the runner's thread, lock not held), unless
         a newer generation came meanwhile."""
+        if trainers is None and getattr(BACKEND, "build", None) is not None:
+            self._build_remotely(generation, build)
+            return
         if trainers is None:
             try:
                 trainers, error = dict(build()), None
@@ -518,6 +535,35 @@ class Runner:
                 return
             self._shipping = None
             self._trainers = dict(remote)
+            self._installed()
+
+    def _build_remotely(self, generation: int, build: Build) -> None:
+        """Under a :data:`BACKEND` that builds where the trainers step (``BACKEND.build``: a
+        Dask worker, which loads a bundled data set itself), only the Build travels, never
+        the trainers with their data; its stand-ins take their place as after :meth:`_ship`.
+        Called by the runner's thread, lock not held; a Build that raises there is refused
+        as on this thread (:meth:`take_refusal`)."""
+        refused: BaseException | None = None
+        error: str | None = None
+        try:
+            remote = dict(BACKEND.build(build, self.owner))
+        except BuildRefused as exc:
+            refused = exc.error
+        except Exception as exc:  # e.g. DaskUnavailable: the runs say why, the app lives on
+            error = f"{type(exc).__name__}: {exc}"
+        with self._cond:
+            if generation != self._generation:
+                return  # superseded; the stand-ins go with their last reference
+            if refused is not None:
+                self._refused = refused
+                self._take_back(f"{type(refused).__name__}: {refused}")
+                return
+            self._previous = None
+            if error is not None:
+                self._failed(error)
+                return
+            self._shipping = None
+            self._trainers = remote
             self._installed()
 
     def _take_back(self, error: str) -> None:

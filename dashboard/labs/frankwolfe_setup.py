@@ -58,9 +58,8 @@ def fw_factory(data: DataRef, *, reg: float, bias_lr: float, samples: int, max_h
                seed: int = 0) -> Build:
     """A factory of ``{"FW": FrankWolfeTrainer}`` on ``data`` (validation data for
     the §4 stopping rule, test data for the curve); the trainer validates the settings when the runner builds it."""
-    X, X_valid, X_test = splits(data)
-
     def build() -> dict:
+        X, X_valid, X_test = splits(data)  # here: on a worker, a bundled set is loaded there, not shipped
         trainer = frankwolfe.FrankWolfeTrainer(
             X, max_hidden=max_hidden, samples=samples, reg=reg, bias_lr=bias_lr, bias_steps=bias_steps, evaluate=evaluate,
             eval_every=eval_every, V_valid=X_valid, V_test=X_test, away_steps=away_steps, seed=seed,

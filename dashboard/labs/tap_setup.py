@@ -100,15 +100,13 @@ def trainer_factory(data: DataRef, *, n_hidden: int, prior_hid: str = "bernoulli
     likelihoods are evaluated in float64 all the same.  Every Record also carries ``samples``:
     SAMPLE_CHAINS persistent Gibbs chains of the current model, SAMPLE_SWEEPS sweeps a step.
     """
-    X = images_of(data).X_train
-    if batches_per_step is None:
-        batches_per_step = default_batches_per_step(len(X), batch_size)
-
     def build() -> dict:
+        X = images_of(data).X_train  # here: on a worker, a bundled set is loaded there, not shipped
+        per_step = default_batches_per_step(len(X), batch_size) if batches_per_step is None else batches_per_step
         trainer = tap.TAPTrainer(X, n_hidden, prior_hid=prior_hid, learning_rate=learning_rate,
                                  weight_decay=weight_decay, momentum=momentum, batch_size=batch_size,
                                  n_chains=n_chains, damping=damping, seed=seed, step_unit="batch",
-                                 max_epochs=max_epochs, batches_per_step=batches_per_step,
+                                 max_epochs=max_epochs, batches_per_step=per_step,
                                  max_damping=max(MAX_DAMPING, damping), dtype=dtype,
                                  n_samples=SAMPLE_CHAINS, sample_sweeps=SAMPLE_SWEEPS)
         return {"TAP": GroundTruthTrainer(trainer, X) if trainer.exact else trainer}

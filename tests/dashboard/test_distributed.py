@@ -169,6 +169,54 @@ def test_attribute_reads_as_the_fvbm_lab_does_them(backend):
     assert not hasattr(plain, "steps") and plain.step()["sweep"] == 1 and plain.sweep == 1
 
 
+def test_a_build_is_built_on_a_worker_and_only_the_build_travels(backend):
+    def build():
+        trainer = FakeTrainer()
+        trainer.built_in = os.getpid()
+        return {"a": trainer}
+
+    remote = backend.build(runner_module.Build(("a",), build))["a"]
+    assert isinstance(remote, RemoteTrainer) and remote.trainer_class is FakeTrainer
+    assert not hasattr(remote, "steps") and (remote.done, remote.status) == (False, "running")
+    assert remote.built_in != os.getpid() and remote.built_in in backend.client.run(os.getpid).values()
+    assert remote.step()["sweep"] == 1 and remote.sweep == 1
+
+
+@pytest.mark.parametrize("lab", ["TAP", "Frank-Wolfe"])
+def test_an_image_labs_build_carries_a_bundled_sets_key_not_its_rows(lab):
+    """What :meth:`DaskBackend.build` sends: MNIST's training rows alone pickle to 22 MB."""
+    import cloudpickle
+
+    from boltzlab.dashboard.labs import frankwolfe_setup, tap_setup
+
+    if lab == "TAP":
+        build = tap_setup.trainer_factory("mnist", n_hidden=50)
+    else:
+        build = frankwolfe_setup.fw_factory("mnist", reg=1e-3, bias_lr=0.1, samples=100, max_hidden=20)
+    assert len(cloudpickle.dumps(build)) < 100_000
+    assert set(build()) == set(build.names)  # and it still builds, loading the set itself
+
+
+def test_a_build_that_raises_on_the_worker_is_refused_as_on_the_runners_thread(dask_runners):
+    runner = dask_runners(lambda: {"a": FakeTrainer()})
+    runner.step_once()
+    assert runner.wait_idle(60)
+    old, generation = runner.trainers["a"], runner.generation
+
+    def build():
+        raise ValueError("The 'mu' parameter must be > 0. Got -1.")
+
+    runner.reset(runner_module.Build(("b",), build))
+    assert runner.wait_started(120)
+    refused = runner.take_refusal()
+    assert isinstance(refused, ValueError) and "mu" in str(refused)
+    assert runner.names == ["a"] and runner.trainers["a"] is old and runner.generation == generation + 2
+    assert runner.states["a"].steps == 1
+    runner.step_once()
+    assert runner.wait_idle(60)
+    assert [(n, r["sweep"]) for n, r in runner.drain()] == [("a", 2)]
+
+
 def test_runner_plays_pauses_steps_and_resets_on_the_cluster(backend, dask_runners):
     build = small_factory(tol=0.0, race_mus=[0.5])
     runner = dask_runners(lambda: {n: t for n, t in build().items() if n in ("BSLM", "GA μ=0.5")})
