@@ -45,7 +45,7 @@ from boltzlab.dashboard.jobs import Jobs
 from boltzlab.dashboard.labtools import LabTools, Preset, check_setting, parse_setting
 from boltzlab.dashboard.runner import History, Runner, play_or_tell
 from boltzlab.dashboard.views import StatusBadge
-from boltzlab.dashboard.views.text import StaticMarkdown
+from boltzlab.dashboard.views.text import LiveHTML, StaticMarkdown
 from boltzlab.engine.checks import check_int
 from boltzlab.engine.stepping import Record
 
@@ -562,7 +562,7 @@ class Lab(pn.viewable.Viewer):
         self.pause = w.Button(label="❚❚ Pause", color="warning", width=100, disabled=True)
         self.step = w.Button(label="Step", color="primary", width=80)
         self.reset = w.Button(label="↺ Reset", color="default", width=90)
-        self.counter_pane = pn.pane.HTML("", name=f"{self.key}-counter", css_classes=["sweep-counter"],
+        self.counter_pane = LiveHTML("", name=f"{self.key}-counter", css_classes=["sweep-counter"],
                                          styles={"font-size": "1.4em", "font-weight": "bold"},
                                          width=self.counter_width, align="center")
         self.run_status = StatusBadge("Ready: press ▶ Play", "idle", name=f"{self.key}-run-status", one_line=True)

@@ -15,6 +15,7 @@ returns at once too.
 from __future__ import annotations
 
 import functools
+import html
 import math
 from typing import Any
 
@@ -32,6 +33,7 @@ from boltzlab.dashboard.labs import bound_setup as setup
 from boltzlab.dashboard.labs.base import Lab, by_run, speed_setting
 from boltzlab.dashboard.labtools import Preset
 from boltzlab.dashboard.views import StatusBadge
+from boltzlab.dashboard.views.text import TABLE_CSS, LiveHTML, html_table
 from boltzlab.engine import majorize
 
 VIRIDIS = [to_hex(c) for c in colormaps["viridis"](np.linspace(0, 1, 256))]
@@ -480,7 +482,7 @@ class BoundLab(Lab):
                                          "by-time")
         self.monotone = StatusBadge("Bound majorization: no step yet", "idle", name="race-monotone", one_line=True)
         self._build_step_view()
-        self.table = pn.pane.Markdown("", sizing_mode="stretch_width", name="race-table")
+        self.table = LiveHTML("", sizing_mode="stretch_width", name="race-table", stylesheets=[TABLE_CSS])
         self.tightness.slice_fig.on_event(Tap, self._on_tap)
         self.J_star: float | None = None  # the current race's reference optimum, once computed
         self._references: dict[tuple, float] = {}  # J* by race_key: Reset and going back keep it
@@ -687,21 +689,22 @@ class BoundLab(Lab):
 
     def _table(self) -> str:
         J_star = self.J_star
-        rows = ["| method | steps | J − J* | ‖∇J‖ | iterations to ε | seconds to ε | J monotone | status |",
-                "|---|---:|---:|---:|---:|---:|:---:|---|"]
+        rows = []
         for name, st in self._stats.items():
             state = self.runner.states.get(name)
             hit = st["hit"]
             gap = "–" if J_star is None or not st["steps"] else f"{st['J'] - J_star:.2e}"
             pending = "…" if J_star is None else "–"
-            rows.append(
-                f"| {name} | {st['steps']} | {gap} | {st['grad']:.1e} | "
-                f"{pending if hit is None else hit[0]} | {pending if hit is None else f'{hit[1]:.3f}'} | "
-                f"{'yes' if st['monotone'] else 'no'} | {state.status if state else ''} |")
+            rows.append((name, st["steps"], gap, f"{st['grad']:.1e}", pending if hit is None else hit[0],
+                         pending if hit is None else f"{hit[1]:.3f}", "yes" if st["monotone"] else "no",
+                         state.status if state else ""))
         shown = (f"{J_star:.8g}" if J_star is not None else
                  f"not computed ({self._reference_error})" if self._reference_error else "computing…")
-        return (f"**Table 1 live** (ε = {RACE_EPSILON:g}, absolute, on the summed J; J* = {shown}):\n\n"
-                + "\n".join(rows))
+        caption = (f"<b>Table 1 live</b> (ε = {RACE_EPSILON:g}, absolute, on the summed J; "
+                   f"J* = {html.escape(shown)}):")
+        columns = [("method", ""), ("steps", "right"), ("J − J*", "right"), ("‖∇J‖", "right"),
+                   ("iterations to ε", "right"), ("seconds to ε", "right"), ("J monotone", "center"), ("status", "")]
+        return html_table(columns, rows, caption)
 
     # ------------------------------------------------------------------ the tightness views, a job
     def on_view_setting(self, name: str) -> None:

@@ -21,6 +21,7 @@ from boltzlab.dashboard.labs.fvbm_setup import (BOUND_LABEL, DEFAULT_DATA, LBFGS
                                        trainer_factory, uploaded_data)
 from boltzlab.dashboard.labtools import Preset
 from boltzlab.dashboard.views import Heatmap, LiveCurve, StatusBadge
+from boltzlab.dashboard.views.text import TABLE_CSS, LiveHTML, html_table
 
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
           "#bcbd22"]
@@ -298,7 +299,7 @@ class FVBMLab(Lab):
         self.heat_pick = pn.widgets.Select(label="Show the estimate of", options=[], width=200)
         self.heat_pick.param.watch(lambda e: self._show_matrices(), "value")
         self.monotone = StatusBadge("Monotone: no sweeps yet", "idle", one_line=True)
-        self.summary_table = pn.pane.Markdown("", sizing_mode="stretch_width")
+        self.summary_table = LiveHTML("", sizing_mode="stretch_width", stylesheets=[TABLE_CSS])
         self._line_names: list[str] = []
         self._show_data()
 
@@ -493,13 +494,13 @@ class FVBMLab(Lab):
     def _summary_table(self) -> str:
         target = self.data.mple_logpl
         states = self.runner.states
-        rows = ["| run | sweep | log-PL | gap to MPLE | status |", "|---|---|---|---|---|"]
+        rows = []
         for n in self.runner.names:
             value = self._last_logpl.get(n)
             gap = "–" if value is None or target is None else f"{target - value:.3g}"
             shown = "–" if value is None else f"{value:,.4f}"
-            rows.append(f"| {n} | {self._sweeps.get(n, 0)} | {shown} | {gap} | {states[n].status} |")
-        return "\n".join(rows)
+            rows.append((n, self._sweeps.get(n, 0), shown, gap, states[n].status))
+        return html_table([("run", ""), ("sweep", ""), ("log-PL", ""), ("gap to MPLE", ""), ("status", "")], rows)
 
     # ------------------------------------------------------------------ presentation
     def describe_change(self, name, before, after, before_arrays, after_arrays) -> str | None:

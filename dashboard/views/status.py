@@ -7,6 +7,8 @@ import re
 
 import panel as pn
 
+from boltzlab.dashboard.views.text import LiveHTML
+
 LEVELS = {  # background, border, text
     "ok": ("#e6f4ea", "#34a853", "#1e4620"),
     "info": ("#e8f0fe", "#4285f4", "#174ea6"),
@@ -29,7 +31,7 @@ class StatusBadge:
     def __init__(self, text: str = "", level: str = "idle", name: str | None = None,
                  one_line: bool = False, **kwargs) -> None:
         kwargs.setdefault("sizing_mode", "stretch_width" if "width" not in kwargs else None)
-        self.pane = pn.pane.HTML("", name=name or "status", margin=(4, 5), **kwargs)
+        self.pane = LiveHTML("", name=name or "status", margin=(4, 5), **kwargs)
         self.one_line = one_line  # one line, cut with "…"; the whole text on hover
         self.level = level
         self._text = None

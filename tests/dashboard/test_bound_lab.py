@@ -174,7 +174,7 @@ def test_the_race_streams_every_method_and_the_bound_stays_monotone(make_lab):
     bound_gaps = np.asarray(lab.sources["Bound majorization"]["by-iteration"].data["y"])
     assert np.all(np.diff(bound_gaps) <= 1e-9 * max(1.0, abs(J_star)))  # never increases
     assert lab.monotone.level == "ok" and "monotone so far" in lab.monotone.text
-    assert "| Newton |" in lab.table.object and "converged" in lab.table.object
+    assert "<td>Newton</td>" in lab.table.object and "converged" in lab.table.object
     assert lab.run_status.level == "ok" and "Finished" in lab.run_status.text
     # another problem resets the race and its lambda
     lab.widgets["problem"].value = "breast_cancer"

@@ -94,7 +94,7 @@ def test_loaded_checkpoint_continues_exactly_like_an_uninterrupted_run(make_lab)
     for n in names:
         assert comparable(other.runner.history.rows[n]) == uninterrupted[n], n
     assert points(other) == 9
-    assert "| Newton |" in other.table.object
+    assert "<td>Newton</td>" in other.table.object
 
 
 def test_bad_checkpoints_keep_the_current_run(make_lab):

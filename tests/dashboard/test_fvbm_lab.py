@@ -270,7 +270,7 @@ def test_no_mple_shows_a_short_warning_no_target_and_still_trains(lab):
     lab.runner.wait_idle()
     pump(lab)
     assert n_points(lab) == 1 and lab.counter_pane.object == "Sweep 1"
-    assert "| – |" in lab.summary_table.object  # no gap to a target that does not exist
+    assert "<td>–</td>" in lab.summary_table.object  # no gap to a target that does not exist
     lab.widgets["d"].value = 10  # the MPLE exists again: warning gone, target back
     assert not lab.data_msg.pane.visible
     assert len(lab.logpl._target.data["x"]) == 2 and lab.logpl._target_item.visible
@@ -301,7 +301,7 @@ def test_race_runs_the_bound_and_lbfgs_beside_bslm(lab):
         assert len(ys) >= 2
         # both end at the MPLE: the gap is at most the stopping tolerance's order
         assert abs(lab.data.mple_logpl - lab._last_logpl[name]) < 1e-3
-        assert f"| {name} |" in lab.summary_table.object
+        assert f"<td>{name}</td>" in lab.summary_table.object
     for name in (BOUND_LABEL, SQUAREM_LABEL):  # majorization (SQUAREM keeps only improvements): monotone
         bound = np.asarray(lab.logpl.sources[f"{name}/log_pl"].data["y"], dtype=float)
         assert np.all(np.diff(bound) >= -1e-9 * np.abs(bound[1:]))

@@ -80,3 +80,38 @@ def test_static_markdown_renders_as_markdown_once_per_text():
     assert pane._transform_object(text) == cached and pane._transform_object(text) is not cached
     assert StaticMarkdown(text, hard_line_break=True)._transform_object(text + "\nx") != plain
     assert pn.panel("a string").__class__ is not StaticMarkdown  # never Panel's pick
+
+
+def test_live_html_sends_a_new_text_alone_and_renders_as_an_html_pane(monkeypatch):
+    import panel as pn
+    from bokeh.document import Document
+
+    from boltzlab.dashboard.views.text import LiveHTML
+
+    pane, plain = LiveHTML("<b>Sweep 0</b>", styles={"font-size": "1.4em"}), pn.pane.HTML("<b>Sweep 0</b>")
+    doc = Document()
+    model = pane.get_root(doc)
+    doc.add_root(model)
+    events = []
+    doc.on_change(lambda event: events.append((event.model, getattr(event, "attr", None))))
+    rebuilt = []
+    original = pn.pane.HTML._get_properties
+    monkeypatch.setattr(pn.pane.HTML, "_get_properties", lambda self, d: rebuilt.append(self) or original(self, d))
+    for k in range(1, 4):
+        pane.object = f"<b>Sweep {k}</b> & <i>more</i>"
+    assert events == [(model, "text")] * 3 and rebuilt == []  # the stylesheets are not rebuilt
+    assert model.text == plain._transform_object("<b>Sweep 3</b> & <i>more</i>")["object"]
+    pane.styles = {"font-size": "2em"}  # other parameters update as any pane's
+    assert model.styles["font-size"] == "2em"
+    pane.visible = False
+    assert model.visible is False
+
+
+def test_html_table_escapes_its_cells_and_aligns_its_columns():
+    from boltzlab.dashboard.views.text import html_table
+
+    table = html_table([("run", ""), ("J − J*", "right")], [("GA μ=0.5", "1.2e-03"), ("<b>x</b>", 3)], "<b>Live</b>")
+    assert table.startswith("<p><b>Live</b></p><table><thead><tr><th>run</th><th style=\"text-align:right\">")
+    assert "<td>GA μ=0.5</td><td style=\"text-align:right\">1.2e-03</td>" in table
+    assert "<td>&lt;b&gt;x&lt;/b&gt;</td>" in table and table.endswith("</tr></tbody></table>")
+    assert html_table([("a", "")], []) == "<table><thead><tr><th>a</th></tr></thead><tbody></tbody></table>"
