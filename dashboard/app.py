@@ -270,17 +270,18 @@ async def sent_off_the_loop(doc: Any, change: Callable[[], None]) -> None:
 
     session = getattr(getattr(doc, "session_context", None), "session", None)
     connections = list(getattr(session, "_subscribed_connections", ()))
-    if not connections or doc.callbacks.hold_value is not None:
-        with set_curdoc(doc):
-            change()
-        return
-    doc.hold("combine")
+    ours = bool(connections) and doc.callbacks.hold_value is None  # else Bokeh sends them
+    if ours:
+        doc.hold("combine")
     try:
         with set_curdoc(doc):
             change()
     except BaseException:
-        doc.unhold()  # what it changed before it failed goes out as Bokeh sends it
+        if ours:
+            doc.unhold()  # what it changed before it failed goes out as Bokeh sends it
         raise
+    if not ours:
+        return
     events, doc.callbacks._held_events = list(doc.callbacks._held_events), []
     doc.unhold()  # nothing left to dispatch: the events are ours
     monkeypatch_events(events)
@@ -299,10 +300,9 @@ async def sent_off_the_loop(doc: Any, change: Callable[[], None]) -> None:
             doc.callbacks.trigger_on_change(event)
         return
     # Panel queues a write while another message is being written: those went before ours
-    waited = 0.0
-    while doc in _WRITE_BLOCK and waited < EARLIER_WRITES_SECONDS:
+    give_up = time.monotonic() + EARLIER_WRITES_SECONDS
+    while doc in _WRITE_BLOCK and time.monotonic() < give_up:
         await asyncio.sleep(0.01)
-        waited += 0.01
     for connection, message in messages:
         await connection._socket.send_message(message)  # Bokeh's: its write lock, a closed socket logged
 

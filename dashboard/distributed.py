@@ -1,8 +1,9 @@
 """Run the Trainers on a Dask distributed cluster (``boltzlab serve --dask-scheduler``).
 
-The runner's hook :data:`boltzlab.dashboard.runner.BACKEND` passes every ``{name: trainer}`` a
-factory builds through a :class:`DaskBackend`: each trainer is shipped (pickled) to a
-worker and held there by a :class:`TrainerActor` (a Dask actor); the runner gets
+The runner's hook :data:`boltzlab.dashboard.runner.BACKEND` passes every factory through a
+:class:`DaskBackend`: a lab's :class:`~boltzlab.dashboard.runner.Build` is built on a worker
+(:meth:`DaskBackend.build`: only its settings travel), a plain ``{name: trainer}`` is shipped
+(pickled) to one, and each trainer is held there by a :class:`TrainerActor` (a Dask actor); the runner gets
 :class:`RemoteTrainer` stand-ins that forward ``step()``, ``steps(k)``,
 ``state_dict()``, ``load_state_dict()`` and attribute reads, and the Records stream back
 as plain :class:`~engine.stepping.Record` objects.  The runner's thread, its buffer and
