@@ -563,8 +563,8 @@ class Lab(pn.viewable.Viewer):
         self.step = w.Button(label="Step", color="primary", width=80)
         self.reset = w.Button(label="↺ Reset", color="default", width=90)
         self.counter_pane = LiveHTML("", name=f"{self.key}-counter", css_classes=["sweep-counter"],
-                                         styles={"font-size": "1.4em", "font-weight": "bold"},
-                                         width=self.counter_width, align="center")
+                                     styles={"font-size": "1.4em", "font-weight": "bold"},
+                                     width=self.counter_width, align="center")
         self.run_status = StatusBadge("Ready: press ▶ Play", "idle", name=f"{self.key}-run-status", one_line=True)
         self.play.on_click(lambda e: self._play())
         self.pause.on_click(lambda e: self._pause())

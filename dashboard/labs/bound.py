@@ -36,6 +36,9 @@ from boltzlab.dashboard.views import StatusBadge
 from boltzlab.dashboard.views.text import TABLE_CSS, LiveHTML, html_table
 from boltzlab.engine import majorize
 
+#: Table 1 live: (title, alignment) of each column
+TABLE_COLUMNS = [("method", ""), ("steps", "right"), ("J − J*", "right"), ("‖∇J‖", "right"),
+                 ("iterations to ε", "right"), ("seconds to ε", "right"), ("J monotone", "center"), ("status", "")]
 VIRIDIS = [to_hex(c) for c in colormaps["viridis"](np.linspace(0, 1, 256))]
 EXTRA_COLORS = ["#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2"]
 MAIN_COLOR = "#d62728"
@@ -702,9 +705,7 @@ class BoundLab(Lab):
                  f"not computed ({self._reference_error})" if self._reference_error else "computing…")
         caption = (f"<b>Table 1 live</b> (ε = {RACE_EPSILON:g}, absolute, on the summed J; "
                    f"J* = {html.escape(shown)}):")
-        columns = [("method", ""), ("steps", "right"), ("J − J*", "right"), ("‖∇J‖", "right"),
-                   ("iterations to ε", "right"), ("seconds to ε", "right"), ("J monotone", "center"), ("status", "")]
-        return html_table(columns, rows, caption)
+        return html_table(TABLE_COLUMNS, rows, caption)
 
     # ------------------------------------------------------------------ the tightness views, a job
     def on_view_setting(self, name: str) -> None:

@@ -23,6 +23,7 @@ from boltzlab.dashboard.labtools import Preset
 from boltzlab.dashboard.views import Heatmap, LiveCurve, StatusBadge
 from boltzlab.dashboard.views.text import TABLE_CSS, LiveHTML, html_table
 
+SUMMARY_COLUMNS = [("run", ""), ("sweep", ""), ("log-PL", ""), ("gap to MPLE", ""), ("status", "")]  # "Who won"
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
           "#bcbd22"]
 # the race's bound MM and L-BFGS keep their colours whatever the number of μ values
@@ -500,7 +501,7 @@ class FVBMLab(Lab):
             gap = "–" if value is None or target is None else f"{target - value:.3g}"
             shown = "–" if value is None else f"{value:,.4f}"
             rows.append((n, self._sweeps.get(n, 0), shown, gap, states[n].status))
-        return html_table([("run", ""), ("sweep", ""), ("log-PL", ""), ("gap to MPLE", ""), ("status", "")], rows)
+        return html_table(SUMMARY_COLUMNS, rows)
 
     # ------------------------------------------------------------------ presentation
     def describe_change(self, name, before, after, before_arrays, after_arrays) -> str | None:
