@@ -763,6 +763,14 @@ HTTP_ROUTES = ["distributed.http.health"]
 #: the loopback a slow connection is a busy peer, not a lost one: waiting is the right answer.
 LOCAL_CONNECT_SECONDS = 180.0
 
+#: Dask's cluster object closes a worker's nanny when no worker of that name is back
+#: ``distributed.deploy.lost-worker-timeout`` (15 s) after one left (for clusters whose workers
+#: a resource manager replaces).  Ours are restarted by their nanny; a restart slower than 15 s
+#: (a new process at niceness 10 on a busy machine), or a recycle 15 s after another worker
+#: left, then lost that worker for good: the recycle waited out its timeout and the server ran
+#: on fewer workers, or none.  The nannies decide: the cluster never closes one itself.
+LOCAL_LOST_WORKER_SECONDS = 365 * 24 * 3600.0
+
 
 def closed_cluster_config() -> dict[str, Any]:
     """Dask configuration of the local cluster's processes (``dask.config.set`` keys)."""
@@ -907,8 +915,9 @@ def start_local_cluster(n_workers: int, *, threads_per_worker: int = THREADS_PER
     code in the workers as the server's user).  Their HTTP servers answer only ``/health``.
 
     The workers are nanny-supervised processes on 127.0.0.1: a worker that dies is
-    restarted by its nanny (warmed again before it takes work), and the workers exit with
-    this process, however it ends (a nanny's worker watches a pipe to its parent).  No Dask
+    restarted by its nanny, however long that takes (:data:`LOCAL_LOST_WORKER_SECONDS`), and
+    warmed again before it takes work; the workers exit with this process, however it ends
+    (a nanny's worker watches a pipe to its parent).  No Dask
     web dashboard (a second Bokeh server nobody reads, wanting port 8787); Dask's logs at
     WARNING and above only.  Its processes, the backend's client and this process's Dask
     (Dask's config is set for good here: the scheduler runs in this process) wait
@@ -931,8 +940,10 @@ def start_local_cluster(n_workers: int, *, threads_per_worker: int = THREADS_PER
     # every scheduler and worker start anyway answer only /health (HTTP_ROUTES), on free ports
     security = Security.temporary()
     # for good, in this process (it runs the scheduler, which reads the connect timeout when it
-    # connects to a worker, e.g. for a scatter) and so in the nannies, which copy its config
-    dask.config.set({"distributed.comm.timeouts.connect": f"{LOCAL_CONNECT_SECONDS:g}s"})
+    # connects to a worker, e.g. for a scatter, and the cluster object, which reads the
+    # lost-worker timeout whenever a worker leaves) and so in the nannies, which copy its config
+    dask.config.set({"distributed.comm.timeouts.connect": f"{LOCAL_CONNECT_SECONDS:g}s",
+                     "distributed.deploy.lost-worker-timeout": f"{LOCAL_LOST_WORKER_SECONDS:g}s"})
     with dask.config.set(closed_cluster_config()):  # the nannies copy the config they start with
         cluster = LocalCluster(n_workers=n_workers, threads_per_worker=threads_per_worker, processes=True,
                                host="127.0.0.1", protocol="tls://", security=security,

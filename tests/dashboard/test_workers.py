@@ -445,6 +445,62 @@ def test_a_recycle_is_called_off_when_a_visitor_came(local):
     assert set(backend.client.run(os.getpid).values()) == before and backend._open.is_set()
 
 
+def _dasks_lost_worker_seconds() -> float:
+    """Dask's own ``distributed.deploy.lost-worker-timeout`` (15 s), from its defaults file:
+    start_local_cluster sets this process's value for good."""
+    import yaml
+    from dask.utils import parse_timedelta
+
+    with open(Path(distributed.__file__).with_name("distributed.yaml")) as f:
+        return parse_timedelta(yaml.safe_load(f)["distributed"]["deploy"]["lost-worker-timeout"])
+
+
+def _spawned_children(me: psutil.Process, but: set[int]) -> list[psutil.Process]:
+    found = []
+    for child in me.children():
+        try:
+            if child.pid not in but and "spawn_main" in " ".join(child.cmdline()):
+                found.append(child)
+        except psutil.Error:  # gone meanwhile
+            pass
+    return found
+
+
+def test_a_worker_slow_to_come_back_keeps_its_nanny():
+    """A worker process restarted by its nanny may take longer than Dask's lost-worker timeout
+    (15 s) to join: a new process at niceness 10 on a busy machine.  Dask's cluster object
+    then closed that nanny, and the worker was lost for good (a recycle under load waited out
+    its 600 s for it; a server would run on fewer workers, or none).  Here the new process is
+    held stopped for longer than that timeout; once it goes on, it joins."""
+    cluster, backend = start_local_cluster(1, warm=False)
+    me = psutil.Process()
+    held: list[psutil.Process] = []
+    try:
+        [old] = backend.client.run(os.getpid).values()
+        [nanny] = cluster.workers.values()
+        before = {child.pid for child in me.children()}
+        os.kill(old, signal.SIGKILL)
+        new = wait_for(lambda: _spawned_children(me, before), timeout=120, interval=0.002)
+        assert new, "the nanny started no new worker process"
+        for child in new:
+            child.suspend()
+            held.append(child)
+        assert not cluster.scheduler.workers, "the new worker joined before it could be held"
+        lost_after = _dasks_lost_worker_seconds()
+        closed = wait_for(lambda: nanny.status.name in ("closing", "closed"), timeout=lost_after + 10)
+        assert not closed, f"the cluster closed the nanny {lost_after:g} s after its worker left"
+        for child in held:
+            child.resume()
+        held.clear()
+        assert wait_for(lambda: len(cluster.scheduler.workers) == 1, timeout=300)
+        assert set(backend.client.run(os.getpid).values()) == {child.pid for child in new}
+    finally:
+        for child in held:
+            child.resume()
+        backend.close()
+        cluster.close()
+
+
 def test_stopping_the_cluster_is_one_info_line_even_when_a_nanny_kills_its_worker(tmp_path, caplog):
     """serve's end (stop_local_cluster): a worker process still busy 4 s after its nanny asked
     it to exit is killed, with a WARNING that reads as a crash; routine at a stop, so dropped
