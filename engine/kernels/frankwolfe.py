@@ -16,9 +16,9 @@ block Gibbs sampler are reused here):
   so a fused gather/scatter pass over the ones costs a fifth of a dense mat-vec.
 * random numbers come from the splitmix64 stream of :mod:`boltzlab.engine.kernels.rbm`, consumed in
   the order each docstring states (the tests' NumPy references consume it the same way).
-* threads: the standard sampler of :func:`bias_alpha_updates` (eq. 10's loop) runs each
-  Gibbs step, and the alpha step's softplus sums, on fixed blocks of the S chains in
-  parallel (:func:`chain_blocks`, :func:`_gibbs_step_means_blocks`): the same draws, sums
+* threads: the standard sampler of :func:`sample_model` (step 1 of Algorithm 1) and of
+  :func:`bias_alpha_updates` (eq. 10's loop) runs each Gibbs step, and the alpha step's
+  softplus sums, on fixed blocks of the S chains in parallel (:func:`chain_blocks`, :func:`_gibbs_step_means_blocks`): the same draws, sums
   added per block in block order, so a seed gives the same bits on 2 or n threads.
 """
 
@@ -284,15 +284,6 @@ def mh_chains(V, W, b_vis, b_hid, coef, k, seed):
     return _mh_sweeps(V, X, W, b_hid, coef, b_vis, k, state)
 
 
-@njit(cache=True, nogil=True)
-def sample_model(V, W, b_vis, b_hid, coef, standard, k, seed):
-    """k sampler steps on the chains V (in place): block Gibbs (``standard``: every coef = 1,
-    :func:`boltzlab.engine.kernels.rbm.gibbs_chains`) or Metropolis-Hastings (:func:`mh_chains`).
-    Returns the accepted count (k S for Gibbs)."""
-    if standard:
-        gibbs_chains(V, W, np.ascontiguousarray(W.T), b_vis, b_hid, k, seed)
-        return k * V.shape[0]
-    return mh_chains(V, W, b_vis, b_hid, coef, k, seed)
 
 
 @njit(cache=True, nogil=True)
@@ -358,6 +349,39 @@ def _gibbs_step_means_blocks(V, X, H, Y, W, WT, b_vis, b_hid, base, m_part, sq_p
                 mq[i] += p * p
             _draw_row_at(Y[r], _advance(base_v, r * n_vis), V[r])
     return _advance(base_v, S * n_vis)
+
+
+def sample_model(V, W, b_vis, b_hid, coef, standard, k, seed):
+    """k sampler steps on the chains V (in place): block Gibbs (``standard``: every coef = 1,
+    :func:`boltzlab.engine.kernels.rbm.gibbs_chains`) or Metropolis-Hastings (:func:`mh_chains`).
+    Returns the accepted count (k S for Gibbs).  On the calling thread's numba threads: with
+    more than one, the Gibbs steps run on :func:`chain_blocks` of the chains in parallel,
+    with the same draws (the Metropolis-Hastings sampler runs on one)."""
+    return _sample_model(V, W, b_vis, b_hid, coef, standard, k, seed, parallel_here())
+
+
+@njit(cache=True, nogil=True)
+def _sample_model(V, W, b_vis, b_hid, coef, standard, k, seed, parallel):
+    if not standard:
+        return mh_chains(V, W, b_vis, b_hid, coef, k, seed)
+    WT = np.ascontiguousarray(W.T)
+    if not parallel:  # one thread: whole products
+        gibbs_chains(V, W, WT, b_vis, b_hid, k, seed)
+        return k * V.shape[0]
+    S, n_vis = V.shape
+    n = W.shape[1]
+    nb = chain_blocks(S)
+    X = np.empty((S, n), V.dtype)
+    H = np.empty((S, n), V.dtype)
+    Y = np.empty((S, n_vis), V.dtype)
+    m_part = np.empty((nb, n_vis))  # the steps' means, unused here
+    sq_part = np.empty((nb, n_vis))
+    Sb = np.empty((nb, 4, max(n, n_vis)))
+    position = new_state(seed)[0]
+    for _ in range(k):
+        position = _gibbs_step_means_blocks(V, X, H, Y, W, WT, b_vis, b_hid, position, m_part, sq_part, Sb, nb,
+                                            False)
+    return k * S
 
 
 @njit(cache=True, nogil=True, parallel=True)

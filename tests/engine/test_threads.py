@@ -113,6 +113,8 @@ for n_threads in (2, 3):
             alpha = fwk.bias_alpha_updates(chains, W, b, c, *args)[0]
             for name, value in (("chains", chains), ("b_vis", b), ("alpha", alpha)):
                 out[f"{n_threads} fw {dtype.__name__} {name}"] = value
+            fwk.sample_model(chains, W, b, c, np.ones(W.shape[1]), True, 2, 5)
+            out[f"{n_threads} fw {dtype.__name__} sampled"] = chains
         rows = (np.random.default_rng(1).random((3 * fwk.INNER_BLOCK, 9)) < 0.3).astype(float)
         indptr, indices = fwk.to_csr(rows)
         weights = np.random.default_rng(2).normal(0, 1e-3, rows.shape[0])
@@ -134,7 +136,7 @@ def test_the_blocks_give_the_same_bits_on_2_and_3_threads(tmp_path):
                    cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     out = np.load(path)
     keys = [k[2:] for k in out.files if k.startswith("2 ")]
-    assert len(keys) == 2 * (9 + 2 * 6 + 3) + 2
+    assert len(keys) == 2 * (9 + 2 * 6 + 4) + 2
     for key in keys:
         np.testing.assert_array_equal(out["2 " + key], out["3 " + key], err_msg=key)
 
@@ -301,6 +303,29 @@ def test_threaded_eq10_loop_matches_the_numpy_reference_and_one_thread(dtype, fi
     assert got[2][2][0] == pytest.approx(ref[2], rel=rel)  # alpha (its softplus sums per block)
     if fit_alpha:
         assert ref[2] != 3.0
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_threaded_model_sampler_matches_the_numpy_reference_and_one_thread(dtype):
+    """Step 1 of Algorithm 1 (``sample_model``, a standard RBM: block Gibbs): on 2 threads by
+    blocks of chains, the draws of one thread and of the NumPy reference."""
+    from boltzlab.engine.kernels import frankwolfe as fwk
+    from tests.engine.test_frankwolfe import ref_gibbs_step
+
+    chains0, W, b, c, _ = _eq10_problem(dtype, False)
+    assert fwk.chain_blocks(chains0.shape[0]) == 4
+    got = {}
+    for n_threads in THREADS:
+        chains = chains0.copy()
+        with threads.using(n_threads):
+            assert fwk.sample_model(chains, W, b, c, np.ones(W.shape[1]), True, 3, 77) == 3 * chains.shape[0]
+        got[n_threads] = chains
+    ref, stream = chains0.astype(np.float64), Stream(77)
+    for _ in range(3):
+        ref = ref_gibbs_step(ref, W.astype(np.float64), b, c, stream)
+    np.testing.assert_array_equal(got[1], got[2])
+    np.testing.assert_array_equal(got[2], ref)
+    assert 0.2 < ref.mean() < 0.8  # the chains moved: both values drawn
 
 
 @pytest.mark.parametrize("use_bias", [True, False])
