@@ -917,9 +917,8 @@ def start_local_cluster(n_workers: int, *, threads_per_worker: int = THREADS_PER
     The workers are nanny-supervised processes on 127.0.0.1: a worker that dies is
     restarted by its nanny, however long that takes (:data:`LOCAL_LOST_WORKER_SECONDS`), and
     warmed again before it takes work; the workers exit with this process, however it ends
-    (a nanny's worker watches a pipe to its parent).  No Dask
-    web dashboard (a second Bokeh server nobody reads, wanting port 8787); Dask's logs at
-    WARNING and above only.  Its processes, the backend's client and this process's Dask
+    (a nanny's worker watches a pipe to its parent).  No Dask web dashboard (a second Bokeh
+    server nobody reads, wanting port 8787); Dask's logs at WARNING and above only.  Its processes, the backend's client and this process's Dask
     (Dask's config is set for good here: the scheduler runs in this process) wait
     :data:`LOCAL_CONNECT_SECONDS` for a connection (``timeout`` overrides the client's).  The
     caller closes both: ``backend.close(); cluster.close()``.

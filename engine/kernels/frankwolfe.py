@@ -18,8 +18,9 @@ block Gibbs sampler are reused here):
   the order each docstring states (the tests' NumPy references consume it the same way).
 * threads: the standard sampler of :func:`sample_model` (step 1 of Algorithm 1) and of
   :func:`bias_alpha_updates` (eq. 10's loop) runs each Gibbs step, and the alpha step's
-  softplus sums, on fixed blocks of the S chains in parallel (:func:`chain_blocks`, :func:`_gibbs_step_means_blocks`): the same draws, sums
-  added per block in block order, so a seed gives the same bits on 2 or n threads.
+  softplus sums, on fixed blocks of the S chains in parallel (:func:`chain_blocks`,
+  :func:`_gibbs_step_means_blocks`): the same draws, sums added per block in block order,
+  so a seed gives the same bits on 2 or n threads.
 """
 
 from __future__ import annotations
@@ -284,8 +285,6 @@ def mh_chains(V, W, b_vis, b_hid, coef, k, seed):
     return _mh_sweeps(V, X, W, b_hid, coef, b_vis, k, state)
 
 
-
-
 @njit(cache=True, nogil=True)
 def _gibbs_step_means(V, X, H, Y, W, WT, b_vis, b_hid, state, m_sum, m_sq, S):
     """One block Gibbs step v -> h -> v on every chain (V in place; X, H, Y are reused
@@ -362,6 +361,7 @@ def sample_model(V, W, b_vis, b_hid, coef, standard, k, seed):
 
 @njit(cache=True, nogil=True)
 def _sample_model(V, W, b_vis, b_hid, coef, standard, k, seed, parallel):
+    """:func:`sample_model`; ``parallel``: by chain blocks (:func:`parallel_here`)."""
     if not standard:
         return mh_chains(V, W, b_vis, b_hid, coef, k, seed)
     WT = np.ascontiguousarray(W.T)
