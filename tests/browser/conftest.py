@@ -6,12 +6,10 @@ import os
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Error as PlaywrightError
 from playwright.sync_api import expect
 
-from tests.browser.painting import painted_png, plots
 from tests.serving import start_server, stop_server
-from tests.waiting import ACTION_TIMEOUT_MS, wait_for
+from tests.waiting import ACTION_TIMEOUT_MS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -60,20 +58,9 @@ def app_url():
 
 @pytest.fixture
 def shot(page):
-    """``shot("name")`` saves a screenshot to test-artifacts/name.png, once the page's visible
-    plots are painted (a plot just shown, e.g. on a tab just clicked, is laid out before its
-    canvas is drawn); at once on a page without Bokeh (a login form), after 10 s on one that
-    shows no plot, as it is after 30 s if they are never painted: an artifact, not a check."""
+    """``shot("name")`` saves a screenshot to test-artifacts/name.png."""
     def save(name: str) -> Path:
         path = ARTIFACTS / f"{name}.png"
-        try:  # a tab just clicked shows its plots a moment later
-            shown = wait_for(lambda: plots(page), timeout=10.0)
-        except PlaywrightError:  # no Bokeh on this page
-            shown = []
-        png = painted_png(page, timeout=30.0) if shown else None
-        if png is None:
-            page.screenshot(path=str(path))
-        else:
-            path.write_bytes(png)
+        page.screenshot(path=str(path))
         return path
     return save

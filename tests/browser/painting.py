@@ -1,6 +1,7 @@
 """What the browser tests look at in a page: its visible Bokeh plots and tables, and a
-screenshot taken once the plots are painted (``tests/browser/test_layout.py`` and every
-test's ``shot``)."""
+screenshot taken once the plots are painted (``tests/browser/test_layout.py``; the other
+tests' ``shot`` takes the page as it is: on a playing page the plots never look the same
+twice, and a wait there would widen a test's races with its own run)."""
 
 from __future__ import annotations
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Page, expect
 
+from tests.browser.painting import plots
 from tests.waiting import settled, wait_until  # the other browser tests import it from here
 
 pytestmark = pytest.mark.browser
@@ -116,6 +117,8 @@ def test_race_with_diverging_gradient_ascent(page: Page, app_url, shot):
         wait_until(lambda: len(points(page, f"logpl:{name}/log_pl")["x"]) >= 3)
     ys = points(page, f"logpl:{BOUND}/log_pl")["y"]
     assert all(b >= a - 1e-9 * abs(a) for a, b in zip(ys, ys[1:]))
+    # the tab clicked back shows its two figures a moment later (the shot is of them)
+    wait_until(lambda: len(plots(page)) >= 2)
     shot("fvbm-race")  # (no Pause click: the race may already be over, Pause then disabled)
 
 
