@@ -456,6 +456,11 @@ class DaskBackend:
         # set unless the warm-up plugin is being registered (:meth:`warm_workers`)
         self._not_warming = threading.Event()
         self._not_warming.set()
+        # held by a recycle and by the warm-up's registration: the registration is sent to
+        # every worker, and one being restarted breaks it (the scheduler's ERROR "broadcast to
+        # ... failed", and warm_workers raises); serve meets both when its first visitor
+        # leaves while the kernels compile
+        self._restarting = threading.Lock()
 
     def __call__(self, trainers: Mapping[str, Trainer], owner: str = "") -> dict[str, RemoteTrainer]:
         """Ship ``trainers`` to a worker; their stand-ins, by name (``owner``: whose runs
@@ -567,7 +572,8 @@ class DaskBackend:
         """
         self._not_warming.clear()
         try:
-            self.client.register_plugin(_warm_up_plugin())
+            with self._restarting:  # after a recycle in progress: its new workers get it too
+                self.client.register_plugin(_warm_up_plugin())
         except Exception as exc:
             if self.closing:  # the server stopped during the warm-up: nothing to say
                 return
@@ -584,16 +590,17 @@ class DaskBackend:
         status of each worker (``"OK"``, ``"timed out"``: not back within ``timeout`` seconds, ...),
         or ``{}`` when ``still_idle()``, asked once new work is held back, says a session came.
         Trainers and jobs that arrive meanwhile wait for the new workers."""
-        self._open.clear()
-        try:
-            if still_idle is not None and not still_idle():
-                return {}
-            workers = list(self.client.scheduler_info()["workers"])
-            t0 = time.perf_counter()
-            with RECYCLING:  # the nannies' "killing" and "Restarting worker" warnings: routine here
-                status = self.client.restart_workers(workers, timeout=timeout, raise_for_error=False)
-        finally:
-            self._open.set()
+        with self._restarting:  # after a warm-up being registered
+            self._open.clear()
+            try:
+                if still_idle is not None and not still_idle():
+                    return {}
+                workers = list(self.client.scheduler_info()["workers"])
+                t0 = time.perf_counter()
+                with RECYCLING:  # the nannies' "killing" and "Restarting worker" warnings: routine here
+                    status = self.client.restart_workers(workers, timeout=timeout, raise_for_error=False)
+            finally:
+                self._open.set()
         ok = sum(value == "OK" for value in status.values())
         logging.getLogger(__name__).info(
             "Recycled %d of %d worker processes (their memory back to the OS) in %.1f s%s", ok, len(status),

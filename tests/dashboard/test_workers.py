@@ -445,6 +445,36 @@ def test_a_recycle_is_called_off_when_a_visitor_came(local):
     assert set(backend.client.run(os.getpid).values()) == before and backend._open.is_set()
 
 
+def test_a_warm_up_waits_for_a_recycle_in_progress(local, monkeypatch):
+    """The warm-up plugin's registration is sent to every worker; sent while a recycle restarts
+    them, it failed (a loaded load test: "broadcast to ... failed").  It waits for the recycle
+    (and a recycle for a registration in progress).  Here the restart is held and both calls
+    are recorded, the real ones not made."""
+    backend = local[1]
+    calls: list[str] = []
+    restarting, release = threading.Event(), threading.Event()
+
+    def restart_workers(workers, **kwargs):
+        restarting.set()
+        assert release.wait(120)
+        calls.append("restart")
+        return {w: "OK" for w in workers}
+
+    monkeypatch.setattr(backend.client, "restart_workers", restart_workers)
+    monkeypatch.setattr(backend.client, "register_plugin", lambda plugin: calls.append("plugin"))
+    recycle = threading.Thread(target=backend.recycle_workers, daemon=True)
+    recycle.start()
+    assert restarting.wait(60)
+    warm = threading.Thread(target=backend.warm_workers, daemon=True)
+    warm.start()
+    warm.join(2.0)  # time to register, were it not held back (the old code did, at once)
+    assert calls == [] and warm.is_alive()
+    release.set()
+    recycle.join(120)
+    warm.join(120)
+    assert calls == ["restart", "plugin"] and backend._open.is_set()
+
+
 def _dasks_lost_worker_seconds() -> float:
     """Dask's own ``distributed.deploy.lost-worker-timeout`` (15 s), from its defaults file:
     start_local_cluster sets this process's value for good."""
