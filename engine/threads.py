@@ -9,10 +9,12 @@ The threading model (docs/architecture.md, "Threads"):
   thread count.  (A product's rounding depends on how BLAS tiles it: one product split in
   two differs in the last bits from the product whole, and OpenBLAS on 2 threads already
   differs from itself on 1.)
-* BLAS runs single-threaded inside the kernels (:func:`single_blas`): numba's ``np.dot``
-  calls scipy's OpenBLAS, and two pools (OpenBLAS's spinning threads beside numba's) on
-  the same cores fight; on this 2-core machine shared with other work OpenBLAS's own two
-  threads multiplied 5-8 GFLOP/s where one thread did 33-37.
+* Every BLAS in the process runs single-threaded once the engine runs (:func:`single_blas`):
+  numba's ``np.dot`` calls scipy's OpenBLAS, and two pools (OpenBLAS's spinning threads
+  beside numba's) on the same cores fight; on this 2-core machine shared with other work
+  OpenBLAS's own two threads multiplied 5-8 GFLOP/s where one thread did 33-37.  numpy's
+  own copy (what a trainer's NumPy ``@`` calls) is limited too: its idle threads spin for
+  ~0.1 s after every product, on the core numba's next fork needs.
 * :func:`set_threads` / :func:`threads` act on the calling thread only (numba's thread
   count is thread-local), so a session's runner thread sets its share without touching
   the others'.
@@ -42,7 +44,7 @@ def threads() -> int:
 def set_threads(n: int) -> int:
     """Let the calling thread's parallel kernels use ``n`` threads (clipped to 1..available()).
 
-    Returns the count set.  Also makes the BLAS numba calls single-threaded (:func:`single_blas`).
+    Returns the count set.  Also makes every BLAS in the process single-threaded (:func:`single_blas`).
     """
     n = max(1, min(int(n), available()))
     numba.set_num_threads(n)
@@ -60,30 +62,41 @@ def using(n: int) -> Iterator[int]:
         numba.set_num_threads(old)
 
 
-def _blas_controllers() -> list:
+def _blas_libraries() -> list:
+    """threadpoolctl controllers of every BLAS loaded in the process, once (scipy's
+    OpenBLAS, which numba's ``np.dot`` calls, loaded first; numpy's own copy)."""
     global _BLAS
     if _BLAS is None:
         try:
             import scipy.linalg.cython_blas  # noqa: F401 -- the BLAS numba's np.dot calls, loaded
             from threadpoolctl import ThreadpoolController
 
-            ctl = ThreadpoolController()
-            # scipy's BLAS, not numpy's own copy (numpy.libs/...openblas64_...)
-            _BLAS = [lib for lib in ctl.lib_controllers
-                     if lib.user_api == "blas" and "numpy" not in os.path.dirname(lib.filepath)]
+            _BLAS = [lib for lib in ThreadpoolController().lib_controllers if lib.user_api == "blas"]
         except Exception:  # no threadpoolctl / scipy: nothing to limit
             _BLAS = []
     return _BLAS
 
 
+def _blas_controllers() -> list:
+    """The BLAS numba's ``np.dot`` calls: scipy's, not numpy's own copy (numpy.libs/...openblas64_...)."""
+    return [lib for lib in _blas_libraries() if "numpy" not in os.path.dirname(lib.filepath)]
+
+
 def single_blas() -> None:
-    """Make the BLAS that numba's ``np.dot`` calls (scipy's OpenBLAS) single-threaded.
+    """Make every BLAS in the process single-threaded: numba's pool is the only pool.
 
     Cheap after the first call (one ctypes call per library); the engine calls it before
-    every parallel kernel, so a ``threadpool_limits`` around engine code cannot put two
-    pools on the same cores.  numpy's own OpenBLAS (a separate library) is left alone.
+    every parallel kernel and in :func:`set_threads`, so a ``threadpool_limits`` around
+    engine code cannot put two pools on the same cores.  numpy's own OpenBLAS is limited
+    too: left at a thread per core, its idle threads spin for ~0.1 s after each product
+    (a float64 product followed by a 0.5 s sleep cost the process 0.1 s of CPU), and the
+    NumPy products between two kernels (the Frank-Wolfe gap's softplus means, the TAP
+    lab's gradient) left a spinner on the core numba's second thread needed: an
+    insertion's eq.-10 loop ran 1.3x faster on two threads instead of 1.9x.  So a process
+    that runs the engine does its NumPy products on one thread (``threadpool_limits``
+    raises that for a block of the caller's own).
     """
-    for lib in _blas_controllers():
+    for lib in _blas_libraries():
         if lib.get_num_threads() != 1:
             lib.set_num_threads(1)
 

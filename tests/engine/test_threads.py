@@ -29,6 +29,28 @@ def test_thread_counts_are_clipped_and_restored():
     assert threads.threads() == before
 
 
+
+def test_the_engine_keeps_every_blas_in_the_process_on_one_thread():
+    """numba's pool is the only pool: scipy's OpenBLAS (numba's np.dot) and numpy's own copy
+    (a trainer's NumPy products, whose idle threads would spin beside numba's) run on one
+    thread once the engine sets its threads or runs a parallel kernel."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    def blas_threads():
+        return {info["filepath"]: info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"}
+
+    with threadpool_limits(limits=2):
+        assert any("numpy" in path for path in blas_threads())  # numpy's own copy is seen
+        assert set(blas_threads().values()) == {2}
+        with threads.using(2):
+            assert set(blas_threads().values()) == {1}
+    with threadpool_limits(limits=2):
+        from boltzlab.engine.rbm import RBMTrainer
+
+        V = (np.random.default_rng(0).random((40, 12)) < 0.3).astype(np.float64)
+        RBMTrainer(V, 5, batch_size=20, evaluate="none").step()  # threads as they are
+        assert set(blas_threads().values()) == {1}
+
 def _train_setup(n, n_vis, n_hid, n_chains, dtype, seed=0):
     rng = np.random.default_rng(seed)
     V = (rng.random((n, n_vis)) < 0.3).astype(dtype)
