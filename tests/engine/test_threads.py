@@ -51,6 +51,25 @@ def test_the_engine_keeps_every_blas_in_the_process_on_one_thread():
         RBMTrainer(V, 5, batch_size=20, evaluate="none").step()  # threads as they are
         assert set(blas_threads().values()) == {1}
 
+
+def test_openmp_threads_spin_briefly_then_sleep_unless_the_user_says_otherwise():
+    """boltzlab.engine sets libgomp's waits before numba loads it: passive, after ~1,000
+    spin rounds (a halted core is slow to wake); a user's own settings win."""
+    import os
+    import subprocess
+    import sys
+
+    code = "import os, boltzlab.engine; print(os.environ['OMP_WAIT_POLICY'], os.environ['GOMP_SPINCOUNT'])"
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+    def child(env):
+        return subprocess.run([sys.executable, "-c", code], env=env, cwd=root, capture_output=True, text=True,
+                              check=True).stdout.split()
+
+    assert child(env) == ["PASSIVE", "1000"]
+    assert child(dict(env, OMP_WAIT_POLICY="ACTIVE", GOMP_SPINCOUNT="7")) == ["ACTIVE", "7"]
+
 def _train_setup(n, n_vis, n_hid, n_chains, dtype, seed=0):
     rng = np.random.default_rng(seed)
     V = (rng.random((n, n_vis)) < 0.3).astype(dtype)
