@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 from playwright.sync_api import Page, expect
-from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
-from tests.browser.test_browser_fvbm import points, tab_header, wait_until
+from tests.browser.test_browser_fvbm import pause_or_ended, points, tab_header, wait_until
 from tests.browser.test_browser_tap import JS_IMAGE, JS_TEXT
 
 pytestmark = pytest.mark.browser
@@ -35,12 +34,7 @@ def test_frankwolfe_lab_grows_units_and_forks_cd(page: Page, app_url, shot):
     shot("fw-growing")
     # the digits' 60 units take seconds of compute (29 of them were in at this point here): a
     # run that ended before the click has nothing left to pause, and the fork works from it too
-    pause = page.get_by_role("button", name="❚❚ Pause")
-    try:
-        pause.click(timeout=10_000)
-    except PlaywrightTimeoutError:
-        wait_until(lambda: page.evaluate(JS_TEXT, "Hidden units: ") == "Hidden units: 60", timeout=60)
-    expect(pause).to_be_disabled(timeout=120_000)
+    pause_or_ended(page)
     tab_header(page, "CD fork (§4)").click()  # the fork and its curve share a tab of the stage
     fork = page.get_by_role("button", name="Train CD from here")
     expect(fork).to_be_enabled(timeout=120_000)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from playwright.sync_api import Page, expect
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from tests.browser.painting import plots
 from tests.waiting import settled, wait_until  # the other browser tests import it from here
@@ -56,6 +57,21 @@ def sweep_text(page: Page) -> str:
 
 def tab_header(page: Page, title: str):
     return page.locator(".bk-tab").filter(has_text=title).first
+
+
+def pause_or_ended(page: Page) -> None:
+    """❚❚ Pause the visible lab's run, or accept that it ended on its own first (a short run on
+    small data can: Pause is then disabled and there is nothing to pause); returns once the
+    run is not playing."""
+    pause = page.get_by_role("button", name="❚❚ Pause")
+    for _ in range(12):  # a click on a busy page may take longer than one try; 2 minutes in all
+        try:
+            pause.click(timeout=10_000)
+            break
+        except PlaywrightTimeoutError:
+            if pause.is_disabled():
+                break  # the run ended
+    expect(pause).to_be_disabled(timeout=120_000)
 
 
 def open_lab(page: Page, url: str) -> None:
