@@ -90,8 +90,8 @@ def single_blas() -> None:
     engine code cannot put two pools on the same cores.  numpy's own OpenBLAS is limited
     too: left at a thread per core, its idle threads spin for ~0.1 s after each product
     (a float64 product followed by a 0.5 s sleep cost the process 0.1 s of CPU), and the
-    NumPy products between two kernels (the Frank-Wolfe gap's softplus means, the TAP
-    lab's gradient) left a spinner on the core numba's second thread needed: an
+    NumPy products between two kernels (the Frank-Wolfe gap's softplus means, for one)
+    left a spinner on the core numba's second thread needed: an
     insertion's eq.-10 loop ran 1.3x faster on two threads instead of 1.9x.  So a process
     that runs the engine does its NumPy products on one thread (``threadpool_limits``
     raises that for a block of the caller's own).
