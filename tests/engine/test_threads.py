@@ -29,12 +29,13 @@ def test_thread_counts_are_clipped_and_restored():
     assert threads.threads() == before
 
 
-
 def test_the_engine_keeps_every_blas_in_the_process_on_one_thread():
     """numba's pool is the only pool: scipy's OpenBLAS (numba's np.dot) and numpy's own copy
     (a trainer's NumPy products, whose idle threads would spin beside numba's) run on one
     thread once the engine sets its threads or runs a parallel kernel."""
     from threadpoolctl import threadpool_info, threadpool_limits
+
+    from boltzlab.engine.rbm import RBMTrainer
 
     def blas_threads():
         return {info["filepath"]: info["num_threads"] for info in threadpool_info() if info["user_api"] == "blas"}
@@ -45,8 +46,6 @@ def test_the_engine_keeps_every_blas_in_the_process_on_one_thread():
         with threads.using(2):
             assert set(blas_threads().values()) == {1}
     with threadpool_limits(limits=2):
-        from boltzlab.engine.rbm import RBMTrainer
-
         V = (np.random.default_rng(0).random((40, 12)) < 0.3).astype(np.float64)
         RBMTrainer(V, 5, batch_size=20, evaluate="none").step()  # threads as they are
         assert set(blas_threads().values()) == {1}
@@ -69,6 +68,7 @@ def test_openmp_threads_spin_briefly_then_sleep_unless_the_user_says_otherwise()
 
     assert child(env) == ["PASSIVE", "1000"]
     assert child(dict(env, OMP_WAIT_POLICY="ACTIVE", GOMP_SPINCOUNT="7")) == ["ACTIVE", "7"]
+
 
 def _train_setup(n, n_vis, n_hid, n_chains, dtype, seed=0):
     rng = np.random.default_rng(seed)
