@@ -250,9 +250,11 @@ class Lab(pn.viewable.Viewer):
         Checked before anything is prepared (a refused run starts no slow preparation) and
         again after ``prepare``, when what depends on the prepared data is known."""
 
-    def implied(self, values: Mapping[str, Any]) -> dict[str, Any]:
+    def implied(self, values: Mapping[str, Any], *, fresh: bool = False) -> dict[str, Any]:
         """Settings implied by ``values`` (e.g. a data set's defaults) that ``values`` does
-        not name; they are applied with ``values``."""
+        not name; they are applied with ``values``.  ``fresh``: as a new lab built with
+        ``values`` would imply them (no current run to compare with; see
+        :meth:`script_settings`)."""
         return {}
 
     def trainer_factory(self) -> Callable[[], Mapping[str, Any]]:
@@ -834,8 +836,7 @@ class Lab(pn.viewable.Viewer):
         if steps is None:
             steps = max([s.steps for s in self.runner.states.values()] + [1])
         steps = check_int("steps", steps, f"{cls}.python_script", 1)
-        settings = {name: getattr(self, name) for name in self.controls()
-                    if getattr(self, name) != self.param[name].default}
+        settings = self.script_settings()
         data = self.script_data()
         lines = [f'"""Boltzmann Lab, the {self.title} lab\'s run as a script ("Copy as Python"): '
                  f'{steps} step(s), headless."""',
@@ -853,6 +854,45 @@ class Lab(pn.viewable.Viewer):
                   "print(frame.groupby('run').tail(1).to_string())",
                   "lab.close()", ""]
         return "\n".join(lines)
+
+    def constructed(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """The run settings a new lab built with keyword ``values`` has (``Lab(**values)``, or
+        ``Lab()`` then ``apply_settings(values)``): the class defaults, then what ``values``
+        imply (a data set's defaults), then ``values`` themselves."""
+        made = {name: self.param[name].default for name in self.controls()}
+        implied = self.implied(values, fresh=True)
+        made.update({k: v for k, v in implied.items() if k in made and k not in values})
+        made.update({k: v for k, v in values.items() if k in made})
+        return made
+
+    def run_settings(self) -> dict[str, Any]:
+        """The settings of the run the lab holds, by name (the speed aside): those it was
+        built from, and the view settings as they are.  A refused change leaves its value in
+        the lab's settings (and widgets) but not here: the run stayed as it was."""
+        built = self._built
+        return {name: built[name] if name in built else getattr(self, name) for name in self.controls()}
+
+    def script_settings(self) -> dict[str, Any]:
+        """The settings :meth:`python_script` names: those of :meth:`run_settings` that the
+        script's own construction (:meth:`constructed`) would not give by itself, in the order
+        the lab declares them.  A setting equal to its class default is named all the same
+        when another named one implies a different value for it: ``TAPLab(data="digits",
+        n_hidden=100)`` must say ``n_hidden=100``, which the digits' defaults would make 16.
+
+        Found by starting from every setting and dropping, in the lab's order, each one the
+        construction from the others gives anyway."""
+        current = self.run_settings()
+
+        def makes_current(values: Mapping[str, Any]) -> bool:
+            made = self.constructed(values)
+            return all(_same_value(made[k], v) for k, v in current.items())
+
+        given = dict(current)  # every setting makes the run; drop those the others imply anyway
+        for name in current:
+            rest = {k: v for k, v in given.items() if k != name}
+            if makes_current(rest):
+                given = rest
+        return given
 
     def script_data(self) -> list[str]:
         """Lines of :meth:`python_script` that give the lab data the settings alone do not
@@ -1101,6 +1141,11 @@ def _holds_plot(view: Any) -> bool:
     if isinstance(view, pn.pane.Bokeh):
         return True
     return isinstance(view, pn.layout.ListLike) and any(_holds_plot(o) for o in view.objects)
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """Two setting values are the same value (and the same kind: ``True`` is not ``1``)."""
+    return type(a) is type(b) and a == b if isinstance(a, bool) or isinstance(b, bool) else a == b
 
 
 def _generic_change(name: str, before: Mapping[str, Any], after: Mapping[str, Any]) -> str:

@@ -422,7 +422,7 @@ class BoundLab(Lab):
     def prepare(self, changed: set[str], strict: bool = False) -> None:
         self.widgets["race_seed"].visible = self.problem in setup.SEEDED_PROBLEMS
 
-    def implied(self, values) -> dict[str, Any]:
+    def implied(self, values, *, fresh: bool = False) -> dict[str, Any]:
         """A problem comes with its own λ unless the values name one."""
         if "problem" in values and "reg" not in values and values["problem"] in majorize.DEFAULT_REG:
             return {"reg": majorize.DEFAULT_REG[values["problem"]]}

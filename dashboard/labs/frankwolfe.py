@@ -224,10 +224,10 @@ class FrankWolfeLab(Lab):
     def data_identity(self) -> tuple[str, str] | None:
         return self.uploads.identity()
 
-    def implied(self, values) -> dict[str, Any]:
+    def implied(self, values, *, fresh: bool = False) -> dict[str, Any]:
         """A change of data set brings that set's default settings (the given values win)."""
         data = values.get("data")
-        if data is None or data == self._run_settings.get("data"):
+        if data is None or (not fresh and data == self._run_settings.get("data")):
             return {}
         return dict(DEFAULTS.get(data, {}))
 

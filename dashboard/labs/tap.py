@@ -234,10 +234,10 @@ class TAPLab(Lab):
     def data_identity(self) -> tuple[str, str] | None:
         return self.uploads.identity()
 
-    def implied(self, values) -> dict[str, Any]:
+    def implied(self, values, *, fresh: bool = False) -> dict[str, Any]:
         """A change of data set brings that set's default model settings."""
         data = values.get("data")
-        if data is None or data == self._data_key:  # the data set of the current run
+        if data is None or (not fresh and data == self._data_key):  # the data set of the current run
             return {}
         return dict(DEFAULTS.get(data, {}))
 
