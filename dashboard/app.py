@@ -19,7 +19,7 @@ from bokeh.application.handlers.handler import Handler
 from panel.io.application import Application as PanelApplication
 
 from boltzlab.dashboard.views.browser_code import in_browser
-from boltzlab.dashboard.views.text import StaticMarkdown
+from boltzlab.dashboard.views.text import StaticMarkdown, markdown_text
 
 TITLE = "Boltzmann Lab"
 
@@ -351,7 +351,7 @@ def preparing(cls: type, make: Callable[[], Any], open_lab: Callable[[Any], None
             built = building[0].result()
         except Exception as exc:  # noqa: BLE001 - said on the page and logged, not swallowed
             log.error("Could not open the %s lab: %s", cls.title, exc, exc_info=exc)
-            note.object = f"Could not open this lab: {exc}"
+            note.object = f"Could not open this lab: {markdown_text(exc)}"  # it may quote a user's value
             return None
         opened.append(True)
         # Panel awaits it, the document locked
@@ -578,7 +578,7 @@ class PageHandler(Handler):
                     page = self._make()
                 except Exception as exc:  # noqa: BLE001 - said on the page and logged
                     log.error("Could not build a page: %s", exc, exc_info=exc)
-                    page = pn.pane.Alert(f"This page could not be built: {exc}", alert_type="danger")
+                    page = pn.pane.Alert(f"This page could not be built: {markdown_text(exc)}", alert_type="danger")
                 page.server_doc(doc, title=TITLE, location=True)
         finally:
             state._launching.discard(doc)

@@ -727,6 +727,8 @@ def play_or_tell(runner: Runner) -> str | None:
     except ServerBusy as exc:
         import panel as pn
 
-        if pn.state.notifications is not None:
-            pn.state.notifications.warning(str(exc), duration=8000)
+        from boltzlab.dashboard.views.text import escape
+
+        if pn.state.notifications is not None:  # a notification renders HTML
+            pn.state.notifications.warning(escape(exc), duration=8000)
         return str(exc)

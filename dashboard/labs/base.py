@@ -45,7 +45,7 @@ from boltzlab.dashboard.jobs import Jobs
 from boltzlab.dashboard.labtools import LabTools, Preset, check_setting, parse_setting
 from boltzlab.dashboard.runner import History, Runner, play_or_tell
 from boltzlab.dashboard.views import StatusBadge
-from boltzlab.dashboard.views.text import LiveHTML, StaticMarkdown
+from boltzlab.dashboard.views.text import LiveHTML, StaticMarkdown, escape
 from boltzlab.engine.checks import check_int
 from boltzlab.engine.stepping import Record
 
@@ -332,8 +332,8 @@ class Lab(pn.viewable.Viewer):
 
     def describe_change(self, name: str, before: Mapping[str, Any], after: Mapping[str, Any],
                         before_arrays: Mapping[str, Any], after_arrays: Mapping[str, Any]) -> str | None:
-        """Presentation mode: one run's step in the paper's terms (HTML), or ``None`` for
-        the generic list of changed scalars."""
+        """Presentation mode: one run's step in the paper's terms (HTML, built from escaped
+        parts: ``escape(name)``), or ``None`` for the generic list of changed scalars."""
         return None
 
     def highlight(self, name: str, before: Mapping[str, Any], after: Mapping[str, Any],
@@ -1157,4 +1157,4 @@ def _generic_change(name: str, before: Mapping[str, Any], after: Mapping[str, An
         if old is None or not isinstance(old, (int, float)) or old == value or not math.isfinite(value):
             continue
         changes.append(f"{key} {old:.5g} → <b>{value:.5g}</b>")
-    return f"<b>{name}</b>: " + ("; ".join(changes[:4]) or "stepped")
+    return f"<b>{escape(name)}</b>: " + ("; ".join(changes[:4]) or "stepped")

@@ -33,7 +33,7 @@ from boltzlab.dashboard.labs import bound_setup as setup
 from boltzlab.dashboard.labs.base import Lab, by_run, speed_setting
 from boltzlab.dashboard.labtools import Preset
 from boltzlab.dashboard.views import StatusBadge
-from boltzlab.dashboard.views.text import TABLE_CSS, LiveHTML, html_table
+from boltzlab.dashboard.views.text import TABLE_CSS, LiveHTML, escape, html_table
 from boltzlab.engine import majorize
 
 #: Table 1 live: (title, alignment) of each column
@@ -769,7 +769,7 @@ class BoundLab(Lab):
         rose = after.get("increase", 0.0) > 1e-12 * max(1.0, abs(J0))
         ok = bool(after.get("monotone", 1.0)) and not rose
         mono = "monotone ✓" if ok else "<b style='color:#c62828'>J rose ✗</b>"
-        head = f"<b style='color:{RACE_COLORS.get(name, 'black')}'>{name}</b> step {int(after['iteration'])}: "
+        head = f"<b style='color:{RACE_COLORS.get(name, 'black')}'>{escape(name)}</b> step {int(after['iteration'])}: "
         if self.J_star is None:
             self._unexplained.append((name, before, after, before_arrays, after_arrays))
             return head + f"J {J0:.8g} → <b>{J1:.8g}</b>, {mono} (J* still computing…)"

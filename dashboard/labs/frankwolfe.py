@@ -184,7 +184,7 @@ class FrankWolfeLab(Lab):
         self._images = None  # the images the settings choose (prepare)
         self._fork: dict[str, Any] | None = None
         self.cd_runner: Runner | None = None
-        self.data_info = pn.pane.Markdown("", styles={"font-size": "0.9em"})
+        self.data_info = pn.pane.HTML("", styles={"font-size": "0.9em"})  # describe_images: the name escaped
         self._described: tuple | None = None  # the data set data_info describes
         self.fork = pn.widgets.Button(label="Train CD from here", color="primary", width=180, disabled=True)
         self.cd_status = StatusBadge(CD_IDLE, "idle")

@@ -21,7 +21,7 @@ from boltzlab.dashboard.labs.fvbm_setup import (BOUND_LABEL, DEFAULT_DATA, LBFGS
                                        trainer_factory, uploaded_data)
 from boltzlab.dashboard.labtools import Preset
 from boltzlab.dashboard.views import Heatmap, LiveCurve, StatusBadge
-from boltzlab.dashboard.views.text import TABLE_CSS, LiveHTML, html_table
+from boltzlab.dashboard.views.text import TABLE_CSS, LiveHTML, escape, html_table
 
 SUMMARY_COLUMNS = [("run", ""), ("sweep", ""), ("log-PL", ""), ("gap to MPLE", ""), ("status", "")]  # "Who won"
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
@@ -142,7 +142,7 @@ class FVBMLab(Lab):
             "A CSV with a header row and one column per variable; values ±1 (or 0/1). "
             "Rows with missing values are dropped.", visible=False,
             styles={"font-size": "0.85em", "color": "#555"})
-        self.data_info = pn.pane.Markdown("", styles={"font-size": "0.9em"})
+        self.data_info = pn.pane.HTML("", styles={"font-size": "0.9em"})  # DataSet.describe: the name escaped
         self.data_msg = StatusBadge("", "info", visible=False)
         self._uploaded: DataSet | None = None
         self._uploaded_name: str | None = None  # its file name, for python_script
@@ -509,7 +509,7 @@ class FVBMLab(Lab):
         if "log_pl" not in after:
             return None
         gain = after["log_pl"] - before["log_pl"] if "log_pl" in before else None
-        text = f"<b>{name}</b>, sweep {int(after['sweep'])}: log-PL {after['log_pl']:,.4f}"
+        text = f"<b>{escape(name)}</b>, sweep {int(after['sweep'])}: log-PL {after['log_pl']:,.4f}"
         if gain is not None:
             text += f" ({'▲' if gain >= 0 else '▼'} {abs(gain):.3g})"
         moved = _most_moved(before_arrays.get("M"), after_arrays.get("M"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import html
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,18 +62,20 @@ class DataSet:
         return int(len(np.unique(self.data.X, axis=0)))
 
     def describe(self) -> str:
+        """The data panel's HTML: the name (an upload's file name) and notes escaped (user
+        text stays text, see :mod:`boltzlab.dashboard.views.text`; this module stays Panel-free)."""
         n, d = self.data.X.shape
-        text = f"**{self.data.name}**: n = {n:,} rows, d = {d} variables"
+        text = f"<b>{html.escape(self.data.name)}</b>: n = {n:,} rows, d = {d} variables"
         if getattr(self.data, "dropped_rows", 0):
             text += f" ({self.data.dropped_rows} rows with missing values dropped)"
         if self.mple_logpl is not None:
-            text += f".  \nMPLE log-PL (the maximum of eq. 2.1, drawn as the target): {self.mple_logpl:,.4f}"
+            text += f".<br>MPLE log-PL (the maximum of eq. 2.1, drawn as the target): {self.mple_logpl:,.4f}"
         elif self.warning:
-            text += ".  \nNo MPLE exists, so there is no target line"
+            text += ".<br>No MPLE exists, so there is no target line"
         for note in getattr(self.data, "notes", []) or []:
-            text += f".  \n{note}"
+            text += f".<br>{html.escape(note)}"
         if d > EXACT_LIMIT:
-            text += f".  \nExact likelihood not shown (d > {EXACT_LIMIT})."
+            text += f".<br>Exact likelihood not shown (d > {EXACT_LIMIT})."
         return text
 
 

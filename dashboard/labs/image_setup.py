@@ -10,6 +10,7 @@ by the upload limits of :func:`boltzlab.engine.images.read_upload`).
 from __future__ import annotations
 
 import functools
+import html
 from typing import Union
 
 from boltzlab.engine.images import ImageSet, fingerprint, load_images
@@ -44,17 +45,20 @@ def cache_key(ref: DataRef) -> str:
 
 
 def describe_images(images: ImageSet, validation: str = "validation") -> str:
-    """One line for a lab's data panel, the bundled sets and uploads alike: the set's name,
-    its splits and image shape (and an upload's SHA-256, what a checkpoint records; a shape
-    only guessed from a square number of pixels is said to be one)."""
+    """One line of HTML for a lab's data panel, the bundled sets and uploads alike: the set's
+    name, its splits and image shape (and an upload's SHA-256, what a checkpoint records; a
+    shape only guessed from a square number of pixels is said to be one).  The name is
+    escaped: an upload's is its file name (user text stays text, see
+    :mod:`boltzlab.dashboard.views.text`; this module stays Panel-free)."""
+    name = html.escape(images.name)
     n, v, t = images.split_sizes
     shape = images.image_shape
     pixels = f"{shape[0]}×{shape[1]}" if shape is not None else f"{images.n_pixels:,}"
     if images.origin == "user upload":
         sha = fingerprint_of(images)
         guess = (" The shape is guessed from the number of pixels: if your images are not square, set "
-                 "their **Image width**." if images.meta.get("square_guess") else "")
-        return (f"**{images.name}** (your upload, SHA-256 {sha[:12]}…): {n:,} training, {v:,} {validation} and "
+                 "their <b>Image width</b>." if images.meta.get("square_guess") else "")
+        return (f"<b>{name}</b> (your upload, SHA-256 {sha[:12]}…): {n:,} training, {v:,} {validation} and "
                 f"{t:,} test images of {pixels} binary pixels (height×width).{guess}")
-    return (f"**{images.name}**: {n:,} training, {v:,} {validation} and {t:,} test digits of "
+    return (f"<b>{name}</b>: {n:,} training, {v:,} {validation} and {t:,} test digits of "
             f"{pixels} binary pixels.")

@@ -188,7 +188,7 @@ class TAPLab(Lab):
                       "speed": dict(width=190)}
 
     def build_controls(self) -> None:
-        self.data_info = pn.pane.Markdown("", styles={"font-size": "0.9em"})
+        self.data_info = pn.pane.HTML("", styles={"font-size": "0.9em"})  # describe_images: the name escaped
         self.uploads = ImageData(self)  # "Upload": the upload widget, its job, the run's data hash
         self._prepared: tuple[tuple, Any] | None = None  # the data chosen: ((data, hash, shape), ImageSet)
         self._run_prepared: tuple[tuple, Any] | None = None  # ... and the current run's (trainer_factory)

@@ -1,4 +1,5 @@
-"""A status indicator: a coloured box with a short text (Markdown allowed)."""
+"""A status indicator: a coloured box with a short text (``**bold**`` and line breaks allowed;
+any other markup shows as typed: see :func:`boltzlab.dashboard.views.text.text_html`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import re
 
 import panel as pn
 
-from boltzlab.dashboard.views.text import LiveHTML
+from boltzlab.dashboard.views.text import LiveHTML, text_html
 
 LEVELS = {  # background, border, text
     "ok": ("#e6f4ea", "#34a853", "#1e4620"),
@@ -16,13 +17,6 @@ LEVELS = {  # background, border, text
     "error": ("#fce8e6", "#d93025", "#8c1d18"),
     "idle": ("#f1f3f4", "#9aa0a6", "#3c4043"),
 }
-
-
-def _inline_markdown(text: str) -> str:
-    """Escape, then render **bold** and line breaks (enough for status lines)."""
-    out = html.escape(text)
-    out = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", out)
-    return out.replace("  \n", "<br>").replace("\n", "<br>")
 
 
 class StatusBadge:
@@ -51,7 +45,7 @@ class StatusBadge:
         more = ""
         if details:
             more = (f'<details style="margin-top:4px"><summary style="cursor:pointer">'
-                    f"Details</summary>{_inline_markdown(details)}</details>")
+                    f"Details</summary>{text_html(details)}</details>")
         line = ""
         if self.one_line:
             whole = re.sub(r"\*\*(.+?)\*\*", r"\1", text) + (f"\n{details}" if details else "")
@@ -63,7 +57,7 @@ class StatusBadge:
             f'<div class="status-badge status-{level}" style="background:{bg};'
             f"border-left:5px solid {border};color:{fg};padding:7px 10px;"
             f'border-radius:4px;font-size:0.95em;line-height:1.35;{line}">'
-            f"{_inline_markdown(text)}{more}</div>")
+            f"{text_html(text)}{more}</div>")
 
     @property
     def details(self) -> str:

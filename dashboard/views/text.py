@@ -1,10 +1,23 @@
 """Text panes made cheap for the server's event loop: fixed text rendered once per process
 (:class:`StaticMarkdown`), and text a lab changes at every status refresh sent alone
-(:class:`LiveHTML`, :func:`html_table`)."""
+(:class:`LiveHTML`, :func:`html_table`).
+
+**User text stays text** (issue 46): whatever a user or a file supplies (file names, CSV
+headers and values, checkpoint contents, URL values, preset text, and the exception texts
+that quote them) reaches the page escaped, never as HTML.  A pane that renders HTML
+(``pn.pane.HTML``, :class:`LiveHTML`, a presentation caption) is built from escaped parts:
+:func:`escape` around each piece of such text, :func:`text_html` for a sentence with
+``**bold**`` and line breaks (what :class:`~boltzlab.dashboard.views.status.StatusBadge`
+shows); :func:`html_table` escapes its cells.  A Markdown pane (``pn.pane.Markdown``,
+``pn.pane.Alert``) holds the app's own text, with such text only through :func:`markdown_text`.
+Bokeh's own texts (titles, axis and tick labels, legends, tooltips' ``@fields`` without
+``{safe}``) are drawn as text already.
+"""
 
 from __future__ import annotations
 
 import html
+import re
 from typing import Any, ClassVar, Sequence
 
 import panel as pn
@@ -58,6 +71,24 @@ class LiveHTML(pn.pane.HTML):
 
     def _update(self, ref: str, model: Any) -> None:
         model.update(text=self._transform_object(self.object)["object"])
+
+
+def escape(text: Any) -> str:
+    """``text`` (any value: a file name, an exception) as HTML that shows it as typed."""
+    return html.escape(str(text), quote=True)
+
+
+def text_html(text: Any) -> str:
+    """A sentence as HTML: escaped (:func:`escape`), then ``**bold**`` and line breaks
+    rendered (enough for status lines and data panels)."""
+    out = re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", escape(text))
+    return out.replace("  \n", "<br>").replace("\n", "<br>")
+
+
+def markdown_text(text: Any) -> str:
+    """``text`` for a Markdown pane, shown as typed: every ASCII punctuation mark escaped
+    with a backslash (CommonMark), so it makes no HTML, link, emphasis or entity."""
+    return re.sub(r"([!-/:-@\[-`{-~])", r"\\\1", str(text))
 
 
 def html_table(columns: Sequence[tuple[str, str]], rows: Sequence[Sequence[Any]], caption: str = "") -> str:

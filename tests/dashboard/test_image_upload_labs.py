@@ -90,7 +90,7 @@ def test_an_upload_trains_and_its_views_take_the_images_shape(cls, kind, make_la
         uploaded(lab, npz_bytes(images=X), "bars.npz", **SMALL[cls])  # 3-d: the file says its shape
     else:
         uploaded(lab, csv_bytes(X), "bars.csv", image_width=WIDTH, **SMALL[cls])
-    assert f"**bars.{kind}** (your upload, SHA-256" in lab.data_info.object
+    assert f"<b>bars.{kind}</b> (your upload, SHA-256" in lab.data_info.object
     assert "56 training, 8 validation" in lab.data_info.object and "10×12 binary pixels" in lab.data_info.object
     steps(lab, 3)
     run = only_run(lab)
