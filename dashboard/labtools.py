@@ -33,6 +33,7 @@ import numpy as np
 import panel as pn
 import param
 
+from boltzlab.dashboard.pins import MAX_PINS, Pin
 from boltzlab.dashboard.runner import History
 from boltzlab.dashboard.views import StatusBadge
 from boltzlab.dashboard.views.browser_code import in_browser
@@ -209,13 +210,18 @@ class Checkpoint:
     #: (SHA-256, name) of the data the runs were trained on, for labs whose data a user may
     #: bring (``Lab.data_identity``); None for the other labs and for older checkpoints
     data: tuple[str, str] | None = None
+    #: the lab's pinned runs (:mod:`boltzlab.dashboard.pins`), their settings as text; none in
+    #: checkpoints written before pins
+    pins: list[Pin] = field(default_factory=list)
 
 
 def write_checkpoint(ckpt: Checkpoint) -> bytes:
     """``.npz`` bytes: ``lab``, ``settings`` (JSON text), ``runs``, ``data_sha256`` and
     ``data_name`` (when the lab reports its data, see :class:`Checkpoint`), then per run ``i``
     ``state/i/<key>``, ``history/i/<column>`` (+ ``.present`` masks: a Record need not
-    carry every column), ``count/i`` and the newest arrays ``arrays/i/<key>``."""
+    carry every column), ``count/i`` and the newest arrays ``arrays/i/<key>``.  Pins: ``pins``
+    (JSON text: each pin's label, settings, runs and data) and, for pin ``j``, the same
+    history entries under ``pin/j/``."""
     runs = list(ckpt.states)
     out: dict[str, np.ndarray] = {
         "boltzlab_checkpoint": np.asarray(CHECKPOINT_VERSION),
@@ -231,21 +237,100 @@ def write_checkpoint(ckpt: Checkpoint) -> bytes:
             if array.dtype == object:
                 raise ValueError(f"The state of run {name!r} holds a non-array entry {key!r}.")
             out[f"state/{i}/{key}"] = array
-        rows = ckpt.history.rows.get(name, [])
-        columns = sorted({k for row in rows for k in row})
-        for column in columns:
-            present = np.array([column in row for row in rows])
-            out[f"history/{i}/{column}"] = np.array(
-                [float(row.get(column, np.nan)) for row in rows], dtype=float)
-            out[f"history/{i}/{column}.present"] = present
-        out[f"count/{i}"] = np.asarray(ckpt.history.counts.get(name, len(rows)))
-        for key, value in ckpt.history.arrays.get(name, {}).items():
-            array = np.asarray(value)
-            if array.dtype != object:
-                out[f"arrays/{i}/{key}"] = array
+    out.update(_history_entries(ckpt.history, runs))
+    if ckpt.pins:
+        out["pins"] = np.asarray(json.dumps([
+            {"label": pin.label, "settings": {k: setting_text(v) for k, v in pin.settings.items()},
+             "runs": pin.runs, "data": list(pin.data) if pin.data is not None else None}
+            for pin in ckpt.pins]))
+        for j, pin in enumerate(ckpt.pins):
+            out.update(_history_entries(pin.history, pin.runs, f"pin/{j}/"))
     buffer = io.BytesIO()
     np.savez_compressed(buffer, **out)
     return buffer.getvalue()
+
+
+def _history_entries(history: History, runs: list[str], prefix: str = "") -> dict[str, np.ndarray]:
+    """A history's archive entries (see :func:`write_checkpoint`), under ``prefix``."""
+    out: dict[str, np.ndarray] = {}
+    for i, name in enumerate(runs):
+        rows = history.rows.get(name, [])
+        for column in sorted({k for row in rows for k in row}):
+            out[f"{prefix}history/{i}/{column}"] = np.array([float(row.get(column, np.nan)) for row in rows],
+                                                            dtype=float)
+            out[f"{prefix}history/{i}/{column}.present"] = np.array([column in row for row in rows])
+        out[f"{prefix}count/{i}"] = np.asarray(history.counts.get(name, len(rows)))
+        for key, value in history.arrays.get(name, {}).items():
+            array = np.asarray(value)
+            if array.dtype != object:
+                out[f"{prefix}arrays/{i}/{key}"] = array
+    return out
+
+
+def _read_history(files: Mapping[str, np.ndarray], runs: list[str], prefix: str = "") -> History:
+    """The history written by :func:`_history_entries` under ``prefix``."""
+    history = History()
+    columns: dict[int, dict[str, np.ndarray]] = {}
+    for key, value in files.items():
+        if not key.startswith(prefix):
+            continue
+        kind, _, rest = key[len(prefix):].partition("/")
+        if kind not in ("history", "count", "arrays"):
+            continue
+        index_text, _, item = rest.partition("/")
+        try:
+            index = int(index_text)
+            name = runs[index]
+        except (ValueError, IndexError):
+            raise ValueError(f"The checkpoint entry {key!r} names no run.") from None
+        if kind == "history":
+            columns.setdefault(index, {})[item] = value
+        elif kind == "count":
+            history.counts[name] = int(value)
+        else:
+            history.arrays.setdefault(name, {})[item] = value
+    for index, cols in columns.items():
+        name = runs[index]
+        names = [c for c in cols if not c.endswith(".present")]
+        lengths = {len(cols[c]) for c in cols}
+        if len(lengths) > 1:
+            raise ValueError(f"The history of run {name!r} has columns of different lengths.")
+        n = lengths.pop() if lengths else 0
+        rows = []
+        for j in range(n):
+            row = {}
+            for c in names:
+                mask = cols.get(f"{c}.present")
+                if mask is None or bool(mask[j]):
+                    row[c] = float(cols[c][j])
+            rows.append(row)
+        history.rows[name] = rows
+    for name in runs:  # a pinned run that had no Record column is still a run
+        history.rows.setdefault(name, [])
+    return history
+
+
+def _read_pins(files: Mapping[str, np.ndarray]) -> list[Pin]:
+    """The pins of a checkpoint (none before pins existed)."""
+    if "pins" not in files:
+        return []
+    try:
+        described = json.loads(str(files["pins"].item()))
+        pins = []
+        for j, entry in enumerate(described[:MAX_PINS]):
+            label, settings, runs = entry["label"], entry["settings"], entry["runs"]
+            data = entry.get("data")
+            if (not isinstance(label, str) or not isinstance(settings, dict)
+                    or not all(isinstance(k, str) and isinstance(v, str) for k, v in settings.items())
+                    or not isinstance(runs, list) or not all(isinstance(r, str) for r in runs)
+                    or not (data is None or (isinstance(data, list) and len(data) == 2
+                                             and all(isinstance(x, str) for x in data)))):
+                raise ValueError("malformed")
+            pins.append(Pin(label[:MAX_TEXT], dict(settings), _read_history(files, runs, f"pin/{j}/"),
+                            tuple(data) if data is not None else None))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ValueError(f"The checkpoint's pins are unreadable ({exc}): the file is damaged.") from None
+    return pins
 
 
 #: the largest array a lab writes: the Frank-Wolfe lab's persistent chains, S = 20,000
@@ -271,6 +356,10 @@ def checkpoint_spec(limit: int = MAX_CHECKPOINT_BYTES) -> ArchiveSpec:
             Member(r"history/\d+/.+", kinds="bf", max_ndim=1, max_bytes=MAX_HISTORY_COLUMN),
             Member(r"count/\d+", kinds="iu", max_ndim=0),
             Member(r"arrays/\d+/.+", kinds="biufU", max_ndim=3, max_bytes=MAX_CHECKPOINT_ARRAY),
+            Member("pins", kinds="U", max_ndim=0, max_bytes=2**20),
+            Member(r"pin/[0-3]/history/\d+/.+", kinds="bf", max_ndim=1, max_bytes=MAX_HISTORY_COLUMN),
+            Member(r"pin/[0-3]/count/\d+", kinds="iu", max_ndim=0),
+            Member(r"pin/[0-3]/arrays/\d+/.+", kinds="biufU", max_ndim=3, max_bytes=MAX_CHECKPOINT_ARRAY),
         ),
         max_members=4096,  # a 10-run FVBM race writes about 400
         max_total_bytes=4 * limit,
@@ -316,42 +405,17 @@ def read_checkpoint(content: bytes, *, lab: str, limit: int = MAX_CHECKPOINT_BYT
     if not isinstance(settings, dict) or not all(isinstance(v, str) for v in settings.values()):
         raise ValueError("The checkpoint's settings must map names to text.")
     states: dict[str, dict[str, Any]] = {name: {} for name in runs}
-    history = History()
-    columns: dict[int, dict[str, np.ndarray]] = {}
     for key, value in files.items():
         kind, _, rest = key.partition("/")
-        if kind not in ("state", "history", "count", "arrays"):
+        if kind != "state":
             continue
         index_text, _, item = rest.partition("/")
         try:
-            index = int(index_text)
-            name = runs[index]
+            states[runs[int(index_text)]][item] = value
         except (ValueError, IndexError):
             raise ValueError(f"The checkpoint entry {key!r} names no run.") from None
-        if kind == "state":
-            states[name][item] = value
-        elif kind == "history":
-            columns.setdefault(index, {})[item] = value
-        elif kind == "count":
-            history.counts[name] = int(value)
-        else:
-            history.arrays.setdefault(name, {})[item] = value
-    for index, cols in columns.items():
-        name = runs[index]
-        names = [c for c in cols if not c.endswith(".present")]
-        lengths = {len(cols[c]) for c in cols}
-        if len(lengths) > 1:
-            raise ValueError(f"The history of run {name!r} has columns of different lengths.")
-        n = lengths.pop() if lengths else 0
-        rows = []
-        for j in range(n):
-            row = {}
-            for c in names:
-                mask = cols.get(f"{c}.present")
-                if mask is None or bool(mask[j]):
-                    row[c] = float(cols[c][j])
-            rows.append(row)
-        history.rows[name] = rows
+    history = _read_history(files, runs)
+    history.rows = {name: rows for name, rows in history.rows.items() if rows}  # as the runner keeps it
     for name in runs:
         if not states[name]:
             raise ValueError(f"The checkpoint holds no state for run {name!r}.")
@@ -362,7 +426,7 @@ def read_checkpoint(content: bytes, *, lab: str, limit: int = MAX_CHECKPOINT_BYT
         if not re.fullmatch(r"[0-9a-f]{64}", sha):
             raise ValueError("The checkpoint's data hash is not a SHA-256: the file is damaged.")
         data = (sha, str(files["data_name"].item()) if "data_name" in files else "")
-    return Checkpoint(saved_lab, settings, states, history, data)
+    return Checkpoint(saved_lab, settings, states, history, data, _read_pins(files))
 
 
 def check_same_data(saved: tuple[str, str] | None, now: tuple[str, str] | None) -> None:
@@ -387,15 +451,18 @@ def _refuse_non_finite(run: str, state: Mapping[str, np.ndarray]) -> None:
                              "run did not diverge: the file is damaged.")
 
 
-def history_csv(history: History) -> str:
-    """The metrics history as CSV: one row per Record, ``run`` first, then every scalar."""
-    columns = sorted({k for rows in history.rows.values() for row in rows for k in row})
+def history_csv(history: History, pins: list[Pin] = ()) -> str:
+    """The metrics history as CSV: one row per Record, ``run`` and ``pin`` first ("" for the
+    live runs, then each pin's rows under its label), then every scalar."""
+    histories = [("", history), *((pin.label, pin.history) for pin in pins)]
+    columns = sorted({k for _, h in histories for rows in h.rows.values() for row in rows for k in row})
     out = io.StringIO()
     writer = csv.writer(out)
-    writer.writerow(["run", *columns])
-    for name, rows in history.rows.items():
-        for row in rows:
-            writer.writerow([name, *(row.get(c, "") for c in columns)])
+    writer.writerow(["run", "pin", *columns])
+    for label, h in histories:
+        for name, rows in h.rows.items():
+            for row in rows:
+                writer.writerow([name, label, *(row.get(c, "") for c in columns)])
     return out.getvalue()
 
 
@@ -420,7 +487,9 @@ class LabTools:
         titles = [p.title for p in lab.presets]
         self.preset = w.Select(label="Preset", options=[PRESET_PLACEHOLDER, *titles],
                                value=PRESET_PLACEHOLDER, width=300)
-        self.copy_link = w.Button(label="Copy link", width=110)
+        self.copy_link = w.Button(label="Copy link", width=110, description=(
+            "Copies the address: this lab's settings and seeds, which reproduce the run. "
+            "Pins are not in links: Save checkpoint keeps them."))
         in_browser(self.copy_link, COPY_LINK_JS, "click", button=self.copy_link, label="Copy link")
         self.save = w.FileDownload(callback=self._checkpoint_file, filename=f"boltzlab-{lab.key}.npz",
                                    label="Save checkpoint", color="primary", width=170,
@@ -468,7 +537,8 @@ class LabTools:
     def panel(self) -> pn.viewable.Viewable:
         help_icon = pn.widgets.TooltipIcon(value=(
             "Link: the address bar holds this lab's settings and seeds; a copied link "
-            "reproduces the run. Checkpoint: the trained model, settings and curves as .npz; "
+            "reproduces the run (pins are not in links). Checkpoint: the trained model, settings, "
+            "curves and pins as .npz; "
             "load it later (or on another machine) and press Play to continue exactly. "
             "Export: the curves' numbers as CSV, the plots as an HTML page (each plot's "
             "toolbar also saves a PNG). Copy as Python: a script that makes this run again "
@@ -576,7 +646,8 @@ class LabTools:
     # -------------------------------------------------------------- checkpoints
     def checkpoint(self) -> Checkpoint:
         states, history, _ = self.lab.runner.snapshot()
-        return Checkpoint(self.lab.key, self.settings_text(), states, history, self.lab.data_identity())
+        return Checkpoint(self.lab.key, self.settings_text(), states, history, self.lab.data_identity(),
+                          list(self.lab.pins.values()))
 
     def _checkpoint_file(self) -> io.BytesIO:
         try:
@@ -626,9 +697,11 @@ class LabTools:
             self.show("error", f"**Could not load {filename}:** {text}  \n"
                                "The current run is unchanged.")
             return False
+        self.lab.load_pins(ckpt.pins)
         self.lab.redraw(self.lab.runner.history.records())
         steps = sum(s.steps for s in self.lab.runner.states.values())
-        self.show("ok", f"Loaded {filename}: {steps} step(s) restored. Press ▶ Play to continue.")
+        pinned = f" and {len(ckpt.pins)} pin(s)" if ckpt.pins else ""
+        self.show("ok", f"Loaded {filename}: {steps} step(s){pinned} restored. Press ▶ Play to continue.")
         return True
 
     # -------------------------------------------------------------- exports
@@ -641,7 +714,7 @@ class LabTools:
         return io.BytesIO(self.lab.python_script().encode())
 
     def _csv_file(self) -> io.BytesIO:
-        return io.BytesIO(history_csv(self.lab.runner.copy_history()).encode())
+        return io.BytesIO(history_csv(self.lab.runner.copy_history(), list(self.lab.pins.values())).encode())
 
     def _html_file(self) -> io.BytesIO:
         return io.BytesIO(self.lab.figures_html().encode())

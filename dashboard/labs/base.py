@@ -43,6 +43,7 @@ import param
 
 from boltzlab.dashboard.jobs import Jobs
 from boltzlab.dashboard.labtools import LabTools, Preset, check_setting, parse_setting
+from boltzlab.dashboard.pins import MAX_PINS, Pin, Pins, history_columns, settings_difference
 from boltzlab.dashboard.runner import History, Runner, play_or_tell
 from boltzlab.dashboard.views import StatusBadge
 from boltzlab.dashboard.views.text import LiveHTML, StaticMarkdown, escape
@@ -181,6 +182,7 @@ class Lab(pn.viewable.Viewer):
     widget_options: ClassVar[dict[str, dict[str, Any]]] = {}  # per setting: widget type and looks
     period_ms: ClassVar[int] = 200  # the refresh tick
     counter_width: ClassVar[int] = 130
+    short_labels: ClassVar[dict[str, str]] = {}  # settings' names in a pin's legend ("mu": "μ")
     speed = speed_setting(speeds, "as fast as possible")  # each lab declares its own speeds
     owner = param.String(default="", doc="""
         Who this lab's runs belong to, for the server's log (e.g. "session 3 (TAP lab)":
@@ -200,6 +202,7 @@ class Lab(pn.viewable.Viewer):
         self._page: pn.viewable.Viewable | None = None
         self._header: pn.viewable.Viewable | None = None
         self.jobs = Jobs()
+        self._pins = Pins()  # earlier runs kept to compare with (issue 47)
         self.widgets = self.make_widgets()
         self._build_transport()
         self.settings_msg = StatusBadge("", "error", visible=False, name=f"{self.key}-settings-message")
@@ -220,6 +223,7 @@ class Lab(pn.viewable.Viewer):
                 raise ValueError(str(refused)) from refused
         self.runner.set_speed(self.speeds[self.speed])
         self.tools = LabTools(self)
+        self._pin_menu()
         self.param.watch(self._on_settings, names)
         self.clear()
         self.refresh_status()
@@ -555,6 +559,7 @@ class Lab(pn.viewable.Viewer):
         self.clear_highlight()
         self.tools.changed.object = ""
         self.clear()
+        self.draw_pins()  # their legends say what differs from the new run
         self.refresh_status()
 
     # ------------------------------------------------------------------ transport
@@ -564,6 +569,10 @@ class Lab(pn.viewable.Viewer):
         self.pause = w.Button(label="❚❚ Pause", color="warning", width=100, disabled=True)
         self.step = w.Button(label="Step", color="primary", width=80)
         self.reset = w.Button(label="↺ Reset", color="default", width=90)
+        # keeps the current run to compare the next ones with (issue 47); its menu unpins
+        self.pin_button = w.MenuButton(label="📌 Pin", items=[], split=True, width=95, margin=(4, 5),
+                                       css_classes=[f"{self.key}-pin"])
+        self.pin_button.on_click(self._on_pin_menu)
         self.counter_pane = LiveHTML("", name=f"{self.key}-counter", css_classes=["sweep-counter"],
                                      styles={"font-size": "1.4em", "font-weight": "bold"},
                                      width=self.counter_width, align="center")
@@ -802,27 +811,131 @@ class Lab(pn.viewable.Viewer):
         A scalar some Records lack is NaN there.  Beyond 5,000 Records per run the older
         half is thinned to every second one (``boltzlab.dashboard.runner.History``), as
         the app's CSV export is; :meth:`latest` has the newest arrays."""
-        out: dict[str, dict[str, np.ndarray]] = {}
-        for name, rows in self._history().rows.items():
-            keys = list(dict.fromkeys(k for row in rows for k in row))
-            out[name] = {k: (np.asarray([row[k] for row in rows]) if all(k in row for row in rows)
-                             else np.asarray([row.get(k, np.nan) for row in rows], dtype=float))
-                         for k in keys}
-        return out
+        return history_columns(self._history())
 
     def records_frame(self) -> Any:
-        """:attr:`records` as one pandas ``DataFrame``: a row per Record, the column
-        ``run`` first, then every scalar (NaN where a Record lacks it); the same numbers as
-        the app's "Metrics (CSV)" export.  pandas comes with Panel; without it this raises
+        """:attr:`records` as one pandas ``DataFrame``: a row per Record, the columns ``run``
+        and ``pin`` first ("" for the live runs, the pin's label for pinned ones, after the
+        live rows), then every scalar (NaN where a Record lacks it); the same numbers as the
+        app's "Metrics (CSV)" export.  pandas comes with Panel; without it this raises
         ``ImportError`` and :attr:`records` gives the same as arrays."""
         try:
             import pandas as pd
         except ImportError as exc:  # pragma: no cover - pandas is a dependency of Panel
             raise ImportError("records_frame() needs pandas; lab.records has the same numbers as "
                               "numpy arrays.") from exc
+        rows = [{"run": name, "pin": pin, **row} for pin, history in self._histories()
+                for name, rows in history.rows.items() for row in rows]
+        return pd.DataFrame(rows, columns=["run", "pin", *dict.fromkeys(k for r in rows for k in r
+                                                                        if k not in ("run", "pin"))])
+
+    def _histories(self) -> list[tuple[str, History]]:
+        """The live runs' history (label "") and every pin's, oldest pin first."""
+        return [("", self._history()), *((pin.label, pin.history) for pin in self._pins)]
+
+    # ------------------------------------------------------------------ pins (issue 47)
+    @property
+    def pins(self) -> dict[str, Pin]:
+        """The pinned runs by label, oldest first: each has ``.settings`` (the values it was
+        made with), ``.records`` (``{run: {scalar: array}}``, as :attr:`records`) and
+        ``.arrays`` (each run's newest arrays).  See :meth:`pin`."""
+        return self._pins.as_dict()
+
+    def pin(self, label: str | None = None) -> str:
+        """Keep the current run (every run of a race) as a pinned run to compare new runs
+        with; return its label (default "pin 1", "pin 2", ...).  At most four are kept: a
+        fifth drops the oldest.  Pins stay through changes of settings, Reset and a new data
+        set; :meth:`unpin` drops them.  ``ValueError`` for a label in use or a run with no
+        Record yet."""
+        owner = f"{type(self).__name__}.pin"
+        label = self._pins.label(label, owner)
+        self._adopt_build(wait=True)
         history = self._history()
-        rows = [{"run": name, **row} for name, rows in history.rows.items() for row in rows]
-        return pd.DataFrame(rows, columns=["run", *dict.fromkeys(k for r in rows for k in r if k != "run")])
+        if not any(history.rows.values()):
+            raise ValueError(f"{owner}: the current run has no Record yet; step it first (▶ Play, Step or run()).")
+        dropped = self._pins.add(Pin(label, self.run_settings(), history, self.data_identity()))
+        self.on_pins_changed()
+        note = f" (at most {MAX_PINS}: {dropped.label!r} was dropped)" if dropped is not None else ""
+        self.tools.show("info", f"Pinned the run as {label!r}{note}.")
+        return label
+
+    def unpin(self, label: str | None = None) -> None:
+        """Drop the pin ``label``, or every pin (``None``)."""
+        self._pins.remove(label, f"{type(self).__name__}.unpin")
+        self.on_pins_changed()
+
+    def load_pins(self, pins: list[Pin]) -> None:
+        """Hold exactly ``pins`` (a loaded checkpoint's, their settings as text: read back as
+        values where this lab allows them, kept as text where not)."""
+        names, out = self.setting_names(), []
+        for pin in pins:
+            values, _ = self.parse_settings({k: v for k, v in pin.settings.items() if k in names})
+            out.append(Pin(pin.label, {k: values.get(k, text) for k, text in pin.settings.items()},
+                           pin.history, pin.data))
+        self._pins.replace(out)
+        self.on_pins_changed()
+
+    def on_pins_changed(self) -> None:
+        """The pins changed (pinned, unpinned, loaded): redraw what shows them."""
+        self.draw_pins()
+
+    def pin_layers(self) -> dict[str, Any]:
+        """The lab's figures that draw pinned runs, by name: a ``PinLayer`` each (made at build
+        time: ``LiveCurve.add_pins()`` or ``views.pinned.PinLayer(figure)``)."""
+        return {}
+
+    def pin_lines(self, pin: Pin) -> dict[str, list[tuple[Any, Any]]]:
+        """The lines pinned run ``pin`` draws, by the name of the figure's layer
+        (:meth:`pin_layers`): ``(x, y)`` pairs, one per run of the pin, from ``pin.records``
+        as the live lines are drawn from Records (same metric, same axes)."""
+        return {}
+
+    def pin_legend(self, pin: Pin) -> str:
+        """A pin's legend entry: its label and what differs from the live run's settings
+        (``short_labels`` name them), and a note when it trained on other data."""
+        pinned = {k: v for k, v in pin.settings.items() if k not in self.view_settings}  # the run's own
+        text = settings_difference(pinned, self.run_settings(), self.short_labels)
+        if pin.data is not None and pin.data != self.data_identity():
+            text += f", other data ({pin.data[1]})"
+        return f"{pin.label}: {text}"
+
+    def draw_pins(self) -> None:
+        """Draw every pin in every figure that shows pins (once per change of the pins or of
+        the live run's settings, never per tick)."""
+        self._pin_menu()
+        layers = self.pin_layers()
+        if not layers:
+            return
+        pins = list(self._pins)
+        drawn = [(self.pin_legend(pin), self.pin_lines(pin)) for pin in pins]
+        for name, layer in layers.items():
+            layer.show([(text, lines.get(name, [])) for text, lines in drawn])
+
+    def _pin_menu(self) -> None:
+        """The pin button's menu: unpin each pin, or all."""
+        menu = getattr(self, "pin_button", None)
+        if menu is None:
+            return
+        labels = list(self._pins.as_dict())
+        items = [(f"Unpin {self.pin_legend(pin)}", f"unpin:{pin.label}") for pin in self._pins]
+        if len(labels) > 1:
+            items.append(("Unpin all", "unpin-all"))
+        menu.items = items or [("No pins yet: 📌 Pin keeps the current run", "none")]
+
+    @held
+    def _on_pin_menu(self, event: Any) -> None:
+        choice = event.new
+        try:
+            if choice == self.pin_button.label:
+                self.pin()
+            elif choice == "unpin-all":
+                self.unpin()
+                self.tools.show("info", "Unpinned every run.")
+            elif isinstance(choice, str) and choice.startswith("unpin:"):
+                self.unpin(choice[len("unpin:"):])
+                self.tools.show("info", f"Unpinned {choice[len('unpin:'):]!r}.")
+        except ValueError as exc:
+            self.tools.show("warn", str(exc))
 
     def python_script(self, steps: int | None = None) -> str:
         """A short script over the public Python API that makes this run again, headless:
@@ -1062,7 +1175,8 @@ class Lab(pn.viewable.Viewer):
             left = pn.Column(self.tools.preset, self.tools.message.pane, self.controls_panel(),
                              self.settings_msg.pane, self.tools.panel(), width=340, scroll=True,
                              styles={"max-height": SIDEBAR_HEIGHT}, css_classes=["lab-controls"])
-            status = pn.Row(self.run_status.pane, *self.badges(), sizing_mode="stretch_width",
+            # the pin button heads the status line: the transport bar is full at 1280x720
+            status = pn.Row(self.pin_button, self.run_status.pane, *self.badges(), sizing_mode="stretch_width",
                             styles={"flex-wrap": "nowrap"}, margin=0)
             # the stage stretches both ways (see build_stage), and so does what holds it
             right = pn.Column(self.transport(), self.tools.changed, status, self.build_stage(),

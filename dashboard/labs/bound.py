@@ -33,6 +33,7 @@ from boltzlab.dashboard.labs import bound_setup as setup
 from boltzlab.dashboard.labs.base import Lab, by_run, speed_setting
 from boltzlab.dashboard.labtools import Preset
 from boltzlab.dashboard.views import StatusBadge
+from boltzlab.dashboard.views.pinned import PinLayer
 from boltzlab.dashboard.views.text import TABLE_CSS, LiveHTML, escape, html_table
 from boltzlab.engine import majorize
 
@@ -393,6 +394,7 @@ class BoundLab(Lab):
     reg = param.Number(majorize.DEFAULT_REG["wine"], bounds=(0.0, None), step=0.01, label="Regularization λ",
                        doc="λ of the race's objective J (each problem brings its own).")
     race_seed = param.Integer(0, bounds=(0, None), label="Data seed", doc="Seeds the simulated problems.")
+    short_labels = {"reg": "λ", "race_seed": "data seed"}
     speed = speed_setting(RACE_SPEEDS, "30 steps/s")
     widget_options = {"model": dict(width=300), "problem": dict(width=300), "extra": dict(width=300),
                       "plane_seed": dict(width=140), "reg": dict(width=140), "race_seed": dict(width=140, visible=False),
@@ -486,6 +488,8 @@ class BoundLab(Lab):
         self.monotone = StatusBadge("Bound majorization: no step yet", "idle", name="race-monotone", one_line=True)
         self._build_step_view()
         self.table = LiveHTML("", sizing_mode="stretch_width", name="race-table", stylesheets=[TABLE_CSS])
+        # pinned races (issue 47): each method's J − J* faded under the live ones
+        self._pin_layers = {"by-iteration": PinLayer(self.by_iteration), "by-time": PinLayer(self.by_time)}
         self.tightness.slice_fig.on_event(Tap, self._on_tap)
         self.J_star: float | None = None  # the current race's reference optimum, once computed
         self._references: dict[tuple, float] = {}  # J* by race_key: Reset and going back keep it
@@ -527,7 +531,7 @@ class BoundLab(Lab):
         self.step_hint.visible = False
 
     def _race_figure(self, title: str, x_label: str, key: str):
-        fig = _figure(title, x_label, "J − J* (nats, log scale)", height=400, sizing_mode="stretch_width",
+        fig = _figure(title, x_label, "J − J* (nats)", height=400, sizing_mode="stretch_width",
                       y_axis_type="log")
         lines = []
         for name, color in RACE_COLORS.items():
@@ -599,6 +603,7 @@ class BoundLab(Lab):
 
     def _reference_arrived(self, key: tuple, result: dict) -> None:
         self._references[key] = result["value"]
+        self.draw_pins()  # a pinned race of this problem can be drawn now
         if key != self._race_key:
             return
         self.J_star = result["value"]
@@ -638,6 +643,28 @@ class BoundLab(Lab):
             if self.J_star is not None:
                 self._draw_race(name, start)
         self._show_hints()
+
+    def pin_layers(self) -> dict:
+        return self._pin_layers
+
+    def pin_lines(self, pin) -> dict:
+        """A pinned race's J − J* per iteration and per second, each method a line, against
+        its own J* (the optimum of its problem, once this lab has computed it)."""
+        try:
+            key = setup.race_key(pin.settings.get("problem"), pin.settings.get("reg"), pin.settings.get("race_seed"))
+        except (TypeError, ValueError):
+            return {}
+        J_star = self._references.get(key)
+        if J_star is None:
+            return {}
+        out: dict[str, list] = {"by-iteration": [], "by-time": []}
+        for columns in pin.records.values():
+            if not {"iteration", "elapsed", "objective"} <= set(columns):
+                continue
+            gaps = np.maximum(np.asarray(columns["objective"], dtype=float) - J_star, RACE_FLOOR)
+            out["by-iteration"].append((columns["iteration"], gaps))
+            out["by-time"].append((columns["elapsed"], gaps))
+        return out
 
     def _draw_race(self, name: str, start: int, replace: bool = False) -> None:
         """Draw method ``name``'s points from ``start`` on as J − J*; note when it first came

@@ -31,6 +31,7 @@ from boltzlab.dashboard.labtools import Preset
 from boltzlab.dashboard.runner import Runner, play_or_tell
 from boltzlab.dashboard.views import LiveCurve, StatusBadge
 from boltzlab.dashboard.views.image_grid import ImageGrid
+from boltzlab.engine.stepping import Record
 
 SPEEDS = {"1 unit/s": 1.0, "2 units/s": 2.0, "5 units/s": 5.0, "as fast as possible": None}
 DEFAULT_DATA = "mnist"
@@ -122,6 +123,8 @@ class FrankWolfeLab(Lab):
     presets = PRESETS
     speeds = SPEEDS
     watch_scalar = "inner_objective"
+    short_labels = {"reg": "λ", "bias_lr": "η", "samples": "S", "max_hidden": "T", "bias_steps": "eq.10 steps",
+                    "eval_every": "every"}
     view_settings = frozenset({"cd_epochs"})  # the length of the next CD fork: the run stays
     counter_width = 200
 
@@ -318,6 +321,8 @@ class FrankWolfeLab(Lab):
                                   "train log-lik. per digit (nats)", name="fw-cd", height=340)
         self.cd_curve.add_line("fw", "CD from Frank-Wolfe", "#1f77b4")
         self.cd_curve.add_line("random", "CD from random", "#d62728")
+        for curve in (self.ll_curve, self.inner_curve):  # pinned runs: test log-lik., eq. 9's J(w*)
+            curve.add_pins()
         self.fork_line = self.cd_curve.add_hline(None, color="#555", text="Frank-Wolfe at the fork")
         self.cd_curve._empty.text = "Pause, then “Train CD from here”"  # not ▶ Play: a workaround,
         # LiveCurve has no public setter for its empty-plot text
@@ -393,6 +398,23 @@ class FrankWolfeLab(Lab):
                 self.selected_span.visible = self.selected_label.visible = True
                 self._last["selected"] = (int(sel), int(r.scalars["iteration"]))
         self._fields_dirty = True
+
+    def pin_layers(self) -> dict:
+        return {"test": self.ll_curve.pin_layer, "inner": self.inner_curve.pin_layer}
+
+    def pin_lines(self, pin) -> dict:
+        """A pinned run's test log-likelihood (the headline of Fig. 1) and eq. 9's J(w*) per
+        iteration, as the live lines draw them."""
+        out: dict[str, list] = {}
+        for rows in pin.history.rows.values():
+            curves = [fw_curves(Record(row)) for row in rows]
+            for key, layer in (("test", "test"), ("inner", "inner")):
+                points = [(c["iteration"], c[key]) for c in curves
+                          if c.get(key) is not None and np.isfinite(c[key])]
+                if points:
+                    xs, ys = zip(*points)
+                    out.setdefault(layer, []).append((xs, ys))
+        return out
 
     @staticmethod
     def _stream(curve: LiveCurve, key: str, points: list) -> None:

@@ -129,6 +129,8 @@ class FVBMLab(Lab):
                           label="Initial parameters", doc="Where every run starts.")
     init_seed = param.Integer(0, bounds=(0, None), label="Initialisation seed", doc="Seeds a random start.")
     speed = speed_setting(SPEEDS, "20 sweeps/s")
+    short_labels = {"mu": "μ", "race_mus": "race μ", "tol": "τ", "data_seed": "data seed",
+                    "init_seed": "init seed"}
     widget_options = {**{k: dict(type=pn.widgets.RadioButtonGroup, **RADIO)
                          for k in ("source", "mode", "algorithm", "init")},
                       # two to a row: at 1280x720 in presentation mode "Data seed"'s help icon, third
@@ -293,6 +295,8 @@ class FVBMLab(Lab):
         self.loglik.add_target("at the MPLE")
         self.mse = LiveCurve("MSE of (b, M) against the truth",
                              "sweep", "MSE", name="mse", height=300, legend_cols=8)
+        for curve in (self.logpl, self.loglik, self.mse):
+            curve.add_pins()
         labels = self.data.columns
         self.heat_est = Heatmap("M̂: current estimate", labels, value_label="M̂", name="M_hat")
         self.heat_true = Heatmap("M₀: true couplings", labels, value_label="M₀", name="M_true")
@@ -318,6 +322,21 @@ class FVBMLab(Lab):
 
     def badges(self) -> list:
         return [self.monotone.pane]
+
+    def pin_layers(self) -> dict:
+        return {"log_pl": self.logpl.pin_layer, "log_lik": self.loglik.pin_layer, "mse": self.mse.pin_layer}
+
+    def pin_lines(self, pin) -> dict:
+        """Each pinned run's log-PL, exact log-likelihood and MSE per sweep, as the live ones."""
+        out: dict[str, list] = {}
+        for columns in pin.records.values():
+            sweep = columns.get("sweep")
+            for key in ("log_pl", "log_lik", "mse"):
+                if sweep is not None and key in columns:
+                    y = np.asarray(columns[key], dtype=float)
+                    keep = np.isfinite(y) if key != "log_pl" else np.ones(len(y), bool)  # computed where they are
+                    out.setdefault(key, []).append((sweep[keep], y[keep]))
+        return out
 
     def _show_data(self) -> None:
         """Point the data-dependent views at the current data set."""

@@ -35,6 +35,7 @@ from boltzlab.dashboard.labtools import Preset
 from boltzlab.dashboard.views import LiveCurve, StatusBadge
 from boltzlab.dashboard.views.histogram import HistogramSlices
 from boltzlab.dashboard.views.image_grid import ImageGrid
+from boltzlab.dashboard.views.pinned import PinLayer
 from boltzlab.dashboard.views.scatter import EmbeddingScatter
 from boltzlab.engine import tap_analysis
 
@@ -156,6 +157,7 @@ class TAPLab(Lab):
     speeds = SPEEDS
     watch_scalar = "tap_log_likelihood"
     counter_width = 150
+    short_labels = {"n_hidden": "Nh", "gamma": "γ", "eps": "ε", "eta": "η", "batch": "M", "prior_hid": "prior"}
 
     # ------------------------------------------------------------------ settings (URL keys)
     data = param.Selector(default=DEFAULT_DATA, objects=DATASETS, label="Data",
@@ -271,7 +273,7 @@ class TAPLab(Lab):
         self._quiet = False  # set while the lab itself moves its sliders
         self.history = History()
         self.ll_curve = LiveCurve("TAP log-likelihood (Fig. 3)", "epoch",
-                                  "TAP log-likelihood per unit (nats)", y2_label="unique solutions",
+                                  "TAP log-lik. per unit (nats)", y2_label="unique solutions",
                                   name="tap-ll", height=330)
         # short legend entries: the title and the axes say "TAP" and "unique" (at 1280x720 in
         # presentation mode the two long ones ran 7 px past the half-width plot's edge)
@@ -336,6 +338,9 @@ class TAPLab(Lab):
                                        ("ais", "AIS (20 runs)", "#ff7f0e", "dashed"),
                                        ("pl", "pseudo-likelihood", "#2ca02c", "dotted")):
             self.truth.add_line(key, text, color, dash=dash)
+        # pinned runs (issue 47): the TAP log-likelihood, the Helmholtz estimate, the exact one
+        self._pin_layers = {"ll": self.ll_curve.add_pins(), "helmholtz": PinLayer(self.fe_figure),
+                            "exact": self.truth.add_pins()}
         # a look inside (issue 26): what the model generates, and its TAP solutions as images
         self.samples_grid = ImageGrid(f"Model samples: {SAMPLE_CHAINS} persistent Gibbs chains, "
                                       f"{SAMPLE_SWEEPS} sweeps a step (white 0, black 1)", kind="pixels",
@@ -477,6 +482,24 @@ class TAPLab(Lab):
         self._idle_text.setdefault(view, view._empty.text)
         view._empty.text = f"Could not compute this: {type(exc).__name__}: {exc}"[:120]
         view._empty.visible = True
+
+    def pin_layers(self) -> dict:
+        return self._pin_layers
+
+    def pin_lines(self, pin) -> dict:
+        """A pinned run's TAP log-likelihood, Helmholtz estimate and exact log-likelihood per
+        epoch, where its Records carried them (as the live lines)."""
+        out: dict[str, list] = {}
+        for columns in pin.records.values():
+            epoch = columns.get("epoch")
+            for layer, key in (("ll", "tap_log_likelihood"), ("helmholtz", "helmholtz_free_energy"),
+                               ("exact", "ll_exact")):
+                if epoch is not None and key in columns:
+                    y = np.asarray(columns[key], dtype=float)
+                    keep = np.isfinite(y)
+                    if keep.any():
+                        out.setdefault(layer, []).append((epoch[keep], y[keep]))
+        return out
 
     # ------------------------------------------------------------------ live updates
     def show(self, records) -> None:

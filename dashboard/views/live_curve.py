@@ -47,6 +47,7 @@ class LiveCurve:
         self._target_item: LegendItem | None = None
         self._target_value: float | None = None
         self._x_max = 1.0
+        self.pin_layer = None  # pinned runs' lines (add_pins)
         fig = figure(title=title, height=height, sizing_mode="stretch_width",
                      x_axis_label=x_label, y_axis_label=y_label,
                      tools="pan,wheel_zoom,box_zoom,reset,save", toolbar_location="right",
@@ -119,7 +120,7 @@ class LiveCurve:
                                     line_dash="dashed", legend_label=label, name=label)
         self._target_renderer = renderer
         self._target_item = self.legend_item(label)
-        self.figure.y_range.renderers = self._left + [renderer]
+        self.figure.y_range.renderers = self._left + self._extra_left()
         self._draw_target()
 
     def set_target(self, value: float | None) -> None:
@@ -186,7 +187,17 @@ class LiveCurve:
         self._draw_target()
 
     def _extra_left(self) -> list:
-        return [self._target_renderer] if self._target_renderer is not None else []
+        extra = [self._target_renderer] if self._target_renderer is not None else []
+        return extra + (self.pin_layer.renderers if self.pin_layer is not None else [])
+
+    def add_pins(self, legend_cols: int = 2):
+        """Make this figure show pinned runs (:class:`~boltzlab.dashboard.views.pinned.PinLayer`,
+        on the left axis): at build time, before the page is shown."""
+        from boltzlab.dashboard.views.pinned import PinLayer
+
+        self.pin_layer = PinLayer(self.figure, legend_cols=legend_cols)
+        self.figure.y_range.renderers = self._left + self._extra_left()
+        return self.pin_layer
 
     def remove_lines(self) -> None:
         """Drop every line added with :meth:`add_line` (and its legend entry)."""

@@ -225,7 +225,9 @@ def test_legends_sit_outside_the_plot_area_and_hide_lines_on_click(lab):
     for curve in (lab.logpl, lab.loglik, lab.mse):
         assert curve.legend in curve.figure.below and curve.legend not in curve.figure.center
         assert curve.legend.click_policy == "hide"
-        assert len(curve.figure.legend) == 1  # every entry in that one legend
+        # every run's entry in that one legend; the pinned runs' in their own, also below
+        assert [legend.name for legend in curve.figure.legend] == [None, "pins"]
+        assert curve.pin_layer.legend in curve.figure.below
     labels = [item.label.value for item in lab.logpl.legend.items]
     assert {"BSLM", "GA μ=0.5", "GA μ=2.5", BOUND_LABEL, SQUAREM_LABEL, LBFGS_LABEL, "MPLE (target)",
             "first decrease"} <= set(labels)

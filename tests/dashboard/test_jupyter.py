@@ -166,7 +166,8 @@ def test_run_steps_synchronously_and_draws(make_lab, tmp_path):
     assert lab.counter() == "Sweep 4" and lab.counter_pane.object == "Sweep 4"  # drawn, no tick needed
     lab.run(2)
     frame = lab.records_frame()
-    assert list(frame.columns[:2]) == ["run", "sweep"] and len(frame) == 6
+    assert list(frame.columns[:3]) == ["run", "pin", "sweep"] and len(frame) == 6
+    assert set(frame["pin"]) == {""}  # live rows; pinned runs' rows carry their label
     assert frame["log_pl"].tolist() == lab.records["BSLM"]["log_pl"].tolist()
     latest = lab.latest("BSLM")
     assert latest["sweep"] == 6 and latest.arrays  # the newest weights come with it

@@ -135,9 +135,9 @@ def test_read_checkpoint_refuses_files_over_the_size_limit():
 
 def test_history_csv_has_one_row_per_record_and_every_column():
     lines = history_csv(_history()).strip().splitlines()
-    assert lines[0] == "run,extra,loss,sweep"
-    assert lines[1] == "a,,0.5,1" and lines[2] == "a,3.0,0.25,2"
-    assert lines[3] == "b c/d,,nan,1"
+    assert lines[0] == "run,pin,extra,loss,sweep"
+    assert lines[1] == "a,,,0.5,1" and lines[2] == "a,,3.0,0.25,2"
+    assert lines[3] == "b c/d,,,nan,1"
 
 
 def test_history_is_bounded_and_keeps_the_newest_rows():

@@ -1,0 +1,106 @@
+"""Compare runs in a real Chromium (issue 47 items 1 and 6): in every lab, at 1440×900 and in
+presentation mode at 1280×720, pin a run, change a setting, play the new run, pin until four
+pins are kept; then the first screen holds the pinned and the live lines (legend entries and
+glyphs counted in the visible plots), every figure inside the viewport, no text clipped
+(``tests/browser/test_layout.py``'s checks).  Screenshots: test-artifacts/pins-*.png."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from boltzlab.dashboard.labs import LABS
+from boltzlab.dashboard.pins import MAX_PINS
+from tests.browser.painting import plots, screenshot
+from tests.browser.test_browser_fvbm import pause_or_ended
+from tests.browser.test_layout import SIZES, check_first_screen
+from tests.waiting import ACTION_TIMEOUT_MS, wait_for, wait_until
+
+pytestmark = pytest.mark.browser
+
+#: per lab, a setting the test changes between the first pin and the next run: (label, value)
+CHANGE = {"fvbm": ("Variables d", "8"), "tap": ("Solutions K", "50"),
+          "frankwolfe": ("Regularization λ", "0.2"), "bound": ("Regularization λ", "0.05")}
+
+# in the visible plots: the pin slots drawn (a line with points, its legend entry shown), and
+# the live lines with points
+JS_PINS = """() => {
+  const out = {pinned: 0, entries: [], live: 0, plots: 0};
+  function walk(v) {
+    if (!v) return;
+    if (v.frame && v.model && v.model.renderers) {
+      const el = v.canvas_view ? v.canvas_view.el : v.el;
+      if (el.isConnected && el.checkVisibility({checkVisibilityCSS: true})) {
+        out.plots += 1;
+        for (const g of v.model.renderers) {
+          if (!g.visible || !g.data_source) continue;
+          const data = g.data_source.data;
+          if ((g.name || '').startsWith('pin ')) {
+            if (data.xs && data.xs.length && data.xs.some(x => x.length > 0)) out.pinned += 1;
+          } else if (g.glyph && g.glyph.type === 'Line' && data.x && data.x.length > 1) {
+            out.live += 1;
+          }
+        }
+        const panels = [].concat(v.model.below || [], v.model.center || []);
+        for (const p of panels)
+          if (p.type === 'Legend' && p.name === 'pins' && p.visible)
+            for (const item of p.items) if (item.visible) out.entries.push(JSON.stringify(item.label));
+      }
+    }
+    for (const c of (v.child_views || [])) walk(c);
+  }
+  for (const v of Bokeh.index) walk(v);
+  return out;
+}"""
+
+
+def pin(page: Page) -> None:
+    page.locator(".bk-btn-group").filter(has_text="📌 Pin").get_by_role("button", name="📌 Pin").click()
+
+
+def step(page: Page, present: bool) -> None:
+    button = page.get_by_role("button", name="Next step ▶" if present else "Step", exact=True)
+    button.click()
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+@pytest.mark.parametrize("lab", [cls.key for cls in LABS])
+def test_pinned_and_live_runs_share_the_first_screen(browser, app_url, lab, size):
+    width, height, present = SIZES[size]
+    context = browser.new_context(viewport={"width": width, "height": height})
+    context.set_default_timeout(ACTION_TIMEOUT_MS)
+    page = context.new_page()
+    try:
+        page.goto(f"{app_url}/{lab}" + ("?present=1" if present else ""), timeout=120_000)
+        play = page.get_by_role("button", name="▶ Play")
+        expect(play).to_be_enabled(timeout=120_000)
+        play.click()
+        wait_until(lambda: any(p["rows"] > 2 for p in plots(page)), timeout=180)
+        pause_or_ended(page)
+        pin(page)
+        assert wait_for(lambda: page.evaluate(JS_PINS)["pinned"] >= 1, timeout=120), page.evaluate(JS_PINS)
+        # a change of setting makes a new run; the pin stays and its legend says what differs
+        label, value = CHANGE[lab]
+        box = page.get_by_label(label, exact=True)
+        box.fill(value)
+        box.press("Enter")
+        assert wait_for(lambda: any(label.split()[0] in e or "→" in e for e in page.evaluate(JS_PINS)["entries"]),
+                        timeout=120), page.evaluate(JS_PINS)
+        expect(play).to_be_enabled(timeout=120_000)
+        before = sum(p["rows"] for p in plots(page))
+        play.click()
+        # a few steps of the new run (a pin of one point draws no line)
+        wait_until(lambda: sum(p["rows"] for p in plots(page)) > before + 6, timeout=180)
+        pause_or_ended(page)
+        for _ in range(MAX_PINS - 1):  # four pins, a step between each
+            pin(page)
+            step(page, present)
+        seen = wait_for(lambda: (s := page.evaluate(JS_PINS))["entries"] and
+                        len(set(s["entries"])) == MAX_PINS and s, timeout=120)
+        assert seen, page.evaluate(JS_PINS)
+        assert seen["live"] >= 1 and seen["pinned"] >= MAX_PINS, seen
+        assert any("→" in entry for entry in seen["entries"]), seen  # the first pin's differences
+        check_first_screen(page, width, height, f"{lab} {size} with {MAX_PINS} pins")
+        screenshot(page, f"test-artifacts/pins-{lab}-{size}.png", f"{lab} {size} with {MAX_PINS} pins")
+    finally:
+        context.close()
