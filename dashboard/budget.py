@@ -19,9 +19,10 @@ nominal value measured on the default runs; a run far from that can be slower or
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 DEFAULT_STEP_SECONDS = 2.0
 DEFAULT_ISOMAP_ROWS = 500
@@ -50,6 +51,19 @@ def set_limits(step_seconds: float | None = None, isomap_rows: int | None = None
         if isinstance(isomap_rows, bool) or not isinstance(isomap_rows, int) or isomap_rows < 2:
             raise ValueError(f"The Isomap row cap must be an int >= 2. Got {isomap_rows!r}.")
         LIMITS.isomap_rows = isomap_rows
+
+
+@contextlib.contextmanager
+def shared(runs: int) -> Iterator[None]:
+    """Inside: each of ``runs`` runs that step together (a sweep) gets a ``runs``-th of a
+    step's seconds, so that their steps together fit the limit of one.  On the server's event
+    loop only (the limit is the process's)."""
+    before = LIMITS.step_seconds
+    LIMITS.step_seconds = before / max(1, runs)
+    try:
+        yield
+    finally:
+        LIMITS.step_seconds = before
 
 
 class TooMuchWork(ValueError):

@@ -213,6 +213,8 @@ class Checkpoint:
     #: the lab's pinned runs (:mod:`boltzlab.dashboard.pins`), their settings as text; none in
     #: checkpoints written before pins
     pins: list[Pin] = field(default_factory=list)
+    #: the sweep the runs are (``Lab.sweep``): ``(setting, [value texts])``, or None
+    sweep: tuple[str, list[str]] | None = None
 
 
 def write_checkpoint(ckpt: Checkpoint) -> bytes:
@@ -238,6 +240,8 @@ def write_checkpoint(ckpt: Checkpoint) -> bytes:
                 raise ValueError(f"The state of run {name!r} holds a non-array entry {key!r}.")
             out[f"state/{i}/{key}"] = array
     out.update(_history_entries(ckpt.history, runs))
+    if ckpt.sweep is not None:
+        out["sweep"] = np.asarray(json.dumps({"setting": ckpt.sweep[0], "values": list(ckpt.sweep[1])}))
     if ckpt.pins:
         out["pins"] = np.asarray(json.dumps([
             {"label": pin.label, "settings": {k: setting_text(v) for k, v in pin.settings.items()},
@@ -357,6 +361,7 @@ def checkpoint_spec(limit: int = MAX_CHECKPOINT_BYTES) -> ArchiveSpec:
             Member(r"count/\d+", kinds="iu", max_ndim=0),
             Member(r"arrays/\d+/.+", kinds="biufU", max_ndim=3, max_bytes=MAX_CHECKPOINT_ARRAY),
             Member("pins", kinds="U", max_ndim=0, max_bytes=2**20),
+            Member("sweep", kinds="U", max_ndim=0, max_bytes=2**12),
             Member(r"pin/[0-3]/history/\d+/.+", kinds="bf", max_ndim=1, max_bytes=MAX_HISTORY_COLUMN),
             Member(r"pin/[0-3]/count/\d+", kinds="iu", max_ndim=0),
             Member(r"pin/[0-3]/arrays/\d+/.+", kinds="biufU", max_ndim=3, max_bytes=MAX_CHECKPOINT_ARRAY),
@@ -426,7 +431,21 @@ def read_checkpoint(content: bytes, *, lab: str, limit: int = MAX_CHECKPOINT_BYT
         if not re.fullmatch(r"[0-9a-f]{64}", sha):
             raise ValueError("The checkpoint's data hash is not a SHA-256: the file is damaged.")
         data = (sha, str(files["data_name"].item()) if "data_name" in files else "")
-    return Checkpoint(saved_lab, settings, states, history, data, _read_pins(files))
+    return Checkpoint(saved_lab, settings, states, history, data, _read_pins(files), _read_sweep(files))
+
+
+def _read_sweep(files: Mapping[str, np.ndarray]) -> tuple[str, list[str]] | None:
+    """The sweep a checkpoint's runs are, if any."""
+    if "sweep" not in files:
+        return None
+    try:
+        sweep = json.loads(str(files["sweep"].item()))
+        setting, values = sweep["setting"], sweep["values"]
+        if not isinstance(setting, str) or not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise ValueError("malformed")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"The checkpoint's sweep is unreadable ({exc}): the file is damaged.") from None
+    return setting, values
 
 
 def check_same_data(saved: tuple[str, str] | None, now: tuple[str, str] | None) -> None:
@@ -646,8 +665,10 @@ class LabTools:
     # -------------------------------------------------------------- checkpoints
     def checkpoint(self) -> Checkpoint:
         states, history, _ = self.lab.runner.snapshot()
+        sweep = self.lab.sweeping
         return Checkpoint(self.lab.key, self.settings_text(), states, history, self.lab.data_identity(),
-                          list(self.lab.pins.values()))
+                          list(self.lab.pins.values()),
+                          (sweep[0], [setting_text(v) for v in sweep[1]]) if sweep is not None else None)
 
     def _checkpoint_file(self) -> io.BytesIO:
         try:
@@ -685,11 +706,12 @@ class LabTools:
             return False
         backup = self.checkpoint()
         try:
-            self.lab.apply_settings(values)
+            self.lab.apply_settings(values, sweep=self._sweep_values(ckpt.sweep))
             check_same_data(ckpt.data, self.lab.data_identity())  # before the states meet the trainers
             self.lab.runner.restore(ckpt.states, ckpt.history)
         except Exception as exc:  # a state that does not fit these trainers, ...
-            self.lab.apply_settings(self.decode(backup.settings, strict=True)[0])
+            self.lab.apply_settings(self.decode(backup.settings, strict=True)[0],
+                                    sweep=self._sweep_values(backup.sweep))
             self.lab.runner.restore(backup.states, backup.history)
             self.lab.redraw(self.lab.runner.history.records())
             # a refused setting (ValueError, e.g. over the work budget) is its own sentence
@@ -703,6 +725,20 @@ class LabTools:
         pinned = f" and {len(ckpt.pins)} pin(s)" if ckpt.pins else ""
         self.show("ok", f"Loaded {filename}: {steps} step(s){pinned} restored. Press ▶ Play to continue.")
         return True
+
+    def _sweep_values(self, sweep: tuple[str, list[str]] | None) -> tuple[str, tuple] | None:
+        """A checkpoint's sweep with its values read as the setting's values (``ValueError``
+        for a setting or value this lab does not allow)."""
+        if sweep is None:
+            return None
+        setting, texts = sweep
+        values = []
+        for text in texts:
+            parsed, errors = self.lab.parse_settings({setting: text})
+            if errors:
+                raise ValueError(f"The checkpoint's sweep: {' '.join(errors)}")
+            values.append(parsed[setting])
+        return setting, tuple(values)
 
     # -------------------------------------------------------------- exports
     def show_script(self) -> None:

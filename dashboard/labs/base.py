@@ -42,9 +42,11 @@ import panel as pn
 import param
 
 from boltzlab.dashboard.jobs import Jobs
-from boltzlab.dashboard.labtools import LabTools, Preset, check_setting, parse_setting
+from boltzlab.dashboard import budget
+from boltzlab.dashboard.labtools import LabTools, Preset, check_setting, parse_setting, setting_text
 from boltzlab.dashboard.pins import MAX_PINS, Pin, Pins, history_columns, settings_difference
 from boltzlab.dashboard.runner import History, Runner, play_or_tell
+from boltzlab.dashboard.sweeps import MAX_VALUES, MIN_VALUES, combined
 from boltzlab.dashboard.views import StatusBadge
 from boltzlab.dashboard.views.text import LiveHTML, StaticMarkdown, escape
 from boltzlab.engine.checks import check_int
@@ -183,6 +185,9 @@ class Lab(pn.viewable.Viewer):
     period_ms: ClassVar[int] = 200  # the refresh tick
     counter_width: ClassVar[int] = 130
     short_labels: ClassVar[dict[str, str]] = {}  # settings' names in a pin's legend ("mu": "μ")
+    # whether the views draw any runs by their names (a race's); False: in a sweep they draw the
+    # first value's runs, the others are in the Records (lab.records, the CSV)
+    sweep_views: ClassVar[bool] = False
     speed = speed_setting(speeds, "as fast as possible")  # each lab declares its own speeds
     owner = param.String(default="", doc="""
         Who this lab's runs belong to, for the server's log (e.g. "session 3 (TAP lab)":
@@ -203,6 +208,9 @@ class Lab(pn.viewable.Viewer):
         self._header: pn.viewable.Viewable | None = None
         self.jobs = Jobs()
         self._pins = Pins()  # earlier runs kept to compare with (issue 47)
+        self._sweep: tuple[str, tuple] | None = None  # (setting, values): one run per value (sweep)
+        self._sweeping = False  # sweep() is setting the swept setting (the sweep goes on)
+        self._alone_name: str | None = None  # the run name of a one-run lab's factory (sweep views)
         self.widgets = self.make_widgets()
         self._build_transport()
         self.settings_msg = StatusBadge("", "error", visible=False, name=f"{self.key}-settings-message")
@@ -212,7 +220,7 @@ class Lab(pn.viewable.Viewer):
             self.check_work()
         self.prepare(set(self.controls()), strict=True)
         self.build_views()
-        self.runner = Runner(self.trainer_factory(), watch=self.watch_scalar, owner=self.owner)
+        self.runner = Runner(self._run_factory(), watch=self.watch_scalar, owner=self.owner)
         self._built = self._run_inputs()  # the settings the runner's run was made from
         self._kept = self._built  # ... the run a build in flight replaced (back if it is refused)
         if given:  # TAPLab(K=...) from Python: a setting only the trainer refuses raises here too
@@ -422,6 +430,8 @@ class Lab(pn.viewable.Viewer):
         """Settings moved (a widget, or one batch from :meth:`apply_settings`): the speed
         goes to the runner, view settings redraw, anything else rebuilds the run once."""
         changed = {e.name for e in events}
+        if self._sweep is not None and self._sweep[0] in changed and not self._sweeping:
+            self._sweep = None  # one value chosen for the swept setting: the sweep ends
         if "speed" in changed:
             self.runner.set_speed(self.speeds[self.speed])
         for name in sorted(changed & self.view_settings):
@@ -435,30 +445,38 @@ class Lab(pn.viewable.Viewer):
         else:
             self.rebuild(changed)
 
-    def apply_settings(self, values: Mapping[str, Any], *, fresh: bool = False) -> None:
+    def apply_settings(self, values: Mapping[str, Any], *, fresh: bool = False, sweep: Any = False) -> None:
         """Set many settings at once (one batch of events: one rebuild); ``ValueError`` if a
         value is not allowed or the values make no valid run (the settings keep the new
         values, the run the old one).  ``fresh``: start a new run even when the values equal
         the current ones (a preset starts its run from the beginning), unless they are all
-        view settings (those only redraw)."""
+        view settings (those only redraw).  ``sweep``: the sweep the run is to be
+        (``(setting, values)`` or None, a checkpoint's); by default the lab's stays."""
         values = self.check_settings(values)
+        if sweep is not False and sweep != self._sweep:
+            self._sweep = tuple(sweep) if sweep is not None else None
+            fresh = True
+            values = {**values, **({sweep[0]: sweep[1][0]} if sweep is not None else {})}
         generation = self.runner.generation
         extra = {k: v for k, v in self.implied(values).items() if k not in values}
         self._refused = None
         self._given = set(extra) | set(values)  # named values win over what the batch implies
+        keep_sweep, self._sweeping = self._sweeping, self._sweeping or sweep is not False
         try:
             self.param.update({**extra, **values})
         finally:
             self._given = set()
+            self._sweeping = keep_sweep
         if self._refused is None and self.jobs.running(PREPARE):
             self.jobs.wait()  # a link or checkpoint needs its run now (states are restored into it)
         self._adopt_build(wait=True)
         if self._refused is None and (self._built != self._run_inputs() or (
-                fresh and self.runner.generation == generation and set(values) - self.view_settings - {"speed"})):
+                fresh and self.runner.generation == generation and (set(values) - self.view_settings - {"speed"}
+                                                                     or sweep is not False))):
             self.rebuild(set(values))  # unchanged values, but the run was made before a refused change
             self._adopt_build(wait=True)
         if self._refused is None:
-            self.check_work()  # values equal to the current ones rebuild nothing: the budget holds all the same
+            self._check_work()  # values equal to the current ones rebuild nothing: the budget holds all the same
         if self._refused is not None:
             refused = self._refused
             raise ValueError(refused.link if isinstance(refused, NotReady) else str(refused)) from refused
@@ -475,7 +493,7 @@ class Lab(pn.viewable.Viewer):
         changed = set(self.controls()) if changed is None else set(changed)
         self._refused = None
         try:
-            self.check_work()  # the work budget, whatever the source, before anything is prepared
+            self._check_work()  # the work budget, whatever the source, before anything is prepared
         except ValueError as exc:
             return self._refuse(exc, strict)
         later = None if strict or prepared else self.prepare_later(changed)
@@ -490,8 +508,8 @@ class Lab(pn.viewable.Viewer):
             return True
         try:
             self.prepare(changed, strict=strict)
-            self.check_work()  # again on what was prepared (e.g. simulated data)
-            self.runner.reset(self.trainer_factory())
+            self._check_work()  # again on what was prepared (e.g. simulated data)
+            self.runner.reset(self._run_factory())
         except ValueError as exc:
             return self._refuse(exc, strict)
         self._kept, self._built = self._built, self._run_inputs()
@@ -728,6 +746,9 @@ class Lab(pn.viewable.Viewer):
         """One tick's work: draw the Records, hand finished jobs over, update the status."""
         names = set(self.runner.names)
         records = [(n, r) for n, r in records if n in names]  # from runs replaced by a reset
+        views = self._view_names()
+        if views is not None:  # a sweep in a lab whose views draw one value's runs: the first value's
+            records = [(views[n], r) for n, r in records if n in views]
         if records:
             self.show(records)
         self.jobs.poll()
@@ -875,6 +896,125 @@ class Lab(pn.viewable.Viewer):
         self._pins.replace(out)
         self.on_pins_changed()
 
+    # ------------------------------------------------------------------ sweeps (issue 47)
+    def sweepable(self) -> list[str]:
+        """The settings a sweep may vary: the numeric settings that make the run."""
+        return [name for name in self.controls() if name not in self.view_settings
+                and isinstance(self.param[name], param.Number)]
+
+    @property
+    def sweeping(self) -> tuple[str, tuple] | None:
+        """``(setting, values)`` of the sweep the lab runs, or None."""
+        return self._sweep
+
+    def sweep(self, setting: str | None, values: Any = ()) -> None:
+        """Run one run per value of numeric ``setting`` (2 to 4 values) side by side, stepping
+        together, each named ``"setting=value"`` (``lab.runs``); :meth:`run` steps them all.
+        Each run is the run a lab with that value alone makes (same seeds, same Records).
+        The work budget counts the runs' steps together.  ``sweep(None)`` ends the sweep (the
+        setting keeps the first value); so does choosing one value for the setting.
+        ``ValueError`` names a setting that cannot be swept, a bad count of values, or a value
+        its setting does not allow (the sentence a link's bad value gets)."""
+        owner = f"{type(self).__name__}.sweep"
+        if setting is None:
+            if self._sweep is not None:
+                self._sweep = None
+                self.rebuild(strict=True)
+            return
+        allowed = self.sweepable()
+        if setting not in allowed:
+            raise ValueError(f"The 'setting' parameter of {owner} must be one of {allowed} (a numeric "
+                             f"setting of the run). Got {setting!r}.")
+        if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+            raise ValueError(f"The 'values' parameter of {owner} must be a list of {MIN_VALUES} to "
+                             f"{MAX_VALUES} values. Got {values!r}.")
+        values = list(values)
+        if not MIN_VALUES <= len(values) <= MAX_VALUES:
+            raise ValueError(f"The 'values' parameter of {owner} must hold {MIN_VALUES} to {MAX_VALUES} "
+                             f"values. Got {len(values)}.")
+        checked = list(self.check_settings({setting: v})[setting] for v in values)
+        if len(set(checked)) != len(checked):
+            raise ValueError(f"The 'values' parameter of {owner} must hold different values. Got {values!r}.")
+        before = self._sweep
+        self._sweep, self._sweeping = (setting, tuple(checked)), True
+        try:
+            self.apply_settings({setting: checked[0]}, fresh=True)
+        except ValueError:
+            self._sweep = before
+            raise
+        finally:
+            self._sweeping = False
+
+    def _with_value(self, setting: str, value: Any, fn: Callable[[], Any]) -> Any:
+        """``fn()`` with ``setting`` set to ``value`` quietly (no watcher hears it)."""
+        with param.parameterized.discard_events(self):
+            setattr(self, setting, value)
+        return fn()
+
+    def _run_factory(self) -> Any:
+        """What the runner builds: the lab's runs, or one set per value of a sweep
+        (:func:`boltzlab.dashboard.sweeps.combined`)."""
+        if self._sweep is None:
+            return self.trainer_factory()
+        setting, values = self._sweep
+        first = getattr(self, setting)
+        parts = []
+        self._alone_name = None
+        try:  # the first value last: what the factory recorded about the run is the first run's
+            for value in reversed(values):
+                parts.append((setting_text(value), self._with_value(setting, value, self.trainer_factory)))
+        finally:
+            with param.parameterized.discard_events(self):
+                setattr(self, setting, first)
+        factory = parts[-1][1]  # the first value's: a one-run lab's run name, for its views
+        names = getattr(factory, "names", None)
+        self._alone_name = names[0] if names is not None and len(names) == 1 else None
+        return combined(setting, parts[::-1])
+
+    @property
+    def view_runs(self) -> list[str]:
+        """The runs' names as the lab's views see them: the runner's, or in a sweep of a lab
+        whose views draw one run's details (``sweep_views`` False) the first value's runs
+        under the names a lab with that value alone would give them."""
+        views = self._view_names()
+        return self.runner.names if views is None else list(views.values())
+
+    def _view_names(self) -> dict[str, str] | None:
+        """``{sweep run: its name alone}`` for the first value of a sweep the views show in
+        part; None when the views see every run as it is named."""
+        if self._sweep is None or self.sweep_views:
+            return None
+        setting, values = self._sweep
+        head = f"{setting}={setting_text(values[0])}"
+        out = {}
+        for name in self.runner.names:
+            if name == head:
+                out[name] = self._alone_name or name
+            elif name.startswith(head + " · "):
+                out[name] = name[len(head) + 3:]
+        return out
+
+    def _check_work(self) -> None:
+        """The work budget (:meth:`check_work`); a sweep of k runs gives each run a k-th of a
+        step's seconds, so that together they fit one step."""
+        if self._sweep is None:
+            self.check_work()
+            return
+        setting, values = self._sweep
+        first = getattr(self, setting)
+        try:
+            with budget.shared(len(values)):
+                for value in values:
+                    try:
+                        self._with_value(setting, value, self.check_work)
+                    except budget.TooMuchWork as exc:
+                        raise budget.TooMuchWork(
+                            f"A sweep of {len(values)} runs steps them together, so each run gets a "
+                            f"{len(values)}-th of a step's time; at {setting} = {setting_text(value)}: {exc}") from None
+        finally:
+            with param.parameterized.discard_events(self):
+                setattr(self, setting, first)
+
     def on_pins_changed(self) -> None:
         """The pins changed (pinned, unpinned, loaded): redraw what shows them."""
         self.draw_pins()
@@ -960,6 +1100,9 @@ class Lab(pn.viewable.Viewer):
             lines += [f"lab = {cls}()", *data, f"lab.apply_settings({settings!r})"]
         else:
             lines += [f"lab = {cls}({arguments})"]
+        if self._sweep is not None:
+            setting, values = self._sweep
+            lines += [f"lab.sweep({setting!r}, {list(values)!r})  # one run per value, stepping together"]
         out = f"boltzlab-{self.key}-records.csv"
         lines += [f"lab.run(steps={steps})",
                   "frame = lab.records_frame()  # one row per Record, the column 'run' first",

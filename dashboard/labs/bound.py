@@ -463,13 +463,13 @@ class BoundLab(Lab):
         if key == self._race_key:
             self._show_size()
 
-    def apply_settings(self, values, *, fresh: bool = False) -> None:
+    def apply_settings(self, values, *, fresh: bool = False, sweep: Any = False) -> None:
         """The base's, and tightness settings the views cannot draw (e.g. extra points that
         are not numbers) are an error too, raised after the race was rebuilt: a link or a
         preset names them."""
         errors = []
         try:
-            super().apply_settings(values, fresh=fresh)
+            super().apply_settings(values, fresh=fresh, sweep=sweep)
         except ValueError as exc:
             errors.append(str(exc))
         if set(values) & self.view_settings and self._tightness_error:
@@ -572,7 +572,7 @@ class BoundLab(Lab):
         return [self.monotone.pane]
 
     def clear(self) -> None:
-        names = self.runner.names
+        names = self.view_runs
         self.step_src.data = {"s": [], "J": [], "Q": []}
         self.step_marks.data = {"s": [], "y": [], "color": []}
         self.step_fig.title.text = "The bound at this step"
