@@ -42,6 +42,7 @@ import panel as pn
 import param
 
 from boltzlab.dashboard.jobs import Jobs
+from boltzlab.dashboard.labs.compare import CompareTools
 from boltzlab.dashboard import budget
 from boltzlab.dashboard.labtools import LabTools, Preset, check_setting, parse_setting, setting_text
 from boltzlab.dashboard.pins import MAX_PINS, Pin, Pins, history_columns, settings_difference
@@ -188,6 +189,8 @@ class Lab(pn.viewable.Viewer):
     # whether the views draw any runs by their names (a race's); False: in a sweep they draw the
     # first value's runs, the others are in the Records (lab.records, the CSV)
     sweep_views: ClassVar[bool] = False
+    headline: ClassVar[tuple[str, str]] = ("", "")  # (scalar, title): the sweep table's number
+    data_settings: ClassVar[frozenset[str]] = frozenset({"image_width"})  # what prepare() loads data from
     speed = speed_setting(speeds, "as fast as possible")  # each lab declares its own speeds
     owner = param.String(default="", doc="""
         Who this lab's runs belong to, for the server's log (e.g. "session 3 (TAP lab)":
@@ -220,6 +223,10 @@ class Lab(pn.viewable.Viewer):
             self.check_work()
         self.prepare(set(self.controls()), strict=True)
         self.build_views()
+        # a sweep's other runs beside the first's, in every figure that shows pins (made now,
+        # hidden: the page's model graph never changes while it is live)
+        self._sweep_layers = ({} if self.sweep_views else
+                              {name: layer.sweep_layer() for name, layer in self.pin_layers().items()})
         self.runner = Runner(self._run_factory(), watch=self.watch_scalar, owner=self.owner)
         self._built = self._run_inputs()  # the settings the runner's run was made from
         self._kept = self._built  # ... the run a build in flight replaced (back if it is refused)
@@ -231,6 +238,7 @@ class Lab(pn.viewable.Viewer):
                 raise ValueError(str(refused)) from refused
         self.runner.set_speed(self.speeds[self.speed])
         self.tools = LabTools(self)
+        self.compare = CompareTools(self)
         self._pin_menu()
         self.param.watch(self._on_settings, names)
         self.clear()
@@ -578,6 +586,7 @@ class Lab(pn.viewable.Viewer):
         self.tools.changed.object = ""
         self.clear()
         self.draw_pins()  # their legends say what differs from the new run
+        self.compare.lines(force=True)  # a new sweep's other runs, or none
         self.refresh_status()
 
     # ------------------------------------------------------------------ transport
@@ -751,6 +760,8 @@ class Lab(pn.viewable.Viewer):
             records = [(views[n], r) for n, r in records if n in views]
         if records:
             self.show(records)
+        if self._sweep is not None and (records or self.compare.stale):
+            self.compare.lines()
         self.jobs.poll()
         self.on_tick()
         self._explain()
@@ -898,9 +909,10 @@ class Lab(pn.viewable.Viewer):
 
     # ------------------------------------------------------------------ sweeps (issue 47)
     def sweepable(self) -> list[str]:
-        """The settings a sweep may vary: the numeric settings that make the run."""
+        """The settings a sweep may vary: the numeric settings that make the run, but those
+        of its data (``data_settings``: each run of a sweep trains on the lab's one data set)."""
         return [name for name in self.controls() if name not in self.view_settings
-                and isinstance(self.param[name], param.Number)]
+                and name not in self.data_settings and isinstance(self.param[name], param.Number)]
 
     @property
     def sweeping(self) -> tuple[str, tuple] | None:
@@ -1029,6 +1041,10 @@ class Lab(pn.viewable.Viewer):
         (:meth:`pin_layers`): ``(x, y)`` pairs, one per run of the pin, from ``pin.records``
         as the live lines are drawn from Records (same metric, same axes)."""
         return {}
+
+    def sweep_layers(self) -> dict[str, Any]:
+        """The layers a sweep's other runs are drawn in, by the names of :meth:`pin_layers`."""
+        return self._sweep_layers
 
     def pin_legend(self, pin: Pin) -> str:
         """A pin's legend entry: its label and what differs from the live run's settings
@@ -1214,6 +1230,8 @@ class Lab(pn.viewable.Viewer):
         self.play.disabled = playing or not runner.active
         self.pause.disabled = not playing
         self.counter_pane.object = self.counter()
+        if hasattr(self, "compare"):
+            self.compare.refresh()
         states = runner.states
         single = len(states) == 1
 
@@ -1316,7 +1334,7 @@ class Lab(pn.viewable.Viewer):
         if self._page is None:
             # the controls scroll inside their own column; the stage never moves
             left = pn.Column(self.tools.preset, self.tools.message.pane, self.controls_panel(),
-                             self.settings_msg.pane, self.tools.panel(), width=340, scroll=True,
+                             self.settings_msg.pane, self.compare.panel(), self.tools.panel(), width=340, scroll=True,
                              styles={"max-height": SIDEBAR_HEIGHT}, css_classes=["lab-controls"])
             # the pin button heads the status line: the transport bar is full at 1280x720
             status = pn.Row(self.pin_button, self.run_status.pane, *self.badges(), sizing_mode="stretch_width",

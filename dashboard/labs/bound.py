@@ -394,6 +394,7 @@ class BoundLab(Lab):
     reg = param.Number(majorize.DEFAULT_REG["wine"], bounds=(0.0, None), step=0.01, label="Regularization λ",
                        doc="λ of the race's objective J (each problem brings its own).")
     race_seed = param.Integer(0, bounds=(0, None), label="Data seed", doc="Seeds the simulated problems.")
+    headline = ("objective", "J")
     short_labels = {"reg": "λ", "race_seed": "data seed"}
     speed = speed_setting(RACE_SPEEDS, "30 steps/s")
     widget_options = {"model": dict(width=300), "problem": dict(width=300), "extra": dict(width=300),
@@ -587,6 +588,7 @@ class BoundLab(Lab):
         self.monotone.set("idle", "Bound majorization: no step yet")
         self._show_size()
         self._want_reference()
+        self._want_sweep_references()
         self._show_hints()
         self._request_tightness()  # the base's reset cancels every job, this one included
 
@@ -601,9 +603,26 @@ class BoundLab(Lab):
                              then=functools.partial(self._reference_arrived, key),
                              error=functools.partial(self._reference_failed, key))
 
+    def _want_sweep_references(self) -> None:
+        """J* of each other value of a sweep (its curves are J − J* of its own problem)."""
+        sweep = self.sweeping
+        if sweep is None:
+            return
+        setting, values = sweep
+        settings = self.run_settings()
+        for value in values[1:]:
+            race = {**settings, setting: value}
+            key = setup.race_key(race["problem"], race["reg"], race["race_seed"])
+            job = f"reference {key}"
+            if key not in self._references and not self.jobs.running(job):
+                self.jobs.submit(job, setup.race_reference, *key,
+                                 then=functools.partial(self._reference_arrived, key), error=lambda exc: None)
+
     def _reference_arrived(self, key: tuple, result: dict) -> None:
         self._references[key] = result["value"]
         self.draw_pins()  # a pinned race of this problem can be drawn now
+        if self.sweeping is not None:
+            self.compare.lines(force=True)  # ... and a sweep's other value
         if key != self._race_key:
             return
         self.J_star = result["value"]

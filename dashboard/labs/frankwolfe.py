@@ -123,6 +123,7 @@ class FrankWolfeLab(Lab):
     presets = PRESETS
     speeds = SPEEDS
     watch_scalar = "inner_objective"
+    headline = ("test_log_likelihood", "test log-lik.")
     short_labels = {"reg": "λ", "bias_lr": "η", "samples": "S", "max_hidden": "T", "bias_steps": "eq.10 steps",
                     "eval_every": "every"}
     view_settings = frozenset({"cd_epochs"})  # the length of the next CD fork: the run stays

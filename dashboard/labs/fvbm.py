@@ -130,6 +130,8 @@ class FVBMLab(Lab):
     init_seed = param.Integer(0, bounds=(0, None), label="Initialisation seed", doc="Seeds a random start.")
     speed = speed_setting(SPEEDS, "20 sweeps/s")
     sweep_views = True  # its curves draw every run by name, as a race's
+    data_settings = frozenset({"d", "n", "data_seed"})
+    headline = ("log_pl", "log-PL")
     short_labels = {"mu": "μ", "race_mus": "race μ", "tol": "τ", "data_seed": "data seed",
                     "init_seed": "init seed"}
     widget_options = {**{k: dict(type=pn.widgets.RadioButtonGroup, **RADIO)

@@ -157,6 +157,7 @@ class TAPLab(Lab):
     speeds = SPEEDS
     watch_scalar = "tap_log_likelihood"
     counter_width = 150
+    headline = ("tap_log_likelihood", "TAP log-lik.")
     short_labels = {"n_hidden": "Nh", "gamma": "γ", "eps": "ε", "eta": "η", "batch": "M", "prior_hid": "prior"}
 
     # ------------------------------------------------------------------ settings (URL keys)

@@ -11,7 +11,7 @@ tick: its source changes only when pins or the live settings change.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 from bokeh.core.properties import value
@@ -29,6 +29,9 @@ PIN_DASH = [10, 5]  # long dashes: at width 3 Bokeh's "dashed" reads as dots
 #: half-width plot at 1280x720 in presentation mode (20 ran 30 px past its edge); the whole
 #: text is in the pin menu
 MAX_LEGEND = 17
+#: a sweep's other runs: solid, nearly opaque, in tab10 colours no lab's own lines use (pink, olive, cyan)
+SWEEP_COLORS = ("#e377c2", "#bcbd22", "#17becf")
+SWEEP_ALPHA = 0.9
 
 
 class PinLayer:
@@ -38,21 +41,29 @@ class PinLayer:
     The lines are drawn under the figure's other renderers (never over the live line) and
     count in its data ranges (same axes)."""
 
-    def __init__(self, fig, *, y_range_name: str = "default", legend_cols: int = 2) -> None:
+    def __init__(self, fig, *, y_range_name: str = "default", legend_cols: int = 2,
+                 colors: tuple[str, ...] = PIN_COLORS[:MAX_PINS], dash: Any = PIN_DASH, alpha: float = PIN_ALPHA,
+                 name: str = "pin", legend: Legend | None = None) -> None:
         self.figure = fig
         self.sources: list[ColumnDataSource] = []
         self.renderers = []
         kwargs = {} if y_range_name == "default" else {"y_range_name": y_range_name}
-        for i, color in enumerate(PIN_COLORS[:MAX_PINS]):
-            source = ColumnDataSource({"xs": [], "ys": []}, name=f"pin-{i}")
+        for i, color in enumerate(colors):
+            source = ColumnDataSource({"xs": [], "ys": []}, name=f"{name}-{i}")
             renderer = fig.multi_line("xs", "ys", source=source, line_color=color, line_width=PIN_WIDTH,
-                                      line_alpha=PIN_ALPHA, line_dash=PIN_DASH, visible=False,
-                                      name=f"pin {i + 1}", **kwargs)
+                                      line_alpha=alpha, line_dash=dash, visible=False,
+                                      name=f"{name} {i + 1}", **kwargs)
             self.sources.append(source)
             self.renderers.append(renderer)
         # under the live lines: the figure draws its renderers in order
         fig.renderers = self.renderers + [r for r in fig.renderers if r not in self.renderers]
         self.items = [LegendItem(label=value(""), renderers=[r], visible=False) for r in self.renderers]
+        self._y_range = fig.extra_y_ranges[y_range_name] if y_range_name != "default" else fig.y_range
+        self._x_range = fig.x_range
+        if legend is not None:  # another layer's legend (a sweep's runs list under the pins)
+            self.legend = legend
+            legend.items = [*legend.items, *self.items]
+            return
         self.legend = Legend(items=self.items, location="left", orientation="horizontal", ncols=legend_cols,
                              click_policy="hide", label_text_font_size="9pt", glyph_width=20, glyph_height=12,
                              label_height=12, spacing=8, padding=2, margin=2, border_line_alpha=0.0,
@@ -61,8 +72,15 @@ class PinLayer:
                              # unnamed legend (a second unnamed one makes it refuse)
                              name="pins")
         fig.add_layout(self.legend, "below")
-        self._y_range = fig.extra_y_ranges[y_range_name] if y_range_name != "default" else fig.y_range
-        self._x_range = fig.x_range
+        self._y_range_name = y_range_name
+
+    def sweep_layer(self) -> "PinLayer":
+        """A layer for a sweep's other runs in this figure: solid lines of their own colours
+        over the pins, listed in this layer's legend (made at build time, as this one)."""
+        layer = PinLayer(self.figure, y_range_name=self._y_range_name, colors=SWEEP_COLORS, dash="solid",
+                         alpha=SWEEP_ALPHA, name="sweep", legend=self.legend)
+        layer._y_range_name = self._y_range_name
+        return layer
 
     def show(self, pins: Sequence[tuple[str, Sequence[tuple[Sequence[float], Sequence[float]]]]]) -> None:
         """Draw ``pins``: per slot its legend text and lines (``(x, y)`` pairs; non-finite y
@@ -84,7 +102,7 @@ class PinLayer:
             elif renderer.visible or item.visible or source.data["xs"]:
                 source.data = {"xs": [], "ys": []}
                 renderer.visible = item.visible = False
-        shown = any(item.visible for item in self.items)
+        shown = any(item.visible for item in self.legend.items)
         if self.legend.visible != shown:
             self.legend.visible = shown
         self._ranges()

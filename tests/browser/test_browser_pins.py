@@ -104,3 +104,65 @@ def test_pinned_and_live_runs_share_the_first_screen(browser, app_url, lab, size
         screenshot(page, f"test-artifacts/pins-{lab}-{size}.png", f"{lab} {size} with {MAX_PINS} pins")
     finally:
         context.close()
+
+
+#: per lab, a sweep: the setting's label and three values
+SWEEP = {"fvbm": ("Step μ (gradient ascent)", "0.5, 1, 2.5"), "tap": ("Step γ", "0.01, 0.05, 0.1"),
+         "frankwolfe": ("Regularization λ", "0.05, 0.1, 0.2"), "bound": ("Regularization λ", "0.01, 0.1, 1")}
+
+# the visible plots' sweep lines with points, and the rows of the sweep table
+JS_SWEEP = """() => {
+  const out = {sweep: 0};
+  function walk(v) {
+    if (!v) return;
+    if (v.frame && v.model && v.model.renderers) {
+      const el = v.canvas_view ? v.canvas_view.el : v.el;
+      if (el.isConnected && el.checkVisibility({checkVisibilityCSS: true}))
+        for (const g of v.model.renderers)
+          if (g.visible && (g.name || '').startsWith('sweep ') && g.data_source.data.xs.some(x => x.length > 1))
+            out.sweep += 1;
+    }
+    for (const c of (v.child_views || [])) walk(c);
+  }
+  for (const v of Bokeh.index) walk(v);
+  return out;
+}"""
+
+
+def table_rows(page: Page) -> int:
+    """The body rows of the sweep's table (one per run)."""
+    return page.locator(".sweep-table tbody tr").count()
+
+
+@pytest.mark.parametrize("lab", [cls.key for cls in LABS])
+def test_a_sweep_runs_three_values_side_by_side(browser, app_url, lab):
+    width, height, present = SIZES["1440x900"]
+    cls = next(c for c in LABS if c.key == lab)
+    context = browser.new_context(viewport={"width": width, "height": height})
+    context.set_default_timeout(ACTION_TIMEOUT_MS)
+    page = context.new_page()
+    try:
+        # Frank-Wolfe on the 8x8 digits: three MNIST runs side by side take a while to insert units
+        page.goto(f"{app_url}/{lab}" + ("?frankwolfe.data=digits" if lab == "frankwolfe" else ""), timeout=120_000)
+        play = page.get_by_role("button", name="▶ Play")
+        expect(play).to_be_enabled(timeout=120_000)
+        page.get_by_text("Run for several values", exact=True).click()
+        label, values = SWEEP[lab]
+        page.get_by_label("Setting", exact=True).select_option(label=label)
+        box = page.get_by_label("Values (2 to 4, separated by commas)")
+        box.fill(values)
+        box.press("Enter")
+        page.get_by_role("button", name="▶ Run for these values").click()
+        wait_until(lambda: table_rows(page) >= 3, timeout=120)
+        expect(play).to_be_enabled(timeout=120_000)
+        play.click()
+        if cls.sweep_views:  # the lab's own curves draw every run (FVBM)
+            wait_until(lambda: sum(p["rows"] for p in plots(page)) > 30, timeout=180)
+        else:  # the first value's run in the lab's lines, the others in the sweep layers
+            wait_until(lambda: page.evaluate(JS_SWEEP)["sweep"] >= 2, timeout=180)
+        pause_or_ended(page)
+        assert table_rows(page) >= 3  # one row per run of the table (a race's runs each)
+        check_first_screen(page, width, height, f"{lab} sweep")
+        screenshot(page, f"test-artifacts/sweep-{lab}.png", f"{lab} sweep of three values")
+    finally:
+        context.close()
