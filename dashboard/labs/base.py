@@ -19,6 +19,10 @@ A lab module declares only what is its own (see ``docs/architecture.md``, "Labs"
   analysis of the first Records say so), and ``describe_change(...)``, ``highlight(...)`` /
   ``clear_highlight()`` for presentation mode's *Next step*.
 
+What a script or notebook calls (``run``, ``records``, ``python_script``, ...) is in
+:mod:`.scripting`, pins and sweeps in :mod:`.comparing`, ``held`` in :mod:`.holding`: mixins
+and helpers of the one ``Lab`` class, kept apart so that each file stays a readable size.
+
 The base owns the runner, the transport bar and its handlers, the status line, keyword
 construction (``TAPLab(data="digits", n_hidden=16)``), one watcher on every setting, settings
 <-> URL, presets and checkpoints (through :class:`~dashboard.labtools.LabTools`), the refresh
@@ -33,24 +37,22 @@ import contextlib
 import functools
 import math
 import time
-from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Iterator, Mapping
 
-import numpy as np
 import panel as pn
 import param
 
 from boltzlab.dashboard.jobs import Jobs
 from boltzlab.dashboard.labs.compare import CompareTools
-from boltzlab.dashboard import budget
-from boltzlab.dashboard.labtools import LabTools, Preset, check_setting, parse_setting, setting_text
-from boltzlab.dashboard.pins import MAX_PINS, Pin, Pins, history_columns, settings_difference
-from boltzlab.dashboard.runner import History, Runner, play_or_tell
-from boltzlab.dashboard.sweeps import MAX_VALUES, MIN_VALUES, combined
+from boltzlab.dashboard.labs.comparing import Comparing
+from boltzlab.dashboard.labs.holding import graph_frozen, held  # noqa: F401 - the labs import them from here
+from boltzlab.dashboard.labs.scripting import Scripting
+from boltzlab.dashboard.labtools import LabTools, Preset, check_setting, parse_setting
+from boltzlab.dashboard.pins import Pins
+from boltzlab.dashboard.runner import Runner, play_or_tell
 from boltzlab.dashboard.views import StatusBadge
 from boltzlab.dashboard.views.text import LiveHTML, StaticMarkdown, escape
-from boltzlab.engine.checks import check_int
 from boltzlab.engine.stepping import Record
 
 RADIO = dict(color="primary", variant="outline")
@@ -64,48 +66,6 @@ STATUS_SECONDS = 0.3  # text panes re-layout the page: at most ~3 times a second
 STAGE_OFFSET = "360px"
 STAGE_HEIGHT = f"calc(100vh - var(--boltzlab-stage-offset, {STAGE_OFFSET}))"
 SIDEBAR_HEIGHT = "calc(100vh - var(--boltzlab-sidebar-offset, 200px))"
-
-
-def held(method: Callable) -> Callable:
-    """Run a UI handler inside one ``pn.io.hold`` so all its changes go out together, with
-    the document's model graph walked at most once (:func:`graph_frozen`).
-
-    In a served session Panel writes a held batch to the browser at once, while changes
-    made outside a hold are queued and written after it.  A handler that changed some
-    models before entering a hold (e.g. emptied a heatmap) and refilled them inside one
-    therefore left the browser with the stale, earlier state.
-    """
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
-        with pn.io.hold(), graph_frozen(pn.state.curdoc):
-            return method(self, *args, **kwargs)
-    return wrapper
-
-
-@contextlib.contextmanager
-def graph_frozen(doc: Any) -> Iterator[None]:
-    """Bokeh walks every model of ``doc`` each time a change adds or removes a reference
-    (``DocumentModelManager.invalidate``); inside this block those walks are put off, and
-    done once at its end only if a change asked for one.
-
-    Bokeh's own ``doc.models.freeze()`` (Panel's ``hold(freeze=True)``) walks at its end
-    whatever happened: ~250 models of a TAP page, 50-100 ms on a loaded server, each time
-    the lab moved its epoch slider and each time FVBM redrew its matrices (about 3 times a
-    second while playing), for changes that were only data and text (py-spy, 16 TAP users).
-    Inside an outer freeze (or another such block) it leaves the walk to that one.
-    """
-    models = getattr(doc, "models", None)
-    if models is None or models._freeze_count > 0 or "invalidate" in vars(models):
-        yield
-        return
-    asked: list[bool] = []
-    models.invalidate = lambda: asked.append(True)  # Model.trigger's call, while we wait
-    try:
-        yield
-    finally:
-        del models.invalidate
-        if asked:
-            models.recompute()
 
 
 def label(text: str) -> pn.pane.Markdown:
@@ -165,7 +125,7 @@ class LoadOutcome:
     note: str = ""
 
 
-class Lab(pn.viewable.Viewer):
+class Lab(Comparing, Scripting, pn.viewable.Viewer):
     """One lab page around one :class:`Runner` (one per browser session)."""
 
     key: ClassVar[str] = ""
@@ -779,450 +739,6 @@ class Lab(pn.viewable.Viewer):
             self.jobs.wait()
             self.refresh_status()
 
-    # ------------------------------------------------------------------ from Python (docs/python.md)
-    @property
-    def runs(self) -> list[str]:
-        """The names of the current runs (one, or several in a race), e.g. ``["BSLM"]``."""
-        return self.runner.names
-
-    @property
-    def statuses(self) -> dict[str, str]:
-        """Each run's status (``engine.stepping.STATUS_MEANINGS``), e.g. ``{"BSLM": "converged"}``."""
-        return {name: state.status for name, state in self.runner.states.items()}
-
-    def run(self, steps: int = 1, *, timeout: float | None = None) -> None:
-        """Step every active run ``steps`` times, now, and draw the result: for scripts
-        and notebooks, no server needed.
-
-        Blocks until the Records of the ``steps`` steps are in (a run that stops first,
-        converged or failed, steps fewer times) and the analyses they started are done;
-        then the lab's figures show them, as after ▶ Play and a tick.  Pauses a playing
-        lab first.  In a race every run steps once per step.
-
-        Parameters
-        ----------
-        steps
-            How many steps (an int >= 1): a sweep, an iteration, a mini-batch, ... as the
-            lab's counter counts them.
-        timeout
-            Seconds to wait at most (``None``: as long as it takes); ``TimeoutError`` after.
-        """
-        steps = check_int("steps", steps, f"{type(self).__name__}.run", 1)
-        if timeout is not None and not timeout > 0:
-            raise ValueError(f"The 'timeout' parameter of {type(self).__name__}.run must be a float > 0 "
-                             f"or None. Got {timeout!r}.")
-        self.runner.pause()
-        for _ in range(steps):
-            self.runner.step_once()
-        deadline = math.inf if timeout is None else time.monotonic() + timeout
-        while not self.runner.wait_idle(min(60.0, max(0.0, deadline - time.monotonic()))):
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"{type(self).__name__}.run: {steps} step(s) not done in {timeout} s.")
-        self._draw_now(deadline)
-
-    def _draw_now(self, deadline: float = math.inf) -> None:
-        """What a tick does, now: draw what is new, wait for the analyses it started and
-        hand them over (their results are drawn too)."""
-        self._adopt_build(wait=True)
-        with self._batch():
-            self.on_records(self.runner.drain())
-        if not self.jobs.wait(max(0.0, min(deadline - time.monotonic(), 3600.0))):
-            raise TimeoutError(f"{type(self).__name__}: the analyses did not finish in time.")
-        with self._batch():
-            self.on_records(self.runner.drain())
-            self.refresh_status()
-
-    def _history(self) -> History:
-        return self.runner.copy_history()
-
-    @property
-    def records(self) -> dict[str, dict[str, np.ndarray]]:
-        """Every run's scalars since the last reset, as arrays: ``{run: {name: array}}``,
-        one entry per Record, oldest first (``lab.records["BSLM"]["log_pl"]``).
-
-        A scalar some Records lack is NaN there.  Beyond 5,000 Records per run the older
-        half is thinned to every second one (``boltzlab.dashboard.runner.History``), as
-        the app's CSV export is; :meth:`latest` has the newest arrays."""
-        return history_columns(self._history())
-
-    def records_frame(self) -> Any:
-        """:attr:`records` as one pandas ``DataFrame``: a row per Record, the columns ``run``
-        and ``pin`` first ("" for the live runs, the pin's label for pinned ones, after the
-        live rows), then every scalar (NaN where a Record lacks it); the same numbers as the
-        app's "Metrics (CSV)" export.  pandas comes with Panel; without it this raises
-        ``ImportError`` and :attr:`records` gives the same as arrays."""
-        try:
-            import pandas as pd
-        except ImportError as exc:  # pragma: no cover - pandas is a dependency of Panel
-            raise ImportError("records_frame() needs pandas; lab.records has the same numbers as "
-                              "numpy arrays.") from exc
-        rows = [{"run": name, "pin": pin, **row} for pin, history in self._histories()
-                for name, rows in history.rows.items() for row in rows]
-        return pd.DataFrame(rows, columns=["run", "pin", *dict.fromkeys(k for r in rows for k in r
-                                                                        if k not in ("run", "pin"))])
-
-    def _histories(self) -> list[tuple[str, History]]:
-        """The live runs' history (label "") and every pin's, oldest pin first."""
-        return [("", self._history()), *((pin.label, pin.history) for pin in self._pins)]
-
-    # ------------------------------------------------------------------ pins (issue 47)
-    @property
-    def pins(self) -> dict[str, Pin]:
-        """The pinned runs by label, oldest first: each has ``.settings`` (the values it was
-        made with), ``.records`` (``{run: {scalar: array}}``, as :attr:`records`) and
-        ``.arrays`` (each run's newest arrays).  See :meth:`pin`."""
-        return self._pins.as_dict()
-
-    def pin(self, label: str | None = None) -> str:
-        """Keep the current run (every run of a race) as a pinned run to compare new runs
-        with; return its label (default "pin 1", "pin 2", ...).  At most four are kept: a
-        fifth drops the oldest.  Pins stay through changes of settings, Reset and a new data
-        set; :meth:`unpin` drops them.  ``ValueError`` for a label in use or a run with no
-        Record yet."""
-        owner = f"{type(self).__name__}.pin"
-        label = self._pins.label(label, owner)
-        self._adopt_build(wait=True)
-        history = self._history()
-        if not any(history.rows.values()):
-            raise ValueError(f"{owner}: the current run has no Record yet; step it first (▶ Play, Step or run()).")
-        dropped = self._pins.add(Pin(label, self.run_settings(), history, self.data_identity()))
-        self.on_pins_changed()
-        note = f" (at most {MAX_PINS}: {dropped.label!r} was dropped)" if dropped is not None else ""
-        self.tools.show("info", f"Pinned the run as {label!r}{note}.")
-        return label
-
-    def unpin(self, label: str | None = None) -> None:
-        """Drop the pin ``label``, or every pin (``None``)."""
-        self._pins.remove(label, f"{type(self).__name__}.unpin")
-        self.on_pins_changed()
-
-    def load_pins(self, pins: list[Pin]) -> None:
-        """Hold exactly ``pins`` (a loaded checkpoint's, their settings as text: read back as
-        values where this lab allows them, kept as text where not)."""
-        names, out = self.setting_names(), []
-        for pin in pins:
-            values, _ = self.parse_settings({k: v for k, v in pin.settings.items() if k in names})
-            out.append(Pin(pin.label, {k: values.get(k, text) for k, text in pin.settings.items()},
-                           pin.history, pin.data))
-        self._pins.replace(out)
-        self.on_pins_changed()
-
-    # ------------------------------------------------------------------ sweeps (issue 47)
-    def sweepable(self) -> list[str]:
-        """The settings a sweep may vary: the numeric settings that make the run, but those
-        of its data (``data_settings``: each run of a sweep trains on the lab's one data set)."""
-        return [name for name in self.controls() if name not in self.view_settings
-                and name not in self.data_settings and isinstance(self.param[name], param.Number)]
-
-    @property
-    def sweeping(self) -> tuple[str, tuple] | None:
-        """``(setting, values)`` of the sweep the lab runs, or None."""
-        return self._sweep
-
-    def sweep(self, setting: str | None, values: Any = ()) -> None:
-        """Run one run per value of numeric ``setting`` (2 to 4 values) side by side, stepping
-        together, each named ``"setting=value"`` (``lab.runs``); :meth:`run` steps them all.
-        Each run is the run a lab with that value alone makes (same seeds, same Records).
-        The work budget counts the runs' steps together.  ``sweep(None)`` ends the sweep (the
-        setting keeps the first value); so does choosing one value for the setting.
-        ``ValueError`` names a setting that cannot be swept, a bad count of values, or a value
-        its setting does not allow (the sentence a link's bad value gets)."""
-        owner = f"{type(self).__name__}.sweep"
-        if setting is None:
-            if self._sweep is not None:
-                self._sweep = None
-                self.rebuild(strict=True)
-            return
-        allowed = self.sweepable()
-        if setting not in allowed:
-            raise ValueError(f"The 'setting' parameter of {owner} must be one of {allowed} (a numeric "
-                             f"setting of the run). Got {setting!r}.")
-        if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
-            raise ValueError(f"The 'values' parameter of {owner} must be a list of {MIN_VALUES} to "
-                             f"{MAX_VALUES} values. Got {values!r}.")
-        values = list(values)
-        if not MIN_VALUES <= len(values) <= MAX_VALUES:
-            raise ValueError(f"The 'values' parameter of {owner} must hold {MIN_VALUES} to {MAX_VALUES} "
-                             f"values. Got {len(values)}.")
-        checked = list(self.check_settings({setting: v})[setting] for v in values)
-        if len(set(checked)) != len(checked):
-            raise ValueError(f"The 'values' parameter of {owner} must hold different values. Got {values!r}.")
-        before = self._sweep
-        self._sweep, self._sweeping = (setting, tuple(checked)), True
-        try:
-            self.apply_settings({setting: checked[0]}, fresh=True)
-        except ValueError:
-            self._sweep = before
-            raise
-        finally:
-            self._sweeping = False
-
-    def _with_value(self, setting: str, value: Any, fn: Callable[[], Any]) -> Any:
-        """``fn()`` with ``setting`` set to ``value`` quietly (no watcher hears it)."""
-        with param.parameterized.discard_events(self):
-            setattr(self, setting, value)
-        return fn()
-
-    def _run_factory(self) -> Any:
-        """What the runner builds: the lab's runs, or one set per value of a sweep
-        (:func:`boltzlab.dashboard.sweeps.combined`)."""
-        if self._sweep is None:
-            return self.trainer_factory()
-        setting, values = self._sweep
-        first = getattr(self, setting)
-        parts = []
-        self._alone_name = None
-        try:  # the first value last: what the factory recorded about the run is the first run's
-            for value in reversed(values):
-                parts.append((setting_text(value), self._with_value(setting, value, self.trainer_factory)))
-        finally:
-            with param.parameterized.discard_events(self):
-                setattr(self, setting, first)
-        factory = parts[-1][1]  # the first value's: a one-run lab's run name, for its views
-        names = getattr(factory, "names", None)
-        self._alone_name = names[0] if names is not None and len(names) == 1 else None
-        return combined(setting, parts[::-1])
-
-    @property
-    def view_runs(self) -> list[str]:
-        """The runs' names as the lab's views see them: the runner's, or in a sweep of a lab
-        whose views draw one run's details (``sweep_views`` False) the first value's runs
-        under the names a lab with that value alone would give them."""
-        views = self._view_names()
-        return self.runner.names if views is None else list(views.values())
-
-    def _view_names(self) -> dict[str, str] | None:
-        """``{sweep run: its name alone}`` for the first value of a sweep the views show in
-        part; None when the views see every run as it is named."""
-        if self._sweep is None or self.sweep_views:
-            return None
-        setting, values = self._sweep
-        head = f"{setting}={setting_text(values[0])}"
-        out = {}
-        for name in self.runner.names:
-            if name == head:
-                out[name] = self._alone_name or name
-            elif name.startswith(head + " · "):
-                out[name] = name[len(head) + 3:]
-        return out
-
-    def _check_work(self) -> None:
-        """The work budget (:meth:`check_work`); a sweep of k runs gives each run a k-th of a
-        step's seconds, so that together they fit one step."""
-        if self._sweep is None:
-            self.check_work()
-            return
-        setting, values = self._sweep
-        first = getattr(self, setting)
-        try:
-            with budget.shared(len(values)):
-                for value in values:
-                    try:
-                        self._with_value(setting, value, self.check_work)
-                    except budget.TooMuchWork as exc:
-                        raise budget.TooMuchWork(
-                            f"A sweep of {len(values)} runs steps them together, so each run gets a "
-                            f"{len(values)}-th of a step's time; at {setting} = {setting_text(value)}: {exc}") from None
-        finally:
-            with param.parameterized.discard_events(self):
-                setattr(self, setting, first)
-
-    def on_pins_changed(self) -> None:
-        """The pins changed (pinned, unpinned, loaded): redraw what shows them."""
-        self.draw_pins()
-
-    def pin_layers(self) -> dict[str, Any]:
-        """The lab's figures that draw pinned runs, by name: a ``PinLayer`` each (made at build
-        time: ``LiveCurve.add_pins()`` or ``views.pinned.PinLayer(figure)``)."""
-        return {}
-
-    def pin_lines(self, pin: Pin) -> dict[str, list[tuple[Any, Any]]]:
-        """The lines pinned run ``pin`` draws, by the name of the figure's layer
-        (:meth:`pin_layers`): ``(x, y)`` pairs, one per run of the pin, from ``pin.records``
-        as the live lines are drawn from Records (same metric, same axes)."""
-        return {}
-
-    def sweep_layers(self) -> dict[str, Any]:
-        """The layers a sweep's other runs are drawn in, by the names of :meth:`pin_layers`."""
-        return self._sweep_layers
-
-    def pin_legend(self, pin: Pin) -> str:
-        """A pin's legend entry: its label and what differs from the live run's settings
-        (``short_labels`` name them), and a note when it trained on other data."""
-        pinned = {k: v for k, v in pin.settings.items() if k not in self.view_settings}  # the run's own
-        text = settings_difference(pinned, self.run_settings(), self.short_labels)
-        if pin.data is not None and pin.data != self.data_identity():
-            text += f", other data ({pin.data[1]})"
-        return f"{pin.label}: {text}"
-
-    def draw_pins(self) -> None:
-        """Draw every pin in every figure that shows pins (once per change of the pins or of
-        the live run's settings, never per tick)."""
-        self._pin_menu()
-        layers = self.pin_layers()
-        if not layers:
-            return
-        pins = list(self._pins)
-        drawn = [(self.pin_legend(pin), self.pin_lines(pin)) for pin in pins]
-        for name, layer in layers.items():
-            layer.show([(text, lines.get(name, [])) for text, lines in drawn])
-
-    def _pin_menu(self) -> None:
-        """The pin button's menu: unpin each pin, or all."""
-        menu = getattr(self, "pin_button", None)
-        if menu is None:
-            return
-        labels = list(self._pins.as_dict())
-        items = [(f"Unpin {self.pin_legend(pin)}", f"unpin:{pin.label}") for pin in self._pins]
-        if len(labels) > 1:
-            items.append(("Unpin all", "unpin-all"))
-        menu.items = items or [("No pins yet: 📌 Pin keeps the current run", "none")]
-
-    @held
-    def _on_pin_menu(self, event: Any) -> None:
-        choice = event.new
-        try:
-            if choice == self.pin_button.label:
-                self.pin()
-            elif choice == "unpin-all":
-                self.unpin()
-                self.tools.show("info", "Unpinned every run.")
-            elif isinstance(choice, str) and choice.startswith("unpin:"):
-                self.unpin(choice[len("unpin:"):])
-                self.tools.show("info", f"Unpinned {choice[len('unpin:'):]!r}.")
-        except ValueError as exc:
-            self.tools.show("warn", str(exc))
-
-    def python_script(self, steps: int | None = None) -> str:
-        """A short script over the public Python API that makes this run again, headless:
-        the same lab, the settings that differ from the defaults (seeds included), the same
-        number of steps, its Records saved to a CSV ("Copy as Python" in the page).
-
-        ``steps``: how many to run (default: as many as the runs have taken, at least 1).
-        A run on uploaded data reads the file again from beside the script (:meth:`script_data`).
-        """
-        cls = type(self).__name__
-        if steps is None:
-            steps = max([s.steps for s in self.runner.states.values()] + [1])
-        steps = check_int("steps", steps, f"{cls}.python_script", 1)
-        settings = self.script_settings()
-        data = self.script_data()
-        lines = [f'"""Boltzmann Lab, the {self.title} lab\'s run as a script ("Copy as Python"): '
-                 f'{steps} step(s), headless."""',
-                 *(["from pathlib import Path", ""] if data else []),
-                 f"from boltzlab.dashboard.labs import {cls}", ""]
-        arguments = ", ".join(f"{name}={value!r}" for name, value in settings.items())
-        if data:
-            lines += [f"lab = {cls}()", *data, f"lab.apply_settings({settings!r})"]
-        else:
-            lines += [f"lab = {cls}({arguments})"]
-        if self._sweep is not None:
-            setting, values = self._sweep
-            lines += [f"lab.sweep({setting!r}, {list(values)!r})  # one run per value, stepping together"]
-        out = f"boltzlab-{self.key}-records.csv"
-        lines += [f"lab.run(steps={steps})",
-                  "frame = lab.records_frame()  # one row per Record, the column 'run' first",
-                  f"frame.to_csv({out!r}, index=False)",
-                  "print(frame.groupby('run').tail(1).to_string())",
-                  "lab.close()", ""]
-        return "\n".join(lines)
-
-    def constructed(self, values: Mapping[str, Any]) -> dict[str, Any]:
-        """The run settings a new lab built with keyword ``values`` has (``Lab(**values)``, or
-        ``Lab()`` then ``apply_settings(values)``): the class defaults, then what ``values``
-        imply (a data set's defaults), then ``values`` themselves."""
-        made = {name: self.param[name].default for name in self.controls()}
-        implied = self.implied(values, fresh=True)
-        made.update({k: v for k, v in implied.items() if k in made and k not in values})
-        made.update({k: v for k, v in values.items() if k in made})
-        return made
-
-    def run_settings(self) -> dict[str, Any]:
-        """The settings of the run the lab holds, by name (the speed aside): those it was
-        built from, and the view settings as they are.  A refused change leaves its value in
-        the lab's settings (and widgets) but not here: the run stayed as it was."""
-        built = self._built
-        return {name: built[name] if name in built else getattr(self, name) for name in self.controls()}
-
-    def script_settings(self) -> dict[str, Any]:
-        """The settings :meth:`python_script` names: those of :meth:`run_settings` that the
-        script's own construction (:meth:`constructed`) would not give by itself, in the order
-        the lab declares them.  A setting equal to its class default is named all the same
-        when another named one implies a different value for it: ``TAPLab(data="digits",
-        n_hidden=100)`` must say ``n_hidden=100``, which the digits' defaults would make 16.
-
-        Found by starting from every setting and dropping, in the lab's order, each one the
-        construction from the others gives anyway."""
-        current = self.run_settings()
-
-        def makes_current(values: Mapping[str, Any]) -> bool:
-            made = self.constructed(values)
-            return all(_same_value(made[k], v) for k, v in current.items())
-
-        given = dict(current)  # every setting makes the run; drop those the others imply anyway
-        for name in current:
-            rest = {k: v for k, v in given.items() if k != name}
-            if makes_current(rest):
-                given = rest
-        return given
-
-    def script_data(self) -> list[str]:
-        """Lines of :meth:`python_script` that give the lab data the settings alone do not
-        (an uploaded file); none by default."""
-        return []
-
-    def latest(self, run: str | None = None) -> Record | None:
-        """Run ``run``'s newest Record: its scalars and the newest arrays it reported
-        (weights, receptive fields, ...); ``None`` before its first step.  ``run`` may be
-        left out when the lab has one run."""
-        history = self._history()
-        names = self.runs
-        if run is None:
-            if len(names) != 1:
-                raise ValueError(f"The 'run' parameter of {type(self).__name__}.latest must name one of the "
-                                 f"runs {names} (this lab races several). Got None.")
-            run = names[0]
-        elif run not in names:
-            raise ValueError(f"The 'run' parameter of {type(self).__name__}.latest must be one of {names}. "
-                             f"Got {run!r}.")
-        rows = history.rows.get(run)
-        return Record(dict(rows[-1]), dict(history.arrays.get(run, {}))) if rows else None
-
-    def figures_html(self) -> str:
-        """The lab's figures as one standalone HTML page (Bokeh's, with its JavaScript
-        inline: it opens offline); what the app's "Plots (HTML)" export downloads."""
-        from bokeh.embed import file_html
-        from bokeh.layouts import column
-        from bokeh.resources import INLINE
-
-        figures = [p.object for p in self.panel().select(pn.pane.Bokeh) if p.object is not None and p.visible]
-        if not figures:
-            return "<p>No plots to export.</p>"
-        # a document of its own (Panel's save does the same): the figures may already be in a
-        # session's or a notebook's document, and must stay there
-        return file_html(column(*figures), INLINE, title=f"Boltzmann Lab: {self.title}", _always_new=True)
-
-    def save_figure(self, path: str | Path) -> Path:
-        """Save the lab's figures, as they are now, to ``path`` (``.html``: a standalone
-        page, see :meth:`figures_html`) and return the path.  Call :meth:`run` first in a
-        script: without a tick nothing else draws.  A PNG would need a browser (Bokeh's
-        export); for a static image plot :meth:`records_frame` with matplotlib."""
-        path = Path(path)
-        if path.suffix.lower() not in (".html", ".htm"):
-            raise ValueError(f"The 'path' parameter of {type(self).__name__}.save_figure must end in .html "
-                             f"(a PNG needs a browser). Got {str(path)!r}.")
-        path.write_text(self.figures_html(), encoding="utf-8")
-        return path
-
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:
-        """Shown as a notebook cell's output: load Panel's notebook extension first if the
-        notebook has not (``pn.extension()``), then render; the tick starts (:class:`Page`)."""
-        from panel.config import panel_extension
-
-        if not panel_extension._loaded:
-            pn.extension()
-        return super()._repr_mimebundle_(include, exclude)
-
     # ------------------------------------------------------------------ status
     def refresh_status(self) -> None:
         runner = self.runner
@@ -1416,11 +932,6 @@ def _holds_plot(view: Any) -> bool:
     if isinstance(view, pn.pane.Bokeh):
         return True
     return isinstance(view, pn.layout.ListLike) and any(_holds_plot(o) for o in view.objects)
-
-
-def _same_value(a: Any, b: Any) -> bool:
-    """Two setting values are the same value (and the same kind: ``True`` is not ``1``)."""
-    return type(a) is type(b) and a == b if isinstance(a, bool) or isinstance(b, bool) else a == b
 
 
 def _generic_change(name: str, before: Mapping[str, Any], after: Mapping[str, Any]) -> str:

@@ -1,0 +1,248 @@
+"""What a lab offers a script or a notebook (docs/python.md), and its run as a script:
+``run``, ``runs``, ``statuses``, ``records``, ``records_frame``, ``latest``, ``save_figure``,
+``python_script`` ("Copy as Python": every setting the script's own construction would not
+give, :meth:`Scripting.script_settings`).
+
+A mixin of :class:`boltzlab.dashboard.labs.base.Lab`, which holds the runner, the pins and
+the settings it reads; kept apart so that the lab base stays a readable size.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import panel as pn
+
+from boltzlab.dashboard.pins import history_columns
+from boltzlab.dashboard.runner import History
+from boltzlab.engine.checks import check_int
+from boltzlab.engine.stepping import Record
+
+
+class Scripting:
+    """The scripted API of a lab (see the module's docstring)."""
+
+    @property
+    def runs(self) -> list[str]:
+        """The names of the current runs (one, or several in a race), e.g. ``["BSLM"]``."""
+        return self.runner.names
+
+    @property
+    def statuses(self) -> dict[str, str]:
+        """Each run's status (``engine.stepping.STATUS_MEANINGS``), e.g. ``{"BSLM": "converged"}``."""
+        return {name: state.status for name, state in self.runner.states.items()}
+
+    def run(self, steps: int = 1, *, timeout: float | None = None) -> None:
+        """Step every active run ``steps`` times, now, and draw the result: for scripts
+        and notebooks, no server needed.
+
+        Blocks until the Records of the ``steps`` steps are in (a run that stops first,
+        converged or failed, steps fewer times) and the analyses they started are done;
+        then the lab's figures show them, as after ▶ Play and a tick.  Pauses a playing
+        lab first.  In a race every run steps once per step.
+
+        Parameters
+        ----------
+        steps
+            How many steps (an int >= 1): a sweep, an iteration, a mini-batch, ... as the
+            lab's counter counts them.
+        timeout
+            Seconds to wait at most (``None``: as long as it takes); ``TimeoutError`` after.
+        """
+        steps = check_int("steps", steps, f"{type(self).__name__}.run", 1)
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"The 'timeout' parameter of {type(self).__name__}.run must be a float > 0 "
+                             f"or None. Got {timeout!r}.")
+        self.runner.pause()
+        for _ in range(steps):
+            self.runner.step_once()
+        deadline = math.inf if timeout is None else time.monotonic() + timeout
+        while not self.runner.wait_idle(min(60.0, max(0.0, deadline - time.monotonic()))):
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"{type(self).__name__}.run: {steps} step(s) not done in {timeout} s.")
+        self._draw_now(deadline)
+
+    def _draw_now(self, deadline: float = math.inf) -> None:
+        """What a tick does, now: draw what is new, wait for the analyses it started and
+        hand them over (their results are drawn too)."""
+        self._adopt_build(wait=True)
+        with self._batch():
+            self.on_records(self.runner.drain())
+        if not self.jobs.wait(max(0.0, min(deadline - time.monotonic(), 3600.0))):
+            raise TimeoutError(f"{type(self).__name__}: the analyses did not finish in time.")
+        with self._batch():
+            self.on_records(self.runner.drain())
+            self.refresh_status()
+
+    def _history(self) -> History:
+        return self.runner.copy_history()
+
+    @property
+    def records(self) -> dict[str, dict[str, np.ndarray]]:
+        """Every run's scalars since the last reset, as arrays: ``{run: {name: array}}``,
+        one entry per Record, oldest first (``lab.records["BSLM"]["log_pl"]``).
+
+        A scalar some Records lack is NaN there.  Beyond 5,000 Records per run the older
+        half is thinned to every second one (``boltzlab.dashboard.runner.History``), as
+        the app's CSV export is; :meth:`latest` has the newest arrays."""
+        return history_columns(self._history())
+
+    def records_frame(self) -> Any:
+        """:attr:`records` as one pandas ``DataFrame``: a row per Record, the columns ``run``
+        and ``pin`` first ("" for the live runs, the pin's label for pinned ones, after the
+        live rows), then every scalar (NaN where a Record lacks it); the same numbers as the
+        app's "Metrics (CSV)" export.  pandas comes with Panel; without it this raises
+        ``ImportError`` and :attr:`records` gives the same as arrays."""
+        try:
+            import pandas as pd
+        except ImportError as exc:  # pragma: no cover - pandas is a dependency of Panel
+            raise ImportError("records_frame() needs pandas; lab.records has the same numbers as "
+                              "numpy arrays.") from exc
+        rows = [{"run": name, "pin": pin, **row} for pin, history in self._histories()
+                for name, rows in history.rows.items() for row in rows]
+        return pd.DataFrame(rows, columns=["run", "pin", *dict.fromkeys(k for r in rows for k in r
+                                                                        if k not in ("run", "pin"))])
+
+    def _histories(self) -> list[tuple[str, History]]:
+        """The live runs' history (label "") and every pin's, oldest pin first."""
+        return [("", self._history()), *((pin.label, pin.history) for pin in self._pins)]
+
+
+    def python_script(self, steps: int | None = None) -> str:
+        """A short script over the public Python API that makes this run again, headless:
+        the same lab, the settings that differ from the defaults (seeds included), the same
+        number of steps, its Records saved to a CSV ("Copy as Python" in the page).
+
+        ``steps``: how many to run (default: as many as the runs have taken, at least 1).
+        A run on uploaded data reads the file again from beside the script (:meth:`script_data`).
+        """
+        cls = type(self).__name__
+        if steps is None:
+            steps = max([s.steps for s in self.runner.states.values()] + [1])
+        steps = check_int("steps", steps, f"{cls}.python_script", 1)
+        settings = self.script_settings()
+        data = self.script_data()
+        lines = [f'"""Boltzmann Lab, the {self.title} lab\'s run as a script ("Copy as Python"): '
+                 f'{steps} step(s), headless."""',
+                 *(["from pathlib import Path", ""] if data else []),
+                 f"from boltzlab.dashboard.labs import {cls}", ""]
+        arguments = ", ".join(f"{name}={value!r}" for name, value in settings.items())
+        if data:
+            lines += [f"lab = {cls}()", *data, f"lab.apply_settings({settings!r})"]
+        else:
+            lines += [f"lab = {cls}({arguments})"]
+        if self._sweep is not None:
+            setting, values = self._sweep
+            lines += [f"lab.sweep({setting!r}, {list(values)!r})  # one run per value, stepping together"]
+        out = f"boltzlab-{self.key}-records.csv"
+        lines += [f"lab.run(steps={steps})",
+                  "frame = lab.records_frame()  # one row per Record, the column 'run' first",
+                  f"frame.to_csv({out!r}, index=False)",
+                  "print(frame.groupby('run').tail(1).to_string())",
+                  "lab.close()", ""]
+        return "\n".join(lines)
+
+    def constructed(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """The run settings a new lab built with keyword ``values`` has (``Lab(**values)``, or
+        ``Lab()`` then ``apply_settings(values)``): the class defaults, then what ``values``
+        imply (a data set's defaults), then ``values`` themselves."""
+        made = {name: self.param[name].default for name in self.controls()}
+        implied = self.implied(values, fresh=True)
+        made.update({k: v for k, v in implied.items() if k in made and k not in values})
+        made.update({k: v for k, v in values.items() if k in made})
+        return made
+
+    def run_settings(self) -> dict[str, Any]:
+        """The settings of the run the lab holds, by name (the speed aside): those it was
+        built from, and the view settings as they are.  A refused change leaves its value in
+        the lab's settings (and widgets) but not here: the run stayed as it was."""
+        built = self._built
+        return {name: built[name] if name in built else getattr(self, name) for name in self.controls()}
+
+    def script_settings(self) -> dict[str, Any]:
+        """The settings :meth:`python_script` names: those of :meth:`run_settings` that the
+        script's own construction (:meth:`constructed`) would not give by itself, in the order
+        the lab declares them.  A setting equal to its class default is named all the same
+        when another named one implies a different value for it: ``TAPLab(data="digits",
+        n_hidden=100)`` must say ``n_hidden=100``, which the digits' defaults would make 16.
+
+        Found by starting from every setting and dropping, in the lab's order, each one the
+        construction from the others gives anyway."""
+        current = self.run_settings()
+
+        def makes_current(values: Mapping[str, Any]) -> bool:
+            made = self.constructed(values)
+            return all(_same_value(made[k], v) for k, v in current.items())
+
+        given = dict(current)  # every setting makes the run; drop those the others imply anyway
+        for name in current:
+            rest = {k: v for k, v in given.items() if k != name}
+            if makes_current(rest):
+                given = rest
+        return given
+
+    def script_data(self) -> list[str]:
+        """Lines of :meth:`python_script` that give the lab data the settings alone do not
+        (an uploaded file); none by default."""
+        return []
+
+    def latest(self, run: str | None = None) -> Record | None:
+        """Run ``run``'s newest Record: its scalars and the newest arrays it reported
+        (weights, receptive fields, ...); ``None`` before its first step.  ``run`` may be
+        left out when the lab has one run."""
+        history = self._history()
+        names = self.runs
+        if run is None:
+            if len(names) != 1:
+                raise ValueError(f"The 'run' parameter of {type(self).__name__}.latest must name one of the "
+                                 f"runs {names} (this lab races several). Got None.")
+            run = names[0]
+        elif run not in names:
+            raise ValueError(f"The 'run' parameter of {type(self).__name__}.latest must be one of {names}. "
+                             f"Got {run!r}.")
+        rows = history.rows.get(run)
+        return Record(dict(rows[-1]), dict(history.arrays.get(run, {}))) if rows else None
+
+    def figures_html(self) -> str:
+        """The lab's figures as one standalone HTML page (Bokeh's, with its JavaScript
+        inline: it opens offline); what the app's "Plots (HTML)" export downloads."""
+        from bokeh.embed import file_html
+        from bokeh.layouts import column
+        from bokeh.resources import INLINE
+
+        figures = [p.object for p in self.panel().select(pn.pane.Bokeh) if p.object is not None and p.visible]
+        if not figures:
+            return "<p>No plots to export.</p>"
+        # a document of its own (Panel's save does the same): the figures may already be in a
+        # session's or a notebook's document, and must stay there
+        return file_html(column(*figures), INLINE, title=f"Boltzmann Lab: {self.title}", _always_new=True)
+
+    def save_figure(self, path: str | Path) -> Path:
+        """Save the lab's figures, as they are now, to ``path`` (``.html``: a standalone
+        page, see :meth:`figures_html`) and return the path.  Call :meth:`run` first in a
+        script: without a tick nothing else draws.  A PNG would need a browser (Bokeh's
+        export); for a static image plot :meth:`records_frame` with matplotlib."""
+        path = Path(path)
+        if path.suffix.lower() not in (".html", ".htm"):
+            raise ValueError(f"The 'path' parameter of {type(self).__name__}.save_figure must end in .html "
+                             f"(a PNG needs a browser). Got {str(path)!r}.")
+        path.write_text(self.figures_html(), encoding="utf-8")
+        return path
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:
+        """Shown as a notebook cell's output: load Panel's notebook extension first if the
+        notebook has not (``pn.extension()``), then render; the tick starts (:class:`Page`)."""
+        from panel.config import panel_extension
+
+        if not panel_extension._loaded:
+            pn.extension()
+        return super()._repr_mimebundle_(include, exclude)
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    """Two setting values are the same value (and the same kind: ``True`` is not ``1``)."""
+    return type(a) is type(b) and a == b if isinstance(a, bool) or isinstance(b, bool) else a == b
