@@ -13,8 +13,8 @@ from boltzlab.dashboard.labs import LABS
 from boltzlab.dashboard.pins import MAX_PINS
 from tests.browser.painting import plots, screenshot
 from tests.browser.test_browser_fvbm import pause_or_ended
-from tests.browser.test_layout import SIZES, check_first_screen
-from tests.waiting import ACTION_TIMEOUT_MS, wait_for, wait_until
+from tests.browser.test_layout import SIZES, check_first_screen, playing_page
+from tests.waiting import wait_for, wait_until
 
 pytestmark = pytest.mark.browser
 
@@ -58,25 +58,28 @@ def pin(page: Page) -> None:
     page.locator(".bk-btn-group").filter(has_text="📌 Pin").get_by_role("button", name="📌 Pin").click()
 
 
+def rows(page: Page) -> int:
+    """The points the visible plots hold (a step adds some)."""
+    return sum(p["rows"] for p in plots(page))
+
+
 def step(page: Page, present: bool) -> None:
-    button = page.get_by_role("button", name="Next step ▶" if present else "Step", exact=True)
-    button.click()
+    """One step (Next step in presentation mode), and its Records drawn (the plots grew)."""
+    before = rows(page)
+    page.get_by_role("button", name="Next step ▶" if present else "Step", exact=True).click()
+    wait_until(lambda: rows(page) > before, timeout=180)
 
 
 @pytest.mark.parametrize("size", list(SIZES))
 @pytest.mark.parametrize("lab", [cls.key for cls in LABS])
 def test_pinned_and_live_runs_share_the_first_screen(browser, app_url, lab, size):
     width, height, present = SIZES[size]
-    context = browser.new_context(viewport={"width": width, "height": height})
-    context.set_default_timeout(ACTION_TIMEOUT_MS)
-    page = context.new_page()
-    try:
-        page.goto(f"{app_url}/{lab}" + ("?present=1" if present else ""), timeout=120_000)
+    with playing_page(browser, app_url, lab, size) as page:
         play = page.get_by_role("button", name="▶ Play")
-        expect(play).to_be_enabled(timeout=120_000)
-        play.click()
-        wait_until(lambda: any(p["rows"] > 2 for p in plots(page)), timeout=180)
         pause_or_ended(page)
+        if play.is_enabled():  # (not ended) two steps more: a pin of one point draws no line
+            step(page, present)
+            step(page, present)
         pin(page)
         assert wait_for(lambda: page.evaluate(JS_PINS)["pinned"] >= 1, timeout=120), page.evaluate(JS_PINS)
         # a change of setting makes a new run; the pin stays and its legend says what differs
@@ -87,14 +90,18 @@ def test_pinned_and_live_runs_share_the_first_screen(browser, app_url, lab, size
         assert wait_for(lambda: any(label.split()[0] in e or "→" in e for e in page.evaluate(JS_PINS)["entries"]),
                         timeout=120), page.evaluate(JS_PINS)
         expect(play).to_be_enabled(timeout=120_000)
-        before = sum(p["rows"] for p in plots(page))
+        before = rows(page)
         play.click()
         # a few steps of the new run (a pin of one point draws no line)
-        wait_until(lambda: sum(p["rows"] for p in plots(page)) > before + 6, timeout=180)
+        wait_until(lambda: rows(page) > before + 6, timeout=180)
         pause_or_ended(page)
+        if play.is_enabled():  # (as before the first pin)
+            step(page, present)
+            step(page, present)
         for _ in range(MAX_PINS - 1):  # four pins, a step between each
             pin(page)
-            step(page, present)
+            if play.is_enabled():
+                step(page, present)
         seen = wait_for(lambda: (s := page.evaluate(JS_PINS))["entries"] and
                         len(set(s["entries"])) == MAX_PINS and s, timeout=120)
         assert seen, page.evaluate(JS_PINS)
@@ -102,8 +109,6 @@ def test_pinned_and_live_runs_share_the_first_screen(browser, app_url, lab, size
         assert any("→" in entry for entry in seen["entries"]), seen  # the first pin's differences
         check_first_screen(page, width, height, f"{lab} {size} with {MAX_PINS} pins")
         screenshot(page, f"test-artifacts/pins-{lab}-{size}.png", f"{lab} {size} with {MAX_PINS} pins")
-    finally:
-        context.close()
 
 
 #: per lab, a sweep: the setting's label and three values
@@ -136,16 +141,13 @@ def table_rows(page: Page) -> int:
 
 @pytest.mark.parametrize("lab", [cls.key for cls in LABS])
 def test_a_sweep_runs_three_values_side_by_side(browser, app_url, lab):
-    width, height, present = SIZES["1440x900"]
+    width, height, _ = SIZES["1440x900"]
     cls = next(c for c in LABS if c.key == lab)
-    context = browser.new_context(viewport={"width": width, "height": height})
-    context.set_default_timeout(ACTION_TIMEOUT_MS)
-    page = context.new_page()
-    try:
-        # Frank-Wolfe on the 8x8 digits: three MNIST runs side by side take a while to insert units
-        page.goto(f"{app_url}/{lab}" + ("?frankwolfe.data=digits" if lab == "frankwolfe" else ""), timeout=120_000)
+    # Frank-Wolfe on the 8x8 digits: three MNIST runs side by side take a while to insert units
+    query = "frankwolfe.data=digits" if lab == "frankwolfe" else ""
+    with playing_page(browser, app_url, lab, "1440x900", query) as page:
         play = page.get_by_role("button", name="▶ Play")
-        expect(play).to_be_enabled(timeout=120_000)
+        pause_or_ended(page)  # a run first; the sweep replaces it
         page.get_by_text("Run for several values", exact=True).click()
         label, values = SWEEP[lab]
         page.get_by_label("Setting", exact=True).select_option(label=label)
@@ -164,5 +166,3 @@ def test_a_sweep_runs_three_values_side_by_side(browser, app_url, lab):
         assert table_rows(page) >= 3  # one row per run of the table (a race's runs each)
         check_first_screen(page, width, height, f"{lab} sweep")
         screenshot(page, f"test-artifacts/sweep-{lab}.png", f"{lab} sweep of three values")
-    finally:
-        context.close()

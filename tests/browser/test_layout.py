@@ -15,6 +15,9 @@ test-artifacts/layout-*.png.  Every wait is on a condition, never on the clock.
 
 from __future__ import annotations
 
+import contextlib
+from typing import Iterator
+
 import pytest
 from playwright.sync_api import Page, expect
 
@@ -205,21 +208,33 @@ def check_first_screen(page: Page, width: int, height: int, where: str, tables: 
     return shown
 
 
+@contextlib.contextmanager
+def playing_page(browser, app_url: str, lab: str, size: str, query: str = "") -> Iterator[Page]:
+    """Lab ``lab``'s page in a browser window of ``size`` (``SIZES``; presentation mode with
+    it), ▶ Play pressed and the first tab's plots filling with the run's Records; closed after."""
+    width, height, present = SIZES[size]
+    context = browser.new_context(viewport={"width": width, "height": height})
+    context.set_default_timeout(ACTION_TIMEOUT_MS)
+    page = context.new_page()
+    try:
+        args = [a for a in (query, "present=1" if present else "") if a]
+        page.goto(f"{app_url}/{lab}" + ("?" + "&".join(args) if args else ""), timeout=120_000)
+        play = page.get_by_role("button", name="▶ Play")
+        expect(play).to_be_enabled(timeout=120_000)
+        play.click()
+        wait_until(lambda: any(p["rows"] > 2 for p in plots(page)), timeout=180)
+        yield page
+    finally:
+        context.close()
+
+
 @pytest.mark.parametrize("size", list(SIZES))
 @pytest.mark.parametrize("lab", [cls.key for cls in LABS])
 def test_every_figure_is_on_the_first_screen(browser, app_url, lab, size):
     width, height, present = SIZES[size]
     cls = next(c for c in LABS if c.key == lab)
-    context = browser.new_context(viewport={"width": width, "height": height})
-    context.set_default_timeout(ACTION_TIMEOUT_MS)
-    page = context.new_page()
-    try:
-        page.goto(f"{app_url}/{lab}" + ("?present=1" if present else ""), timeout=120_000)
+    with playing_page(browser, app_url, lab, size) as page:
         play = page.get_by_role("button", name="▶ Play")
-        expect(play).to_be_enabled(timeout=120_000)
-        play.click()
-        # the first tab's plots fill with the run's Records
-        wait_until(lambda: any(p["rows"] > 2 for p in plots(page)), timeout=180)
         check_first_screen(page, width, height, f"{lab} {size} after Play")
         # paused before the screenshot: on a playing page its wait for two equal looks can
         # outlast a short run (Bound's ended first on an idle machine, and Pause was disabled)
@@ -252,8 +267,6 @@ def test_every_figure_is_on_the_first_screen(browser, app_url, lab, size):
                                 timeout=120), f"{lab} {size}: tab {label!r} never came into view"
             check_first_screen(page, width, height, f"{lab} {size} stage tab {label!r}", tables=True)
             screenshot(page, f"test-artifacts/layout-{lab}-{size}-tab{index}.png", f"{lab} {size} stage tab {label!r}")
-    finally:
-        context.close()
 
 
 # every plot font size the page's Bokeh models hold (axis labels, ticks, legends, titles)
