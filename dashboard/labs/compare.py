@@ -97,8 +97,9 @@ class CompareTools:
         history = self.lab.runner.history
         rows = []
         for name in self.lab.runs:
-            last = (history.rows.get(name) or [{}])[-1]
-            value = last.get(scalar)
+            # the newest Record that carries it (Frank-Wolfe evaluates every few steps)
+            value = next((row[scalar] for row in reversed(history.rows.get(name) or [])
+                          if scalar in row and np.isfinite(row[scalar])), None)
             state = self.lab.runner.states.get(name)
             rows.append([name, state.steps if state is not None else 0,
                          "—" if value is None or not np.isfinite(value) else f"{value:.6g}"])

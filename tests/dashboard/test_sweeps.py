@@ -137,3 +137,11 @@ def test_a_checkpoint_and_the_script_keep_the_sweep(make_lab, tmp_path, monkeypa
     assert list(theirs["run"]) == list(ours["run"])
     numeric = [c for c in ours.columns if c not in ("run", "pin") and not any(k in c for k in CLOCKS)]
     np.testing.assert_array_equal(theirs[numeric].to_numpy(float), ours[numeric].to_numpy(float))
+
+
+def test_the_sweep_table_shows_each_runs_newest_evaluated_headline(make_lab):
+    lab = make_lab(FrankWolfeLab, data="digits", samples=100, max_hidden=10, evaluate="exact", eval_every=2)
+    lab.sweep("reg", [0.05, 0.2])
+    lab.run(steps=3)  # evaluated at t = 2 only: the newest Record has no test log-likelihood
+    lab.compare.refresh()
+    assert "—" not in lab.compare.table.object and lab.compare.table.object.count("<tr>") == 3
