@@ -171,6 +171,7 @@ class Lab(Comparing, Scripting, pn.viewable.Viewer):
         self._header: pn.viewable.Viewable | None = None
         self.jobs = Jobs()
         self._pins = Pins()  # earlier runs kept to compare with (issue 47)
+        self._beside: str | None = None  # the pin whose pictures are shown beside the live ones
         self._sweep: tuple[str, tuple] | None = None  # (setting, values): one run per value (sweep)
         self._sweeping = False  # sweep() is setting the swept setting (the sweep goes on)
         self._alone_name: str | None = None  # the run name of a one-run lab's factory (sweep views)
@@ -546,6 +547,7 @@ class Lab(Comparing, Scripting, pn.viewable.Viewer):
         self.tools.changed.object = ""
         self.clear()
         self.draw_pins()  # their legends say what differs from the new run
+        self.redraw_beside()  # ... and so do the titles of their pictures
         self.compare.lines(force=True)  # a new sweep's other runs, or none
         self.refresh_status()
 

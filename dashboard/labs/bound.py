@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import html
 import math
+import types
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,7 @@ from boltzlab.dashboard.labs import bound_setup as setup
 from boltzlab.dashboard.labs.base import Lab, by_run, speed_setting
 from boltzlab.dashboard.labtools import Preset
 from boltzlab.dashboard.views import StatusBadge
+from boltzlab.dashboard.views.beside import Beside, Figure
 from boltzlab.dashboard.views.pinned import PinLayer
 from boltzlab.dashboard.views.text import TABLE_CSS, LiveHTML, escape, html_table
 from boltzlab.engine import majorize
@@ -220,12 +222,30 @@ class TightnessView:
         image = sl.image("image", "x", "y", "dw", "dh", source=self.slice_src, color_mapper=self.mapper)
         sl.add_tools(HoverTool(renderers=[image], tooltips=[("s", "$x{0.00}"), ("r", "$y{0.00}"),
                                                             ("bound − log Z (nats)", "@image{0.000e}")]))
-        sl.add_layout(ColorBar(color_mapper=self.mapper, width=12, title="gap (nats)"), "right")
+        self.slice_bar = ColorBar(color_mapper=self.mapper, width=12, title="gap (nats)")
+        sl.add_layout(self.slice_bar, "right")
         sl.scatter("s", "r", source=self.tilde_src, marker="x", size=16, line_width=3, color="white")
         self.line_marker = Span(location=0, dimension="width", line_color="white", line_dash="dashed", line_width=1.5)
         sl.add_layout(self.line_marker)
         sl.grid.visible = False
         self.slice_fig = sl
+        # a pin's gap map beside it (issue 47), in its colour scale (one mapper: the larger top)
+        self.pin_slice_src = ColumnDataSource(data={"image": [], "x": [], "y": [], "dw": [], "dh": []},
+                                              name="bound-slice-pin")
+        self.pin_tilde_src = ColumnDataSource(data={"s": [], "r": []}, name="bound-tilde-pin")
+        # one colour bar for the pair, under the pin's map (the maps are as wide as they can be)
+        twin = figure(title="", x_axis_label="s: along the line", height=380, width=300, tools="save,reset",
+                      toolbar_location="right", match_aspect=True, name="bound-slice-pin-figure")
+        twin.add_layout(ColorBar(color_mapper=self.mapper, height=10, orientation="horizontal",
+                                 title="gap (nats)", major_label_text_font_size="9pt"), "below")
+        twin.title.text_font_size = "13pt"
+        pinned = twin.image("image", "x", "y", "dw", "dh", source=self.pin_slice_src, color_mapper=self.mapper)
+        twin.add_tools(HoverTool(renderers=[pinned], tooltips=[("s", "$x{0.00}"), ("r", "$y{0.00}"),
+                                                               ("bound − log Z (nats)", "@image{0.000e}")]))
+        twin.scatter("s", "r", source=self.pin_tilde_src, marker="x", size=16, line_width=3, color="white")
+        twin.grid.visible = False
+        self.slice_beside = Beside(Figure(sl), Figure(twin), width=300, short="Gap map: live")
+        self._pin_high = 0.0  # the pin's gap map's largest gap (0: none shown)
 
     # ------------------------------------------------------------------ settings
     def fit_sliders(self) -> None:
@@ -239,10 +259,10 @@ class TightnessView:
             if clipped != value:
                 setattr(self.settings, name, clipped)
 
-    def job_args(self) -> tuple:
+    def job_args(self, settings: Any = None) -> tuple:
         """The arguments of :func:`~dashboard.labs.bound_setup.tightness` for the current
-        settings; ``ValueError`` for settings that cannot be drawn."""
-        v = self.settings
+        settings (or ``settings``, e.g. a pin's); ``ValueError`` for settings that cannot be drawn."""
+        v = self.settings if settings is None else settings
         R = float(v.radius)
         extra = tuple(setup.parse_points(v.extra, R))
         return (v.model, float(v.scale), int(v.plane_seed), R, float(v.s_tilde), float(v.r_tilde), extra)
@@ -314,7 +334,7 @@ class TightnessView:
         step = grid[1] - grid[0]
         self.slice_src.data = {"image": [np.maximum(gap2, GAP_FLOOR)], "x": [-R - step / 2], "y": [-R - step / 2],
                                "dw": [2 * R + step], "dh": [2 * R + step]}
-        self.mapper.high = max(float(np.max(gap2)), 10 * GAP_FLOOR)
+        self.mapper.high = max(float(np.max(gap2)), 10 * GAP_FLOOR, self._pin_high)
         self.tilde_src.data = {"s": [s_t], "r": [r_t]}
         self.line_marker.location = r_t
         min_gap = min(min(float(np.min(g)) for g in gaps), float(np.min(gap2)))
@@ -332,6 +352,27 @@ class TightnessView:
                    if taylor_min < -1e-9 else "The Taylor expansion stays above log Z on this line."))
         self.message.set("ok" if min_gap >= -1e-9 else "error", text)
 
+    def draw_pin(self, args: tuple, result: dict) -> None:
+        """A pin's gap map (a result of ``tightness(*args)`` for its settings) beside the live
+        one, in one colour scale."""
+        R, s_t, r_t = args[3:6]
+        grid, gap2 = result["grid"], result["gap2"]
+        step = grid[1] - grid[0]
+        self.pin_slice_src.data = {"image": [np.maximum(gap2, GAP_FLOOR)], "x": [-R - step / 2],
+                                   "y": [-R - step / 2], "dw": [2 * R + step], "dh": [2 * R + step]}
+        self.pin_tilde_src.data = {"s": [s_t], "r": [r_t]}
+        self._pin_high = float(np.max(gap2))
+        self.mapper.high = max(self.mapper.high, self._pin_high)
+
+    def clear_pin(self) -> None:
+        """No pin's gap map: the colour scale is the live map's again."""
+        self.pin_slice_src.data = {"image": [], "x": [], "y": [], "dw": [], "dh": []}
+        self.pin_tilde_src.data = {"s": [], "r": []}
+        self._pin_high = 0.0
+        live = self.slice_src.data["image"]
+        if len(live):
+            self.mapper.high = max(float(np.max(live[0])), 10 * GAP_FLOOR)
+
     def controls(self) -> pn.viewable.Viewable:
         """The views' settings, a card of the sidebar (beside the figures they took a third of
         the stage's width, and the three figures were too small for their text at 1280x720)."""
@@ -344,7 +385,7 @@ class TightnessView:
         moves θ̃, and the curves follow beside it), and the gap along the line."""
         tightness = pn.Column(self.message.pane,
                               pn.Row(pn.pane.Bokeh(self.line_fig, sizing_mode="stretch_width"),
-                                     pn.pane.Bokeh(self.slice_fig), sizing_mode="stretch_width"),
+                                     self.slice_beside.view, sizing_mode="stretch_width"),
                               sizing_mode="stretch_width")
         return {"Tightness (Theorem 1)": tightness,
                 "Gap along the line": pn.pane.Bokeh(self.gap_fig, sizing_mode="stretch_width")}
@@ -395,6 +436,8 @@ class BoundLab(Lab):
                        doc="λ of the race's objective J (each problem brings its own).")
     race_seed = param.Integer(0, bounds=(0, None), label="Data seed", doc="Seeds the simulated problems.")
     headline = ("objective", "J")
+    sweep_runs = len(majorize.RACE_METHODS)  # each value of a sweep races every method
+    pictures_beside = True
     short_labels = {"reg": "λ", "race_seed": "data seed"}
     speed = speed_setting(RACE_SPEEDS, "30 steps/s")
     widget_options = {"model": dict(width=300), "problem": dict(width=300), "extra": dict(width=300),
@@ -794,6 +837,30 @@ class BoundLab(Lab):
         self._tightness_wanted, self._tightness_failed = None, args
         self._tightness_error = str(exc) if isinstance(exc, ValueError) else f"{type(exc).__name__}: {exc}"
         self.tightness.fail(self._tightness_error)
+
+    def draw_beside(self, pin) -> None:
+        """A pin's gap map beside the live one: computed for the pin's tightness settings (a
+        job, as the live one), same colour scale."""
+        view = self.tightness
+        view.slice_beside.show(None if pin is None else pin.label)
+        view.slice_bar.visible = pin is None  # the pair's one colour bar is under the pin's map
+        self.jobs.cancel("tightness-pin")
+        if pin is None:
+            view.clear_pin()
+            return
+        values = {**{k: getattr(self, k) for k in TIGHTNESS_SETTINGS},
+                  **{k: v for k, v in pin.settings.items() if k in TIGHTNESS_SETTINGS}}
+        try:
+            args = view.job_args(types.SimpleNamespace(**values))
+        except (ValueError, TypeError) as exc:  # a pin's setting read back as text from a checkpoint
+            view.slice_beside.show(f"{pin.label}: cannot draw")
+            self.tools.show("warn", f"The gap map of {pin.label!r} cannot be drawn: {exc}")
+            return
+        if self._tightness_result is not None and self._tightness_result[0] == args:
+            view.draw_pin(*self._tightness_result)
+            return
+        self.jobs.submit("tightness-pin", setup.tightness, *args,
+                         then=lambda result: view.draw_pin(args, result), error=lambda exc: None)
 
     def _on_tap(self, event) -> None:
         """A click on the gap map moves θ̃ there (to the sliders' step)."""

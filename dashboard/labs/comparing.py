@@ -22,6 +22,9 @@ from boltzlab.dashboard.sweeps import MAX_VALUES, MIN_VALUES, combined
 class Comparing:
     """Pins and sweeps of a lab (see the module's docstring)."""
 
+    #: the lab has image figures that show a pin's pictures beside the live ones (:meth:`beside`)
+    pictures_beside = False
+
     @property
     def pins(self) -> dict[str, Pin]:
         """The pinned runs by label, oldest first: each has ``.settings`` (the values it was
@@ -51,6 +54,35 @@ class Comparing:
         """Drop the pin ``label``, or every pin (``None``)."""
         self._pins.remove(label, f"{type(self).__name__}.unpin")
         self.on_pins_changed()
+
+    # ------------------------------------------------------------------ pictures side by side
+    @property
+    def beside_pin(self) -> str | None:
+        """The label of the pin whose pictures are shown beside the live ones (None: none)."""
+        return self._beside
+
+    def beside(self, label: str | None = None) -> None:
+        """Show pin ``label``'s newest pictures (receptive fields, samples, TAP solutions, M̂,
+        the gap map: the lab's image figures) beside the live ones, in the same colour scale;
+        ``None`` shows the live pictures alone.  ``ValueError`` for a label no pin has."""
+        if label is not None and label not in self._pins.as_dict():
+            raise ValueError(f"The 'label' parameter of {type(self).__name__}.beside must be one of "
+                             f"{list(self._pins.as_dict())} or None. Got {label!r}.")
+        self._beside = label
+        self.redraw_beside()
+        self._pin_menu()
+
+    def redraw_beside(self) -> None:
+        """Draw the chosen pin's pictures beside the live ones (or hide them): once per change
+        of the choice, of the pins or of the live run, never per tick."""
+        pin = self._pins.as_dict().get(self._beside) if self._beside is not None else None
+        self._beside = None if pin is None else pin.label  # an unpinned pin is shown no more
+        self.draw_beside(pin)
+
+    def draw_beside(self, pin: Pin | None) -> None:
+        """Draw ``pin``'s newest arrays in the twins of the lab's image figures
+        (:class:`~boltzlab.dashboard.views.beside.Beside`), in the live pictures' colour scale,
+        titled :meth:`pin_legend`; ``None`` hides the twins."""
 
     def load_pins(self, pins: list[Pin]) -> None:
         """Hold exactly ``pins`` (a loaded checkpoint's, their settings as text: read back as
@@ -186,6 +218,7 @@ class Comparing:
     def on_pins_changed(self) -> None:
         """The pins changed (pinned, unpinned, loaded): redraw what shows them."""
         self.draw_pins()
+        self.redraw_beside()
 
     def pin_layers(self) -> dict[str, Any]:
         """The lab's figures that draw pinned runs, by name: a ``PinLayer`` each (made at build
@@ -232,6 +265,11 @@ class Comparing:
         items = [(f"Unpin {self.pin_legend(pin)}", f"unpin:{pin.label}") for pin in self._pins]
         if len(labels) > 1:
             items.append(("Unpin all", "unpin-all"))
+        if labels and self.pictures_beside:
+            items += [(f"🖼 Pictures of {label} beside the live ones", f"beside:{label}")
+                      for label in labels if label != self._beside]
+            if self._beside is not None:
+                items.append(("🖼 Live pictures alone", "beside-none"))
         menu.items = items or [("No pins yet: 📌 Pin keeps the current run", "none")]
 
     @held
@@ -243,6 +281,11 @@ class Comparing:
             elif choice == "unpin-all":
                 self.unpin()
                 self.tools.show("info", "Unpinned every run.")
+            elif choice == "beside-none":
+                self.beside(None)
+            elif isinstance(choice, str) and choice.startswith("beside:"):
+                self.beside(choice[len("beside:"):])
+                self.tools.show("info", f"The pictures of {choice[len('beside:'):]!r} are beside the live ones.")
             elif isinstance(choice, str) and choice.startswith("unpin:"):
                 self.unpin(choice[len("unpin:"):])
                 self.tools.show("info", f"Unpinned {choice[len('unpin:'):]!r}.")

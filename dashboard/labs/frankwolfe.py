@@ -30,6 +30,7 @@ from boltzlab.dashboard.labs.image_data import ImageData, describe_images, image
 from boltzlab.dashboard.labtools import Preset
 from boltzlab.dashboard.runner import Runner, play_or_tell
 from boltzlab.dashboard.views import LiveCurve, StatusBadge
+from boltzlab.dashboard.views.beside import Beside
 from boltzlab.dashboard.views.image_grid import ImageGrid
 from boltzlab.engine.stepping import Record
 
@@ -124,6 +125,7 @@ class FrankWolfeLab(Lab):
     speeds = SPEEDS
     watch_scalar = "inner_objective"
     headline = ("test_log_likelihood", "test log-lik.")
+    pictures_beside = True
     short_labels = {"reg": "λ", "bias_lr": "η", "samples": "S", "max_hidden": "T", "bias_steps": "eq.10 steps",
                     "eval_every": "every"}
     view_settings = frozenset({"cd_epochs"})  # the length of the next CD fork: the run stays
@@ -318,6 +320,10 @@ class FrankWolfeLab(Lab):
         self.samples_grid = ImageGrid(f"Model samples: {SAMPLE_CHAINS} of the S persistent Gibbs chains "
                                       "(Algorithm 1, step 1; white 0, black 1)", kind="pixels",
                                       name="fw-samples", height=560, width=560, tile_label="chain")
+        # a pin's pictures beside the live ones (issue 47): half the width each
+        self.fields_beside = Beside(self.fields, ImageGrid("", name="fw-fields-pin", height=600, width=340), width=340)
+        self.samples_beside = Beside(self.samples_grid, ImageGrid("", kind="pixels", name="fw-samples-pin", height=560,
+                                                                  width=400, tile_label="chain"), width=400)
         self.cd_curve = LiveCurve(f"CD-{CD_K} after the fork (§4)", "CD epoch",
                                   "train log-lik. per digit (nats)", name="fw-cd", height=340)
         self.cd_curve.add_line("fw", "CD from Frank-Wolfe", "#1f77b4")
@@ -337,8 +343,8 @@ class FrankWolfeLab(Lab):
     def stage(self) -> dict[str, pn.viewable.Viewable]:
         fork = pn.Column(pn.Row(self.fork, self.widgets["cd_epochs"], self.cd_status.pane, sizing_mode="stretch_width"),
                          self.cd_curve.view, sizing_mode="stretch_width")
-        return {"Log-likelihood · eq. 9": self.main_view(), "Receptive fields": self.fields.view,
-                "CD fork (§4)": fork, "Samples": self.samples_grid.view}
+        return {"Log-likelihood · eq. 9": self.main_view(), "Receptive fields": self.fields_beside.view,
+                "CD fork (§4)": fork, "Samples": self.samples_beside.view}
 
     def badges(self) -> list:
         return [self.select_status.pane]
@@ -471,6 +477,21 @@ class FrankWolfeLab(Lab):
         labels = [f"hidden unit #{j + 1} of {n}" + (" (the newest, outlined)" if j == newest else "")
                   for j in range(n)]
         self.fields.update(W, highlight=newest, labels=labels)
+
+    def draw_beside(self, pin) -> None:
+        """A pin's newest receptive fields (in insertion order, its newest unit outlined) and
+        samples beside the live ones."""
+        for pair in (self.fields_beside, self.samples_beside):
+            pair.show(None if pin is None else pin.label)
+        arrays = {} if pin is None else next(iter(pin.arrays.values()), {})
+        if "W" in arrays and np.size(arrays["W"]):
+            W = np.asarray(arrays["W"], dtype=float)
+            n = W.shape[1]
+            self.fields_beside.draw_tiles(W, highlight=n - 1,
+                                          labels=[f"{pin.label}: hidden unit #{j + 1} of {n}" for j in range(n)])
+        if "samples" in arrays:
+            self.samples_beside.draw_tiles(np.asarray(arrays["samples"], dtype=float).T,
+                                           labels=[f"{pin.label}: chain {i}" for i in range(len(arrays["samples"]))])
 
     # ------------------------------------------------------------------ status
     def counter(self) -> str:

@@ -21,6 +21,7 @@ from boltzlab.dashboard.labs.fvbm_setup import (BOUND_LABEL, DEFAULT_DATA, LBFGS
                                        trainer_factory, uploaded_data)
 from boltzlab.dashboard.labtools import Preset
 from boltzlab.dashboard.views import Heatmap, LiveCurve, StatusBadge
+from boltzlab.dashboard.views.beside import Beside
 from boltzlab.dashboard.views.text import TABLE_CSS, LiveHTML, escape, html_table
 
 SUMMARY_COLUMNS = [("run", ""), ("sweep", ""), ("log-PL", ""), ("gap to MPLE", ""), ("status", "")]  # "Who won"
@@ -132,6 +133,7 @@ class FVBMLab(Lab):
     sweep_views = True  # its curves draw every run by name, as a race's
     data_settings = frozenset({"d", "n", "data_seed"})
     headline = ("log_pl", "log-PL")
+    pictures_beside = True
     short_labels = {"mu": "μ", "race_mus": "race μ", "tol": "τ", "data_seed": "data seed",
                     "init_seed": "init seed"}
     widget_options = {**{k: dict(type=pn.widgets.RadioButtonGroup, **RADIO)
@@ -304,6 +306,8 @@ class FVBMLab(Lab):
         self.heat_est = Heatmap("M̂: current estimate", labels, value_label="M̂", name="M_hat")
         self.heat_true = Heatmap("M₀: true couplings", labels, value_label="M₀", name="M_true")
         self.heat_diff = Heatmap("M̂ − M₀: error", labels, value_label="M̂ − M₀", name="M_diff")
+        # a pin's M̂ beside the live one (issue 47), in the same colour scale
+        self.heat_beside = Beside(self.heat_est, Heatmap("", labels, value_label="M̂", name="M_hat_pin"))
         self.heat_pick = pn.widgets.Select(label="Show the estimate of", options=[], width=200)
         self.heat_pick.param.watch(lambda e: self._show_matrices(), "value")
         self.monotone = StatusBadge("Monotone: no sweeps yet", "idle", one_line=True)
@@ -316,7 +320,7 @@ class FVBMLab(Lab):
 
     def stage(self) -> dict[str, pn.viewable.Viewable]:
         # the heatmaps scale down together so the row fits (see views.heatmap)
-        heat = pn.Column(self.heat_pick, pn.Row(self.heat_est.view, self.heat_true.view,
+        heat = pn.Column(self.heat_pick, pn.Row(self.heat_est.view, self.heat_beside.twin.view, self.heat_true.view,
                                                 self.heat_diff.view, sizing_mode="stretch_width"),
                          sizing_mode="stretch_width")
         return {"Log-PL · log-likelihood": self.main_view(),
@@ -479,16 +483,44 @@ class FVBMLab(Lab):
         arrays = self._last_arrays.get(self.heat_pick.value)
         truth = self.data.data.truth
         m_hat = None if arrays is None else arrays.get("M")
+        pinned = self._pinned_M()
+        shown = [M for M in (m_hat, pinned, None if truth is None else truth.M)
+                 if M is not None and np.all(np.isfinite(M))]
+        vmax = max((float(np.abs(M).max()) for M in shown), default=None)  # one colour scale for all
+        self.heat_est.update(m_hat, vmax)
+        if pinned is not None:
+            self.heat_beside.twin.update(pinned, vmax)
         if truth is not None:
-            vmax = float(np.abs(truth.M).max())
-            if m_hat is not None and np.all(np.isfinite(m_hat)):
-                vmax = max(vmax, float(np.abs(m_hat).max()))
             self.heat_true.update(truth.M, vmax)
-            self.heat_est.update(m_hat, vmax)
             self.heat_diff.update(None if m_hat is None else m_hat - truth.M)
-        else:
-            self.heat_est.update(m_hat)
-        self.heat_est.figure.title.text = f"M̂: current estimate ({self.heat_pick.value or ''})"
+        self.heat_beside.set_title(f"M̂: current estimate ({self.heat_pick.value or ''})")
+        if self.heat_beside.shown:  # four in a row: short titles
+            self.heat_est.figure.title.text = f"M̂ ({self.heat_pick.value or ''})"
+
+    def _pinned_M(self) -> np.ndarray | None:
+        """M̂ of the pin shown beside (the run picked above, or its first), or None."""
+        pin = self.pins.get(self.beside_pin) if self.beside_pin is not None else None
+        if pin is None:
+            return None
+        arrays = pin.arrays
+        run = self.heat_pick.value if "M" in arrays.get(self.heat_pick.value, {}) else next(
+            (name for name, a in arrays.items() if "M" in a), None)
+        return None if run is None else np.asarray(arrays[run]["M"], dtype=float)
+
+    def draw_beside(self, pin) -> None:
+        """A pin's newest M̂ beside the live one, in one colour scale (:meth:`_show_matrices`)."""
+        self.heat_beside.show(None if pin is None else pin.label)
+        for heat, full, short in ((self.heat_true, "M₀: true couplings", "M₀"),
+                                  (self.heat_diff, "M̂ − M₀: error", "M̂ − M₀")):
+            heat.figure.title.text = full if pin is None else short
+        pinned = self._pinned_M()
+        if pinned is not None:
+            twin = self.heat_beside.twin
+            labels = self.heat_est.labels if len(self.heat_est.labels) == len(pinned) else [
+                f"x{i + 1}" for i in range(len(pinned))]  # a pin on other data: its own size
+            if twin.labels != labels:
+                twin.set_labels(labels)
+        self._show_matrices()
 
     # ------------------------------------------------------------------ status
     def counter(self) -> str:

@@ -34,6 +34,7 @@ from boltzlab.dashboard.labs.tap_setup import trainer_factory as build_trainers
 from boltzlab.dashboard.labtools import Preset
 from boltzlab.dashboard.views import LiveCurve, StatusBadge
 from boltzlab.dashboard.views.histogram import HistogramSlices
+from boltzlab.dashboard.views.beside import Beside
 from boltzlab.dashboard.views.image_grid import ImageGrid
 from boltzlab.dashboard.views.pinned import PinLayer
 from boltzlab.dashboard.views.scatter import EmbeddingScatter
@@ -158,6 +159,7 @@ class TAPLab(Lab):
     watch_scalar = "tap_log_likelihood"
     counter_width = 150
     headline = ("tap_log_likelihood", "TAP log-lik.")
+    pictures_beside = True
     short_labels = {"n_hidden": "Nh", "gamma": "γ", "eps": "ε", "eta": "η", "batch": "M", "prior_hid": "prior"}
 
     # ------------------------------------------------------------------ settings (URL keys)
@@ -348,6 +350,14 @@ class TAPLab(Lab):
                                       name="tap-samples", height=560, width=560, tile_label="chain")
         self.solutions_grid = ImageGrid("TAP solutions as images (a_v)", kind="pixels", name="tap-solution-images",
                                         height=360, width=300, tile_label="solution")
+        # a pin's pictures beside the live ones (issue 47): half the width each
+        self.fields_beside = Beside(self.fields, ImageGrid(FIELDS_TITLE, name="fields-pin", height=620, width=350,
+                                                           tile_label="hidden unit"), width=350)
+        self.samples_beside = Beside(self.samples_grid, ImageGrid("", kind="pixels", name="tap-samples-pin",
+                                                                  height=560, width=400, tile_label="chain"), width=400)
+        self.solutions_beside = Beside(self.solutions_grid, ImageGrid("", kind="pixels", name="tap-solutions-pin",
+                                                                      height=360, width=150, tile_label="solution"),
+                                       width=150, short="live")
         self.denoise_grid = ImageGrid("clean · noisy · TAP · OPE · 1-NN", kind="pixels", name="denoise",
                                       height=170, empty_text="", tile_label="image")
         self.mcc_curve = LiveCurve("Denoising: MCC vs flip probability p (Fig. 8)", "flip probability p",
@@ -365,7 +375,7 @@ class TAPLab(Lab):
         self.rank_by = w.RadioButtonGroup(label="Rank", options={"by spread (ℓ₀.₁, most localized first)": "spread",
                                                                  "by mean activation": "activation"},
                                           value="spread", **RADIO)
-        self.rank_by.param.watch(lambda e: self._show_fields(), "value")
+        self.rank_by.param.watch(lambda e: (self._show_fields(), self.redraw_beside()), "value")
         # an IntSlider over snapshots: a DiscreteSlider whose options grow every epoch
         # froze Chromium for seconds on each update (measured)
         self.epoch_slider = w.IntSlider(label="Snapshot shown (0 = first epoch; the right end follows training)",
@@ -383,17 +393,17 @@ class TAPLab(Lab):
 
     def stage(self) -> dict[str, pn.viewable.Viewable]:
         embed = pn.Column(pn.Row(self.epoch_slider, self.isomap_note, sizing_mode="stretch_width"),
-                          pn.Row(self.embedding.view, self.solutions_grid.view, self.data_embedding.view,
+                          pn.Row(self.embedding.view, self.solutions_beside.view, self.data_embedding.view,
                                  sizing_mode="stretch_width"),
                           sizing_mode="stretch_width")
-        fields = pn.Column(self.rank_by, self.fields.view, sizing_mode="stretch_width")
+        fields = pn.Column(self.rank_by, self.fields_beside.view, sizing_mode="stretch_width")
         denoise = pn.Column(pn.Row(self.denoise_index, self.denoise_p, self.denoise_curve_button),
                             self.denoise_note, pn.Row(self.denoise_grid.view, self.mcc_curve.view,
                                                       sizing_mode="stretch_width"),
                             sizing_mode="stretch_width")
         return {"Figs. 3 · 5": self.main_view(),
                 "Histograms": pn.Row(self.hist.view, self.truth.view, sizing_mode="stretch_width"),
-                ISOMAP_TAB: embed, FIELDS_TAB: fields, "Denoising": denoise, SAMPLES_TAB: self.samples_grid.view}
+                ISOMAP_TAB: embed, FIELDS_TAB: fields, "Denoising": denoise, SAMPLES_TAB: self.samples_beside.view}
 
     def badges(self) -> list:
         return [self.solutions_status.pane]
@@ -698,6 +708,26 @@ class TAPLab(Lab):
         self.fields.update(W, order=order, limit=FIELDS_SHOWN, highlight=highlight, labels=labels,
                            outline=self._active)
 
+    def draw_beside(self, pin) -> None:
+        """A pin's newest receptive fields (ranked as the live ones), samples and TAP solutions
+        (lowest F first) beside the live ones."""
+        for pair in (self.fields_beside, self.samples_beside, self.solutions_beside):
+            pair.show(None if pin is None else pin.label)
+        arrays = {} if pin is None else next(iter(pin.arrays.values()), {})
+        if "W" in arrays:
+            W = np.asarray(arrays["W"], dtype=float)
+            order, what = self._field_order(W, arrays.get("b_hid"))
+            self.fields_beside.draw_tiles(W, order=order, limit=FIELDS_SHOWN,
+                                          labels=[f"{pin.label}: hidden unit {j} ({what})" for j in range(W.shape[1])])
+        if "samples" in arrays:
+            self.samples_beside.draw_tiles(np.asarray(arrays["samples"], dtype=float).T,
+                                           labels=[f"{pin.label}: chain {i}" for i in range(len(arrays["samples"]))])
+        if "solutions_vis" in arrays:
+            fe = np.asarray(arrays["solution_free_energies"], dtype=float)
+            self.solutions_beside.draw_tiles(np.clip(np.asarray(arrays["solutions_vis"], dtype=float), 0.0, 1.0).T,
+                                             order=np.argsort(fe, kind="stable")[:SOLUTIONS_SHOWN],
+                                             labels=[f"{pin.label}: F_TAP = {f:.2f}" for f in fe])
+
     # ------------------------------------------------------------------ a look inside
     def _show_samples(self) -> None:
         """Draw the newest Record's model samples (persistent Gibbs chains run in the trainer's
@@ -760,7 +790,7 @@ class TAPLab(Lab):
             what = f"{len(order)} selected of {len(fe)}"
         labels = [f"solution {i} at epoch {snap.epoch:.2f}, F_TAP = {fe[i]:.2f}" for i in range(len(fe))]
         self.solutions_grid.update(np.clip(snap.solutions_vis, 0.0, 1.0).T, order=order, labels=labels)
-        self.solutions_grid.figure.title.text = f"Solutions a_v: {what}"  # fits the 300 px grid
+        self.solutions_beside.set_title(f"Solutions a_v: {what}")  # fits the 300 px grid
 
     # ------------------------------------------------------------------ denoising (jobs)
     def _model(self) -> tuple:

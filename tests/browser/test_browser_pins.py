@@ -166,3 +166,46 @@ def test_a_sweep_runs_three_values_side_by_side(browser, app_url, lab):
         assert table_rows(page) >= 3  # one row per run of the table (a race's runs each)
         check_first_screen(page, width, height, f"{lab} sweep")
         screenshot(page, f"test-artifacts/sweep-{lab}.png", f"{lab} sweep of three values")
+
+
+#: per lab, the stage tabs whose pictures get a pin's beside them
+PICTURES = {"fvbm": ["Couplings M"], "tap": ["Fields (Fig. 4)", "Samples", "Isomap"],
+            "frankwolfe": ["Receptive fields", "Samples"], "bound": ["Tightness (Theorem 1)"]}
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+@pytest.mark.parametrize("lab", [cls.key for cls in LABS])
+def test_a_pins_pictures_beside_the_live_ones(browser, app_url, lab, size):
+    """Item 2: the pin menu's "Pictures of pin 1 beside the live ones" shows the pin's picture
+    (titled with its label) beside the live one on the pictures' tab, both drawn, both on
+    the first screen; "Live pictures alone" takes it away."""
+    width, height, present = SIZES[size]
+    with playing_page(browser, app_url, lab, size) as page:
+        play = page.get_by_role("button", name="▶ Play")
+        pause_or_ended(page)
+        if play.is_enabled():
+            step(page, present)
+        pin(page)
+        first, *others = PICTURES[lab]
+        page.locator(".bk-tab").filter(has_text=first).first.click()
+        alone = wait_for(lambda: (p := plots(page)) and all(q["rows"] for q in p) and p, timeout=120)
+        assert alone, plots(page)
+        menu = page.locator(".bk-btn-group").filter(has_text="📌 Pin")
+        menu.locator("button").nth(1).click()  # the split button's caret opens the menu
+        page.get_by_text("Pictures of pin 1 beside the live ones").click()
+        for index, tab in enumerate(PICTURES[lab]):
+            if index:
+                page.locator(".bk-tab").filter(has_text=tab).first.click()
+            pinned = wait_for(lambda: [p for p in plots(page) if p["title"] == "pin 1" and p["rows"]], timeout=120)
+            assert pinned, (tab, plots(page))
+            shown = check_first_screen(page, width, height, f"{lab} {size} {tab} with pin 1's pictures beside")
+            assert any(p["title"].startswith("live") or p["title"].startswith("Gap map: live")
+                       or p["title"].startswith("M̂ (") for p in shown), shown
+            screenshot(page, f"test-artifacts/beside-{lab}-{size}-{index}.png", f"{lab} {size} {tab}, pin 1 beside")
+        page.locator(".bk-tab").filter(has_text=first).first.click()
+        assert wait_for(lambda: any(p["title"] == "pin 1" for p in plots(page)), timeout=120)
+        shown = plots(page)
+        assert len(shown) == len(alone) + 1, (alone, shown)
+        menu.locator("button").nth(1).click()
+        page.get_by_text("Live pictures alone").click()
+        assert wait_for(lambda: len(plots(page)) == len(alone), timeout=120), plots(page)

@@ -150,14 +150,15 @@ def test_the_page_offers_pin_and_unpin_and_says_links_hold_no_pins(make_lab):
     lab.run(steps=2)
     lab.pin_button.clicked = lab.pin_button.label  # the button itself: pin
     assert list(lab.pins) == ["pin 1"]
-    assert [v for _, v in lab.pin_button.items] == ["unpin:pin 1"]
+    assert [v for _, v in lab.pin_button.items] == ["unpin:pin 1", "beside:pin 1"]
     assert lab.logpl.pin_layer.labels == ["pin 1: same"]
     lab.apply_settings({"d": 4})  # the legend says what differs from the new live run
     assert lab.logpl.pin_layer.labels == ["pin 1: d 6→4"]
     assert "d 6→4" in lab.pin_button.items[0][0]
     lab.run(steps=2)
     lab.pin_button.clicked = lab.pin_button.label
-    assert [v for _, v in lab.pin_button.items] == ["unpin:pin 1", "unpin:pin 2", "unpin-all"]
+    assert [v for _, v in lab.pin_button.items] == ["unpin:pin 1", "unpin:pin 2", "unpin-all",
+                                                    "beside:pin 1", "beside:pin 2"]
     lab.pin_button.clicked = "unpin:pin 1"
     assert list(lab.pins) == ["pin 2"] and lab.logpl.pin_layer.labels == ["pin 2: same"]
     lab.pin_button.clicked = lab.pin_button.label
