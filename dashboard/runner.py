@@ -395,6 +395,32 @@ class Runner:
         with self._cond:
             return self.history.copy()
 
+    def history_since(self, seen: Mapping[str, tuple[int, int]],
+                      names: Any = None) -> tuple[History, dict[str, tuple[tuple[int, int], list, bool]]]:
+        """The history rows of runs ``names`` (default: every run) that came after those seen
+        by an earlier call, taken under the lock: O(new rows), not O(history).
+
+        ``seen[run]`` is the ``(count, length)`` an earlier call returned for ``run``.  Returns
+        the :class:`History` they come from (a new one after a reset or a restore: what was
+        drawn from the old one is to go) and ``{run: ((count, length), rows, whole)}``:
+        ``whole`` when ``rows`` are the run's whole history (no earlier call saw it, or its
+        older rows were thinned since, see :class:`History`), else the rows after those seen."""
+        with self._cond:
+            history = self.history
+            out = {}
+            for name in history.rows if names is None else names:
+                rows = history.rows.get(name)
+                if rows is None:
+                    continue
+                count, length = history.counts.get(name, len(rows)), len(rows)
+                before = seen.get(name)
+                # thinning removes rows: the rows grew by exactly the Records that came, or not
+                if before is not None and length >= before[1] and count - before[0] == length - before[1]:
+                    out[name] = ((count, length), rows[before[1]:], False)
+                else:
+                    out[name] = ((count, length), list(rows), True)
+            return history, out
+
     def close(self, timeout: float = 2.0) -> None:
         """Stop the worker thread (idempotent)."""
         with self._cond:

@@ -149,6 +149,7 @@ class Lab(Comparing, Scripting, pn.viewable.Viewer):
     # whether the views draw any runs by their names (a race's); False: in a sweep they draw the
     # first value's runs, the others are in the Records (lab.records, the CSV)
     sweep_views: ClassVar[bool] = False
+    sweep_runs: ClassVar[int] = 1  # the runs one value makes (a race's several): lines per value in a figure
     headline: ClassVar[tuple[str, str]] = ("", "")  # (scalar, title): the sweep table's number
     data_settings: ClassVar[frozenset[str]] = frozenset({"image_width"})  # what prepare() loads data from
     speed = speed_setting(speeds, "as fast as possible")  # each lab declares its own speeds
@@ -187,7 +188,7 @@ class Lab(Comparing, Scripting, pn.viewable.Viewer):
         # a sweep's other runs beside the first's, in every figure that shows pins (made now,
         # hidden: the page's model graph never changes while it is live)
         self._sweep_layers = ({} if self.sweep_views else
-                              {name: layer.sweep_layer() for name, layer in self.pin_layers().items()})
+                              {name: layer.sweep_layer(self.sweep_runs) for name, layer in self.pin_layers().items()})
         self.runner = Runner(self._run_factory(), watch=self.watch_scalar, owner=self.owner)
         self._built = self._run_inputs()  # the settings the runner's run was made from
         self._kept = self._built  # ... the run a build in flight replaced (back if it is refused)
@@ -717,12 +718,13 @@ class Lab(Comparing, Scripting, pn.viewable.Viewer):
         """One tick's work: draw the Records, hand finished jobs over, update the status."""
         names = set(self.runner.names)
         records = [(n, r) for n, r in records if n in names]  # from runs replaced by a reset
+        drawn = records
         views = self._view_names()
         if views is not None:  # a sweep in a lab whose views draw one value's runs: the first value's
             records = [(views[n], r) for n, r in records if n in views]
         if records:
             self.show(records)
-        if self._sweep is not None and (records or self.compare.stale):
+        if self._sweep is not None and drawn:  # the other values' new points (streamed)
             self.compare.lines()
         self.jobs.poll()
         self.on_tick()

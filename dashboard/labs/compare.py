@@ -1,7 +1,8 @@
 """The page's "Run for several values" card (issue 47 item 3): choose a numeric setting and 2
 to 4 values, run them side by side (``Lab.sweep``), and read each run's latest headline number
 in a small table; in labs whose views draw one run's details, the other values' curves are
-drawn beside the first value's in every time-series figure (:class:`SweepLines`).
+drawn beside the first value's in every time-series figure
+(:class:`~boltzlab.dashboard.views.pinned.SweepLayer`: each tick streams the runs' new points).
 
 The lab side is :class:`boltzlab.dashboard.labs.base.Lab` (``sweep``, ``sweeping``,
 ``sweepable``, ``headline``, ``pin_lines``, ``runner``); the base owns one ``CompareTools``.
@@ -9,7 +10,7 @@ The lab side is :class:`boltzlab.dashboard.labs.base.Lab` (``sweep``, ``sweeping
 
 from __future__ import annotations
 
-import time
+import itertools
 from typing import Any
 
 import numpy as np
@@ -20,8 +21,6 @@ from boltzlab.dashboard.pins import Pin
 from boltzlab.dashboard.runner import History
 from boltzlab.dashboard.views import StatusBadge
 from boltzlab.dashboard.views.text import TABLE_CSS, LiveHTML, html_table
-
-SWEEP_SECONDS = 1.0  # the other values' curves are redrawn at most once a second while playing
 
 
 class CompareTools:
@@ -42,8 +41,10 @@ class CompareTools:
                               css_classes=["sweep-table"], stylesheets=[TABLE_CSS], visible=False)
         self.start.on_click(lambda event: self._start())
         self.stop.on_click(lambda event: self._stop())
-        self._drawn = 0.0  # when the other values' curves were last drawn
-        self.stale = False  # Records came that they do not show yet
+        # the other values' curves: each run's (count, length) of history drawn, from which History
+        self._seen: dict[str, tuple[int, int]] = {}
+        self._history: History | None = None
+        self._fresh = False  # the last drawing was whole (the next one is whole too)
 
     def panel(self) -> pn.viewable.Viewable:
         body = pn.Column(self.setting, self.values, pn.Row(self.start, self.stop), self.message.pane, self.table,
@@ -108,29 +109,77 @@ class CompareTools:
 
     def lines(self, force: bool = False) -> None:
         """The other values' curves (labs whose views draw the first value's runs): their
-        Records drawn as a pin's are (``Lab.pin_lines``), in the figures' sweep layers."""
+        Records drawn as a pin's are (``Lab.pin_lines``), in the figures' sweep layers.
+
+        Each tick streams only each run's new points (``Runner.history_since``); the lines are
+        drawn whole when ``force`` (a new sweep, run or settings; Bound: a J* arrived), when
+        the runner's history is a new one (a reset, a loaded checkpoint), or for a run whose
+        older rows the history thinned (every few thousand Records)."""
         lab = self.lab
         layers = lab.sweep_layers()
         if not layers:
             return
         sweep = lab.sweeping
-        shown = []
-        if sweep is not None and not lab.sweep_views:
-            now = time.monotonic()
-            if not force and lab.runner.playing and now - self._drawn < SWEEP_SECONDS:
-                self.stale = True  # drawn at a later tick, playing or not
-                return
-            self._drawn, self.stale = now, False
-            setting, values = sweep
-            history = lab.runner.copy_history()
-            settings = lab.run_settings()
-            for value in values[1:]:
-                head = f"{setting}={setting_text(value)}"
-                part = History()
-                for name, rows in history.rows.items():
-                    if name == head or name.startswith(head + " · "):
-                        alone = name[len(head) + 3:] if name != head else name
-                        part.rows[alone] = rows
-                shown.append((head, lab.pin_lines(Pin(head, {**settings, setting: value}, part))))
-        for name, layer in layers.items():
-            layer.show([(text, lines.get(name, [])) for text, lines in shown])
+        if sweep is None or lab.sweep_views:
+            if force or self._seen:
+                self._seen, self._history = {}, None
+                for layer in layers.values():
+                    layer.settle([])
+            return
+        setting, values = sweep
+        heads = [f"{setting}={setting_text(value)}" for value in values]
+        places = {}  # each other value's run: (its value's slot, its line there, its name alone)
+        for slot, head in enumerate(heads[1:]):
+            runs = [name for name in lab.runner.names if name == head or name.startswith(head + " · ")]
+            for line, name in enumerate(runs):
+                places[name] = (slot, line, name[len(head) + 3:] if name != head else name)
+        # just after a whole drawing, the runs with new rows whole again: the two drawings may be
+        # in one held batch (see SweepLayer.draw)
+        fresh = force or self._fresh
+        names = list(places)
+        history, tails = lab.runner.history_since({} if fresh else self._seen, names)
+        whole = force
+        if history is not self._history:  # a reset or a loaded checkpoint: every line anew
+            if not fresh:
+                history, tails = lab.runner.history_since({}, names)
+            self._history, whole = history, True
+        if whole:
+            self._seen = {}
+        settings = lab.run_settings()
+        changed = whole
+        for name, (seen, rows, all_rows) in tails.items():
+            if not whole and self._seen.get(name) == seen:
+                continue  # nothing new
+            slot, line, alone = places[name]
+            part = History()
+            part.rows[alone] = rows
+            lines = lab.pin_lines(Pin(heads[slot + 1], {**settings, setting: values[slot + 1]}, part))
+            for key, layer in layers.items():
+                x, y = _joined(lines.get(key, []))
+                layer.draw(slot, line, x, y, whole=all_rows)
+            self._seen[name] = seen
+            changed = True
+        if whole:  # the lines of no run with a Record (yet): nothing drawn
+            done = {places[name][:2] for name in tails}
+            for layer in layers.values():
+                for slot, line in itertools.product(range(len(layer.sources)), range(layer.runs)):
+                    if (slot, line) not in done:
+                        layer.draw(slot, line, [], [], whole=True)
+        self._fresh = force
+        if changed:
+            for layer in layers.values():
+                layer.settle(heads[1:])
+
+
+def _joined(lines: list) -> tuple[list, list]:
+    """One run's ``(x, y)`` pieces (``Lab.pin_lines``: one per run and figure) as one line,
+    pieces apart by a gap (a NaN)."""
+    xs: list = []
+    ys: list = []
+    for x, y in lines:
+        if xs:
+            xs.append(xs[-1])
+            ys.append(float("nan"))
+        xs.extend(x)
+        ys.extend(y)
+    return xs, ys

@@ -7,10 +7,14 @@ legend entry each.  Drawing a pin only sets a source's data and a legend label, 
 session's model graph never changes while a page is live (a new renderer makes Bokeh walk
 every model of the document, see docs/architecture.md), and a pinned run costs nothing per
 tick: its source changes only when pins or the live settings change.
+
+A sweep's other values are a :class:`SweepLayer` beside the pins: a line per run of each
+value, each with a source of its own into which every tick streams only the new points.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import numpy as np
@@ -43,8 +47,9 @@ class PinLayer:
 
     def __init__(self, fig, *, y_range_name: str = "default", legend_cols: int = 2,
                  colors: tuple[str, ...] = PIN_COLORS[:MAX_PINS], dash: Any = PIN_DASH, alpha: float = PIN_ALPHA,
-                 name: str = "pin", legend: Legend | None = None) -> None:
+                 name: str = "pin") -> None:
         self.figure = fig
+        self._y_range_name = y_range_name
         self.sources: list[ColumnDataSource] = []
         self.renderers = []
         kwargs = {} if y_range_name == "default" else {"y_range_name": y_range_name}
@@ -60,10 +65,6 @@ class PinLayer:
         self.items = [LegendItem(label=value(""), renderers=[r], visible=False) for r in self.renderers]
         self._y_range = fig.extra_y_ranges[y_range_name] if y_range_name != "default" else fig.y_range
         self._x_range = fig.x_range
-        if legend is not None:  # another layer's legend (a sweep's runs list under the pins)
-            self.legend = legend
-            legend.items = [*legend.items, *self.items]
-            return
         self.legend = Legend(items=self.items, location="left", orientation="horizontal", ncols=legend_cols,
                              click_policy="hide", label_text_font_size="9pt", glyph_width=20, glyph_height=12,
                              label_height=12, spacing=8, padding=2, margin=2, border_line_alpha=0.0,
@@ -72,15 +73,12 @@ class PinLayer:
                              # unnamed legend (a second unnamed one makes it refuse)
                              name="pins")
         fig.add_layout(self.legend, "below")
-        self._y_range_name = y_range_name
 
-    def sweep_layer(self) -> "PinLayer":
-        """A layer for a sweep's other runs in this figure: solid lines of their own colours
-        over the pins, listed in this layer's legend (made at build time, as this one)."""
-        layer = PinLayer(self.figure, y_range_name=self._y_range_name, colors=SWEEP_COLORS, dash="solid",
-                         alpha=SWEEP_ALPHA, name="sweep", legend=self.legend)
-        layer._y_range_name = self._y_range_name
-        return layer
+    def sweep_layer(self, runs: int = 1) -> "SweepLayer":
+        """A layer for a sweep's other values in this figure: ``runs`` solid lines per value
+        (one per run a value makes), of their own colours, listed in this layer's legend (made
+        at build time, as this one)."""
+        return SweepLayer(self, runs)
 
     def show(self, pins: Sequence[tuple[str, Sequence[tuple[Sequence[float], Sequence[float]]]]]) -> None:
         """Draw ``pins``: per slot its legend text and lines (``(x, y)`` pairs; non-finite y
@@ -108,17 +106,110 @@ class PinLayer:
         self._ranges()
 
     def _ranges(self) -> None:
-        """The pinned lines count in the figure's auto ranges (``only_visible`` ranges list
-        their renderers; a figure that lists none takes every renderer anyway)."""
-        for axis_range in (self._y_range, self._x_range):
-            listed = list(getattr(axis_range, "renderers", []) or [])
-            if not listed or listed == "auto":
-                continue
-            wanted = listed + [r for r in self.renderers if r not in listed]
-            if wanted != listed:
-                axis_range.renderers = wanted
+        _in_ranges((self._y_range, self._x_range), self.renderers)
 
     @property
     def labels(self) -> list[str]:
         """The legend texts of the pins shown (for tests)."""
+        return [str(getattr(item.label, "value", item.label)) for item in self.items if item.visible]
+
+
+def _in_ranges(ranges: Sequence[Any], renderers: Sequence[Any]) -> None:
+    """``renderers`` count in the figure's auto ``ranges`` (``only_visible`` ranges list their
+    renderers; a figure that lists none takes every renderer anyway)."""
+    for axis_range in ranges:
+        listed = list(getattr(axis_range, "renderers", []) or [])
+        if not listed or listed == "auto":
+            continue
+        wanted = listed + [r for r in renderers if r not in listed]
+        if wanted != listed:
+            axis_range.renderers = wanted
+
+
+def _points(x: Sequence[float], y: Sequence[float]) -> tuple[list[float], list[float]]:
+    """A line's points as the sources hold them: lists of floats (a stream extends a list in
+    place; a NumPy column is copied whole), non-finite y values as NaN (gaps)."""
+    return ([float(v) for v in x], [float(v) if math.isfinite(v) else math.nan for v in map(float, y)])
+
+
+class SweepLayer:
+    """A sweep's other values in one figure (issue 47): per value a slot of ``runs`` lines,
+    one per run the value makes (a race makes several), solid, in :data:`SWEEP_COLORS`, listed
+    in the pins' legend (one entry per value).
+
+    Each line has a source of its own, so a tick appends only its new points
+    (:meth:`draw` ``whole=False``: ``ColumnDataSource.stream``, a message of those points) and
+    the server's work per tick is the new Records', not the history's; a whole line is drawn
+    again only when the sweep, its settings or the run change.  Made at build time, hidden
+    (the session's model graph never changes while a page is live)."""
+
+    def __init__(self, pins: PinLayer, runs: int = 1, colors: tuple[str, ...] = SWEEP_COLORS) -> None:
+        fig = pins.figure
+        self.figure = fig
+        kwargs = {} if pins._y_range_name == "default" else {"y_range_name": pins._y_range_name}
+        self.sources: list[list[ColumnDataSource]] = []
+        self.lines: list[list[Any]] = []
+        for i, color in enumerate(colors):
+            sources = [ColumnDataSource({"x": [], "y": []}, name=f"sweep-{i}-{j}") for j in range(runs)]
+            self.sources.append(sources)
+            self.lines.append([fig.line("x", "y", source=source, line_color=color, line_width=PIN_WIDTH,
+                                        line_alpha=SWEEP_ALPHA, visible=False, name=f"sweep {i + 1}", **kwargs)
+                               for source in sources])
+        self.renderers = [r for lines in self.lines for r in lines]
+        # under the other lines, as the pins: the figure draws its renderers in order
+        fig.renderers = self.renderers + [r for r in fig.renderers if r not in self.renderers]
+        self.items = [LegendItem(label=value(""), renderers=list(lines), visible=False) for lines in self.lines]
+        self.legend = pins.legend  # the values list under the pins
+        self.legend.items = [*self.legend.items, *self.items]
+        self._ranges = (pins._y_range, pins._x_range)
+        self._shown = [False] * len(colors)
+
+    @property
+    def runs(self) -> int:
+        """Lines per value."""
+        return len(self.sources[0]) if self.sources else 0
+
+    def draw(self, slot: int, run: int, x: Sequence[float], y: Sequence[float], *, whole: bool) -> None:
+        """Run ``run`` of value ``slot``: its whole line (``whole``: the source's data set), or
+        the points after those drawn (streamed).  Never both in one held batch: a data set and a
+        stream in one message would reach the browser as the new data *plus* the points."""
+        if slot >= len(self.sources) or run >= self.runs:
+            return  # more values or runs than the layer was made for (see Lab.sweep_runs)
+        source = self.sources[slot][run]
+        x, y = _points(x, y)
+        if whole or not len(source.data["x"]):
+            if x or len(source.data["x"]):
+                source.data = {"x": x, "y": y}
+        elif x:
+            source.stream({"x": x, "y": y})
+
+    def settle(self, texts: Sequence[str]) -> None:
+        """After :meth:`draw`: the first ``len(texts)`` values' legend entries say ``texts``,
+        the other slots are emptied; a value shows once a line of it has two points."""
+        for i, (sources, lines, item) in enumerate(zip(self.sources, self.lines, self.items)):
+            if i >= len(texts):
+                for source in sources:
+                    if len(source.data["x"]):
+                        source.data = {"x": [], "y": []}
+            else:
+                label = texts[i] if len(texts[i]) <= MAX_LEGEND else texts[i][:MAX_LEGEND - 1] + "…"
+                if getattr(item.label, "value", item.label) != label:
+                    item.label = value(label)
+            shown = i < len(texts) and any(len(source.data["x"]) > 1 for source in sources)
+            if shown != self._shown[i]:  # only then: a line hidden from its legend stays hidden
+                self._shown[i] = item.visible = shown
+                for line in lines:
+                    line.visible = shown
+        shown = any(item.visible for item in self.legend.items)
+        if self.legend.visible != shown:
+            self.legend.visible = shown
+        _in_ranges(self._ranges, self.renderers)
+
+    def data(self) -> list[list[tuple[list[float], list[float]]]]:
+        """Each value's lines as drawn, ``(x, y)`` per run (for tests)."""
+        return [[(list(s.data["x"]), list(s.data["y"])) for s in sources] for sources in self.sources]
+
+    @property
+    def labels(self) -> list[str]:
+        """The legend texts of the values shown (for tests)."""
         return [str(getattr(item.label, "value", item.label)) for item in self.items if item.visible]

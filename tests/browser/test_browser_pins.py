@@ -115,7 +115,7 @@ def test_pinned_and_live_runs_share_the_first_screen(browser, app_url, lab, size
 SWEEP = {"fvbm": ("Step μ (gradient ascent)", "0.5, 1, 2.5"), "tap": ("Step γ", "0.01, 0.05, 0.1"),
          "frankwolfe": ("Regularization λ", "0.05, 0.1, 0.2"), "bound": ("Regularization λ", "0.01, 0.1, 1")}
 
-# the visible plots' sweep lines with points, and the rows of the sweep table
+# the visible plots' sweep lines with points (a line per run of a value, its own source)
 JS_SWEEP = """() => {
   const out = {sweep: 0};
   function walk(v) {
@@ -124,7 +124,7 @@ JS_SWEEP = """() => {
       const el = v.canvas_view ? v.canvas_view.el : v.el;
       if (el.isConnected && el.checkVisibility({checkVisibilityCSS: true}))
         for (const g of v.model.renderers)
-          if (g.visible && (g.name || '').startsWith('sweep ') && g.data_source.data.xs.some(x => x.length > 1))
+          if (g.visible && (g.name || '').startsWith('sweep ') && g.data_source.data.x && g.data_source.data.x.length > 1)
             out.sweep += 1;
     }
     for (const c of (v.child_views || [])) walk(c);

@@ -14,6 +14,7 @@ import pytest
 from boltzlab.dashboard import budget
 from boltzlab.dashboard.labs import BoundLab, FrankWolfeLab, FVBMLab, TAPLab
 from boltzlab.dashboard.labtools import read_checkpoint, write_checkpoint
+from tests.waiting import wait_until
 
 CLOCKS = ("time", "seconds", "elapsed")
 #: per lab: small settings, the setting swept and three values
@@ -145,3 +146,137 @@ def test_the_sweep_table_shows_each_runs_newest_evaluated_headline(make_lab):
     lab.run(steps=3)  # evaluated at t = 2 only: the newest Record has no test log-likelihood
     lab.compare.refresh()
     assert "—" not in lab.compare.table.object and lab.compare.table.object.count("<tr>") == 3
+
+
+# ---------------------------------------------------------------- the other values' curves
+#: per lab whose views draw the first value's runs: small settings, the setting swept, 3 values
+LINE_SWEEPS = [sweep for sweep in SWEEPS if not sweep[0].sweep_views]
+
+
+def layer_lines(layer) -> list:
+    """Each value's lines, ``(x, y)`` per run (one multi_line per value before lines were streamed)."""
+    if hasattr(layer, "data"):
+        return layer.data()
+    return [list(zip(source.data["xs"], source.data["ys"])) for source in layer.sources]
+
+
+def drawn_lines(lab) -> dict:
+    """What the sweep layers draw: per figure, each value's non-empty lines in run order."""
+    return {key: [[(np.asarray(x, float), np.asarray(y, float)) for x, y in runs if len(x)]
+                  for runs in layer_lines(layer)] for key, layer in lab.sweep_layers().items()}
+
+
+def whole_lines(lab) -> dict:
+    """What drawing the other values' curves from their whole history gives (the drawing before
+    lines were streamed: each value's runs as one pin, ``Lab.pin_lines``)."""
+    from boltzlab.dashboard.labtools import setting_text
+    from boltzlab.dashboard.pins import Pin
+    from boltzlab.dashboard.runner import History
+
+    setting, values = lab.sweeping
+    history = lab.runner.copy_history()
+    out: dict = {key: [] for key in lab.sweep_layers()}
+    for value in values[1:]:
+        head = f"{setting}={setting_text(value)}"
+        part = History()
+        for name, rows in history.rows.items():
+            if name == head or name.startswith(head + " · "):
+                part.rows[name] = rows
+        lines = lab.pin_lines(Pin(head, {**lab.run_settings(), setting: value}, part))
+        for key in out:
+            out[key].append([(np.asarray(x, float), np.where(np.isfinite(np.asarray(y, float)), np.asarray(y, float),
+                                                             np.nan)) for x, y in lines.get(key, [])])
+    return out
+
+
+def same_lines(ours: dict, theirs: dict) -> None:
+    assert ours.keys() == theirs.keys()
+    for key in ours:
+        assert len(ours[key]) >= len(theirs[key]), key
+        for slot, (mine, whole) in enumerate(zip(ours[key], theirs[key])):
+            assert len(mine) == len(whole), (key, slot)
+            for (x, y), (wx, wy) in zip(mine, whole):
+                np.testing.assert_array_equal(x, wx, err_msg=f"{key} value {slot + 2}")
+                np.testing.assert_array_equal(y, wy, err_msg=f"{key} value {slot + 2}")
+
+
+class SourceEvents:
+    """Counts, per source, the changes sent to the browser: ``streams`` (points appended) and
+    ``sets`` (the whole data set, or a patch)."""
+
+    def __init__(self, sources, monkeypatch) -> None:
+        from bokeh.models import ColumnDataSource
+
+        self.ids = {id(source) for source in sources}
+        self.streams = self.sets = self.points = 0
+        stream = ColumnDataSource.stream
+
+        def counted(source, new_data, rollover=None):
+            if id(source) in self.ids:
+                self.streams += 1
+                self.points += len(next(iter(new_data.values())))
+                self.sets -= 1  # its data change is counted below as well
+            return stream(source, new_data, rollover)
+
+        monkeypatch.setattr(ColumnDataSource, "stream", counted)
+        for source in sources:
+            source.on_change("data", self._changed)
+
+    def _changed(self, attr, old, new) -> None:
+        self.sets += 1
+
+
+def points(lines: dict) -> int:
+    return sum(len(x) for slots in lines.values() for runs in slots for x, _ in runs)
+
+
+def sweep_sources(lab) -> list:
+    return [source for layer in lab.sweep_layers().values() for sources in layer.sources
+            for source in (sources if isinstance(sources, list) else [sources])]
+
+
+@pytest.mark.parametrize("cls,settings,setting,values", LINE_SWEEPS, ids=[c.__name__ for c, *_ in LINE_SWEEPS])
+def test_the_other_values_lines_are_streamed_and_drawn_as_from_their_whole_history(make_lab, monkeypatch, cls,
+                                                                                 settings, setting, values):
+    lab = make_lab(cls, **settings)
+    lab.sweep(setting, values)
+    lab.run(steps=2)  # the first drawing (Bound: when each value's J* is in)
+    lab.run(steps=1)  # (the drawing after a whole one is whole too: see CompareTools.lines)
+    same_lines(drawn_lines(lab), whole_lines(lab))
+    before = points(drawn_lines(lab))
+    events = SourceEvents(sweep_sources(lab), monkeypatch)
+    for _ in range(3):
+        lab.run(steps=1)
+    assert events.sets == 0 and events.streams > 0, (events.sets, events.streams)  # only new points, appended
+    lines = drawn_lines(lab)
+    assert events.points == points(lines) - before > 0
+    same_lines(lines, whole_lines(lab))
+    lab.compare.lines(force=True)  # drawn whole again: the same
+    same_lines(drawn_lines(lab), lines)
+    lab.sweep(None)  # the sweep ends: its lines go
+    assert all(not len(x) for slots in drawn_lines(lab).values() for runs in slots for x, _ in runs)
+    assert all(not layer.labels for layer in lab.sweep_layers().values())
+
+
+def test_the_other_values_lines_grow_at_every_tick_while_playing(make_lab, monkeypatch):
+    """No throttle: each tick that brings the other values' Records streams their points, and
+    after Pause the lines are their whole history's."""
+    lab = make_lab(BoundLab, problem="fvbm", race_seed=1, speed="as fast as possible")
+    lab.sweep("reg", [0.3, 1.0])
+    lab.run(steps=1)
+    lab.run(steps=1)
+    events = SourceEvents(sweep_sources(lab), monkeypatch)
+    other = [name for name in lab.runs if name.startswith("reg=1 ")]
+    lab.runner.play()
+    try:
+        for tick in range(1, 5):
+            seen = lab.runner.history.counts.get(other[0], 0)
+            wait_until(lambda: lab.runner.history.counts.get(other[0], 0) > seen or not lab.runner.playing)
+            lab.tick()
+            assert events.streams >= tick or not lab.runner.playing, (tick, events.streams)
+            assert events.sets == 0
+    finally:
+        lab.runner.pause()
+    lab.runner.wait_idle()
+    lab.tick()
+    same_lines(drawn_lines(lab), whole_lines(lab))
