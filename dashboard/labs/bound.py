@@ -709,6 +709,12 @@ class BoundLab(Lab):
     def pin_layers(self) -> dict:
         return self._pin_layers
 
+    def sweep_legends(self) -> list:
+        """In a sweep, each method's live lines name the first value's run (``reg=0.3 · Newton``)."""
+        return [(item, item.label.value, "{run}") for fig in (self.by_iteration, self.by_time)
+                for legend in fig.legend for item in legend.items
+                if getattr(item.label, "value", None) in RACE_COLORS]
+
     def pin_lines(self, pin) -> dict:
         """A pinned race's J − J* per iteration and per second, each method a line, against
         its own J* (the optimum of its problem, once this lab has computed it)."""

@@ -15,10 +15,12 @@ from typing import Any
 
 import numpy as np
 import panel as pn
+from bokeh.core.properties import value as text_value
 
 from boltzlab.dashboard.labtools import setting_text
 from boltzlab.dashboard.pins import Pin
 from boltzlab.dashboard.runner import History
+from boltzlab.dashboard.sweeps import run_name
 from boltzlab.dashboard.views import StatusBadge
 from boltzlab.dashboard.views.text import TABLE_CSS, LiveHTML, html_table
 
@@ -45,6 +47,9 @@ class CompareTools:
         self._seen: dict[str, tuple[int, int]] = {}
         self._history: History | None = None
         self._fresh = False  # the last drawing was whole (the next one is whole too)
+        # the live lines' legend entries that name the first value in a sweep (Lab.sweep_legends)
+        self._legends = [entry for entry in lab.sweep_legends() if entry[0] is not None]
+        self._own_labels: dict[int, tuple[Any, Any]] = {}  # id(item): (item, its own label)
 
     def panel(self) -> pn.viewable.Viewable:
         body = pn.Column(self.setting, self.values, pn.Row(self.start, self.stop), self.message.pane, self.table,
@@ -107,6 +112,26 @@ class CompareTools:
         self.table.object = html_table([("run", ""), ("steps", "right"), (title, "right")], rows)
         self.table.visible = True
 
+    def name_live_lines(self) -> None:
+        """In a sweep of a lab whose views draw the first value's runs, the live lines' legend
+        entries name that value (``"n_hidden=16"``, as the table and the other values' lines do);
+        their own texts are back when the sweep ends."""
+        lab, wanted = self.lab, {}
+        sweep = lab.sweeping
+        if sweep is not None and not lab.sweep_views:
+            setting, values = sweep
+            text, runs = setting_text(values[0]), len(lab.view_runs)
+            for item, run, form in self._legends:
+                wanted[id(item)] = (item, form.format(run=run_name(setting, text, run, runs)))
+        for key, (item, label) in list(self._own_labels.items()):
+            if key not in wanted:
+                item.label = label
+                del self._own_labels[key]
+        for key, (item, text) in wanted.items():
+            self._own_labels.setdefault(key, (item, item.label))
+            if getattr(item.label, "value", item.label) != text:
+                item.label = text_value(text)  # a text, not the name of a data column
+
     def lines(self, force: bool = False) -> None:
         """The other values' curves (labs whose views draw the first value's runs): their
         Records drawn as a pin's are (``Lab.pin_lines``), in the figures' sweep layers.
@@ -116,6 +141,8 @@ class CompareTools:
         the runner's history is a new one (a reset, a loaded checkpoint), or for a run whose
         older rows the history thinned (every few thousand Records)."""
         lab = self.lab
+        if force:
+            self.name_live_lines()
         layers = lab.sweep_layers()
         if not layers:
             return

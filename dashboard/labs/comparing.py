@@ -235,6 +235,14 @@ class Comparing:
         """The layers a sweep's other runs are drawn in, by the names of :meth:`pin_layers`."""
         return self._sweep_layers
 
+    def sweep_legends(self) -> list[tuple[Any, str, str]]:
+        """The legend entries of the live lines that a sweep's other values are drawn against
+        (labs whose views draw the first value's runs), asked once, at build time:
+        ``(LegendItem, run, text)``, ``run`` the run the line draws as the views name it,
+        ``text`` what the entry says in a sweep, ``{run}`` standing for the run's name there
+        (``sweeps.run_name``: ``"n_hidden=16"``, a race's ``"reg=0.3 · Newton"``)."""
+        return []
+
     def pin_legend(self, pin: Pin) -> str:
         """A pin's legend entry: its label and what differs from the live run's settings
         (``short_labels`` name them), and a note when it trained on other data."""

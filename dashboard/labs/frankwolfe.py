@@ -409,6 +409,13 @@ class FrankWolfeLab(Lab):
     def pin_layers(self) -> dict:
         return {"test": self.ll_curve.pin_layer, "inner": self.inner_curve.pin_layer}
 
+    def sweep_legends(self) -> list:
+        """In a sweep, the live test log-likelihood and J(w*) name the first value (the other
+        values' lines draw those two)."""
+        run = self.view_runs[0] if self.view_runs else ""
+        return [(self.ll_curve.legend_item("test"), run, "test {run}"),
+                (self.inner_curve.legend_item("J(w*), eq. 9"), run, "{run}")]
+
     def pin_lines(self, pin) -> dict:
         """A pinned run's test log-likelihood (the headline of Fig. 1) and eq. 9's J(w*) per
         iteration, as the live lines draw them."""

@@ -497,6 +497,14 @@ class TAPLab(Lab):
     def pin_layers(self) -> dict:
         return self._pin_layers
 
+    def sweep_legends(self) -> list:
+        """In a sweep, the live TAP log-likelihood, Helmholtz estimate and exact log-likelihood
+        name the first value (the other values' lines draw those three)."""
+        helmholtz = next((item for item in self.fe_figure.legend[0].items
+                          if getattr(item.label, "value", None) == "Helmholtz (mean)"), None)
+        return [(self.ll_curve.legend_item("log-likelihood"), "TAP", "{run}"),
+                (helmholtz, "TAP", "Helmholtz {run}"), (self.truth.legend_item("exact"), "TAP", "exact {run}")]
+
     def pin_lines(self, pin) -> dict:
         """A pinned run's TAP log-likelihood, Helmholtz estimate and exact log-likelihood per
         epoch, where its Records carried them (as the live lines)."""

@@ -280,3 +280,29 @@ def test_the_other_values_lines_grow_at_every_tick_while_playing(make_lab, monke
     lab.runner.wait_idle()
     lab.tick()
     same_lines(drawn_lines(lab), whole_lines(lab))
+
+
+def live_legend_texts(lab) -> dict:
+    """Per figure with other values' lines: the texts of its own legend entries (not the pins')."""
+    out = {}
+    for key, layer in lab.sweep_layers().items():
+        out[key] = [str(getattr(item.label, "value", item.label)) for legend in layer.figure.legend
+                    if legend is not layer.legend for item in legend.items]
+    return out
+
+
+@pytest.mark.parametrize("cls,settings,setting,values", LINE_SWEEPS, ids=[c.__name__ for c, *_ in LINE_SWEEPS])
+def test_in_a_sweep_the_live_lines_legend_names_the_first_value(make_lab, cls, settings, setting, values):
+    lab = make_lab(cls, **settings)
+    own = live_legend_texts(lab)
+    lab.sweep(setting, values)
+    head = f"{setting}={values[0]:g}"
+    first = [name for name in lab.runs if name == head or name.startswith(head + " · ")]
+    assert first
+    lab.run(steps=1)
+    for key, texts in live_legend_texts(lab).items():
+        for name in first:  # as the table names the run ("gamma=0.01"; "reg=0.3 · Newton" in a race)
+            assert any(name in text for text in texts), (key, name, texts)
+        assert sum(head in text for text in texts) == len(first), (key, texts)  # no other entry changed
+    lab.sweep(None)  # the sweep ends: the entries' own texts are back
+    assert live_legend_texts(lab) == own
