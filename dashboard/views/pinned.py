@@ -9,7 +9,8 @@ every model of the document, see docs/architecture.md), and a pinned run costs n
 tick: its source changes only when pins or the live settings change.
 
 A sweep's other values are a :class:`SweepLayer` beside the pins: a line per run of each
-value, each with a source of its own into which every tick streams only the new points.
+value, each with a source of its own into which every tick streams only the new points.  In
+both, a line of one point is drawn as a marker (a line needs two).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ MAX_LEGEND = 17
 #: a sweep's other runs: solid, nearly opaque, in tab10 colours no lab's own lines use (pink, olive, cyan)
 SWEEP_COLORS = ("#e377c2", "#bcbd22", "#17becf")
 SWEEP_ALPHA = 0.9
+#: a line of one point draws nothing: a marker of this size shows the point (as a live curve's)
+POINT_SIZE = 8
 
 
 class PinLayer:
@@ -51,7 +54,7 @@ class PinLayer:
         self.figure = fig
         self._y_range_name = y_range_name
         self.sources: list[ColumnDataSource] = []
-        self.renderers = []
+        self.lines = []
         kwargs = {} if y_range_name == "default" else {"y_range_name": y_range_name}
         for i, color in enumerate(colors):
             source = ColumnDataSource({"xs": [], "ys": []}, name=f"{name}-{i}")
@@ -59,10 +62,13 @@ class PinLayer:
                                       line_alpha=alpha, line_dash=dash, visible=False,
                                       name=f"{name} {i + 1}", **kwargs)
             self.sources.append(source)
-            self.renderers.append(renderer)
+            self.lines.append(renderer)
+        # each slot's lines of one point, as markers
+        self.points, self.markers = _markers(fig, colors, alpha, name, kwargs)
+        self.renderers = self.lines + self.markers
         # under the live lines: the figure draws its renderers in order
         fig.renderers = self.renderers + [r for r in fig.renderers if r not in self.renderers]
-        self.items = [LegendItem(label=value(""), renderers=[r], visible=False) for r in self.renderers]
+        self.items = [LegendItem(label=value(""), renderers=[r], visible=False) for r in self.lines]
         self._y_range = fig.extra_y_ranges[y_range_name] if y_range_name != "default" else fig.y_range
         self._x_range = fig.x_range
         self.legend = Legend(items=self.items, location="left", orientation="horizontal", ncols=legend_cols,
@@ -82,9 +88,9 @@ class PinLayer:
 
     def show(self, pins: Sequence[tuple[str, Sequence[tuple[Sequence[float], Sequence[float]]]]]) -> None:
         """Draw ``pins``: per slot its legend text and lines (``(x, y)`` pairs; non-finite y
-        values become gaps); the slots after the last are hidden."""
+        values become gaps; a line of one point is a marker); the slots after the last are hidden."""
         for i, source in enumerate(self.sources):
-            renderer, item = self.renderers[i], self.items[i]
+            renderer, item = self.lines[i], self.items[i]
             if i < len(pins):
                 text, lines = pins[i]
                 xs, ys = [], []
@@ -96,10 +102,12 @@ class PinLayer:
                 label = text if len(text) <= MAX_LEGEND else text[:MAX_LEGEND - 1] + "…"
                 if getattr(item.label, "value", item.label) != label:
                     item.label = value(label)  # a text, not the name of a data column
-                renderer.visible = item.visible = any(len(x) > 1 for x in xs)  # a lone point draws no line
+                renderer.visible = item.visible = any(len(x) for x in xs)
+                _show_points(self.points[i], self.markers[i], xs, ys)
             elif renderer.visible or item.visible or source.data["xs"]:
                 source.data = {"xs": [], "ys": []}
                 renderer.visible = item.visible = False
+                _show_points(self.points[i], self.markers[i], [], [])
         shown = any(item.visible for item in self.legend.items)
         if self.legend.visible != shown:
             self.legend.visible = shown
@@ -124,6 +132,30 @@ def _in_ranges(ranges: Sequence[Any], renderers: Sequence[Any]) -> None:
         wanted = listed + [r for r in renderers if r not in listed]
         if wanted != listed:
             axis_range.renderers = wanted
+
+
+def _markers(fig, colors: Sequence[str], alpha: float, name: str, kwargs: dict) -> tuple[list, list]:
+    """Per slot a hidden marker renderer and its source: the points of the slot's lines of one
+    point (a line of one point draws nothing; a live curve draws a marker too)."""
+    points, markers = [], []
+    for i, color in enumerate(colors):
+        source = ColumnDataSource({"x": [], "y": []}, name=f"{name}-{i}-points")
+        points.append(source)
+        markers.append(fig.scatter("x", "y", source=source, marker="circle", size=POINT_SIZE, fill_color=color,
+                                   line_color=color, fill_alpha=alpha, line_alpha=alpha, visible=False,
+                                   name=f"{name}-point {i + 1}", **kwargs))
+    return points, markers
+
+
+def _show_points(source: ColumnDataSource, marker: Any, xs: Sequence[Sequence[float]],
+                 ys: Sequence[Sequence[float]]) -> None:
+    """Mark the lines of ``xs``/``ys`` that have one point (a finite one); the source is set
+    only when they change."""
+    lone = [(float(x[0]), float(y[0])) for x, y in zip(xs, ys) if len(x) == 1 and math.isfinite(y[0])]
+    if lone != list(zip(source.data["x"], source.data["y"])):
+        source.data = {"x": [p[0] for p in lone], "y": [p[1] for p in lone]}
+    if marker.visible != bool(lone):
+        marker.visible = bool(lone)
 
 
 def _points(x: Sequence[float], y: Sequence[float]) -> tuple[list[float], list[float]]:
@@ -155,7 +187,8 @@ class SweepLayer:
             self.lines.append([fig.line("x", "y", source=source, line_color=color, line_width=PIN_WIDTH,
                                         line_alpha=SWEEP_ALPHA, visible=False, name=f"sweep {i + 1}", **kwargs)
                                for source in sources])
-        self.renderers = [r for lines in self.lines for r in lines]
+        self.points, self.markers = _markers(fig, colors, SWEEP_ALPHA, "sweep", kwargs)
+        self.renderers = [r for lines in self.lines for r in lines] + self.markers
         # under the other lines, as the pins: the figure draws its renderers in order
         fig.renderers = self.renderers + [r for r in fig.renderers if r not in self.renderers]
         self.items = [LegendItem(label=value(""), renderers=list(lines), visible=False) for lines in self.lines]
@@ -185,7 +218,7 @@ class SweepLayer:
 
     def settle(self, texts: Sequence[str]) -> None:
         """After :meth:`draw`: the first ``len(texts)`` values' legend entries say ``texts``,
-        the other slots are emptied; a value shows once a line of it has two points."""
+        the other slots are emptied; a line of one point is a marker."""
         for i, (sources, lines, item) in enumerate(zip(self.sources, self.lines, self.items)):
             if i >= len(texts):
                 for source in sources:
@@ -195,11 +228,13 @@ class SweepLayer:
                 label = texts[i] if len(texts[i]) <= MAX_LEGEND else texts[i][:MAX_LEGEND - 1] + "…"
                 if getattr(item.label, "value", item.label) != label:
                     item.label = value(label)
-            shown = i < len(texts) and any(len(source.data["x"]) > 1 for source in sources)
+            shown = i < len(texts) and any(len(source.data["x"]) for source in sources)
             if shown != self._shown[i]:  # only then: a line hidden from its legend stays hidden
                 self._shown[i] = item.visible = shown
                 for line in lines:
                     line.visible = shown
+            lone = [s for s in sources if len(s.data["x"]) == 1]  # a lone point: its list is the source's own
+            _show_points(self.points[i], self.markers[i], [s.data["x"] for s in lone], [s.data["y"] for s in lone])
         shown = any(item.visible for item in self.legend.items)
         if self.legend.visible != shown:
             self.legend.visible = shown

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from boltzlab.dashboard.labs import BoundLab, FVBMLab, TAPLab
+from boltzlab.dashboard.labs import BoundLab, FrankWolfeLab, FVBMLab, TAPLab
 from boltzlab.dashboard.labtools import read_checkpoint, write_checkpoint
 from boltzlab.dashboard.pins import MAX_PINS, settings_difference
 
@@ -164,3 +164,24 @@ def test_the_page_offers_pin_and_unpin_and_says_links_hold_no_pins(make_lab):
     lab.pin_button.clicked = lab.pin_button.label
     lab.pin_button.clicked = "unpin-all"
     assert lab.pins == {} and lab.logpl.pin_layer.labels == []
+
+
+def test_a_pinned_line_of_one_point_is_drawn_as_a_marker(make_lab):
+    """A line needs two points: a pin whose run has one (Frank-Wolfe's test log-likelihood,
+    evaluated every few steps; any metric after one step) draws a marker, as a live curve does."""
+    lab = make_lab(FrankWolfeLab, data="digits", samples=100, max_hidden=10, evaluate="exact", eval_every=2)
+    lab.run(steps=3)  # the test log-likelihood evaluated at t = 2 only; J(w*) at every step
+    lab.pin()
+    test, inner = lab.ll_curve.pin_layer, lab.inner_curve.pin_layer
+    assert test.labels == ["pin 1: same"]  # listed, not hidden as a line that draws nothing
+    evaluated = next(iter(lab.records.values()))["test_log_likelihood"]
+    assert test.markers[0].visible and test.points[0].data["y"] == [evaluated[np.isfinite(evaluated)][0]]
+    assert len(test.points[0].data["x"]) == 1
+    assert inner.labels == ["pin 1: same"] and not inner.markers[0].visible  # three points: a line
+    lab.unpin()
+    assert not test.markers[0].visible and test.points[0].data["x"] == []
+    fvbm = make_lab(FVBMLab, **FVBM_SMALL)
+    fvbm.run(steps=1)
+    fvbm.pin()
+    layer = fvbm.logpl.pin_layer
+    assert layer.labels == ["pin 1: same"] and layer.markers[0].visible and len(layer.points[0].data["x"]) == 1

@@ -306,3 +306,25 @@ def test_in_a_sweep_the_live_lines_legend_names_the_first_value(make_lab, cls, s
         assert sum(head in text for text in texts) == len(first), (key, texts)  # no other entry changed
     lab.sweep(None)  # the sweep ends: the entries' own texts are back
     assert live_legend_texts(lab) == own
+
+
+@pytest.mark.parametrize("cls,settings,setting,values", LINE_SWEEPS, ids=[c.__name__ for c, *_ in LINE_SWEEPS])
+def test_the_other_values_lines_of_one_point_are_markers(make_lab, cls, settings, setting, values):
+    lab = make_lab(cls, **settings)
+    lab.sweep(setting, values)
+    lab.run(steps=1)  # one point each
+    for key, layer in lab.sweep_layers().items():
+        lone = [[len(x) == 1 for x, _ in runs] for runs in layer.data()]
+        for slot in range(len(values) - 1):
+            if any(lone[slot]):
+                assert layer.items[slot].visible, (key, slot, layer.labels)  # the value is listed
+                assert layer.markers[slot].visible, (key, slot)
+                assert len(layer.points[slot].data["x"]) == sum(lone[slot]), (key, slot)
+    marked = [key for key, layer in lab.sweep_layers().items() if any(m.visible for m in layer.markers)]
+    assert marked  # each lab has a metric of one point after one step
+    lab.run(steps=1)  # two points: lines
+    for key in marked:
+        layer = lab.sweep_layers()[key]
+        lone = [[len(x) == 1 for x, _ in runs] for runs in layer.data()]
+        for slot, marker in enumerate(layer.markers):
+            assert marker.visible == any(lone[slot]), (key, slot)
