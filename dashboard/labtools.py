@@ -222,7 +222,7 @@ def write_checkpoint(ckpt: Checkpoint) -> bytes:
     ``data_name`` (when the lab reports its data, see :class:`Checkpoint`), then per run ``i``
     ``state/i/<key>``, ``history/i/<column>`` (+ ``.present`` masks: a Record need not
     carry every column), ``count/i`` and the newest arrays ``arrays/i/<key>``.  Pins: ``pins``
-    (JSON text: each pin's label, settings, runs and data) and, for pin ``j``, the same
+    (JSON text: each pin's label, settings, runs, data and sweep) and, for pin ``j``, the same
     history entries under ``pin/j/``."""
     runs = list(ckpt.states)
     out: dict[str, np.ndarray] = {
@@ -245,7 +245,9 @@ def write_checkpoint(ckpt: Checkpoint) -> bytes:
     if ckpt.pins:
         out["pins"] = np.asarray(json.dumps([
             {"label": pin.label, "settings": {k: setting_text(v) for k, v in pin.settings.items()},
-             "runs": pin.runs, "data": list(pin.data) if pin.data is not None else None}
+             "runs": pin.runs, "data": list(pin.data) if pin.data is not None else None,
+             "sweep": ({"setting": pin.sweep[0], "values": [setting_text(v) for v in pin.sweep[1]]}
+                       if pin.sweep is not None else None)}
             for pin in ckpt.pins]))
         for j, pin in enumerate(ckpt.pins):
             out.update(_history_entries(pin.history, pin.runs, f"pin/{j}/"))
@@ -323,7 +325,12 @@ def _read_pins(files: Mapping[str, np.ndarray]) -> list[Pin]:
         pins = []
         for j, entry in enumerate(described[:MAX_PINS]):
             label, settings, runs = entry["label"], entry["settings"], entry["runs"]
-            data = entry.get("data")
+            data, sweep = entry.get("data"), entry.get("sweep")  # no sweep in files before pinned sweeps
+            if sweep is not None:
+                sweep = (sweep["setting"], sweep["values"])
+                if not isinstance(sweep[0], str) or not (isinstance(sweep[1], list)
+                                                         and all(isinstance(v, str) for v in sweep[1])):
+                    raise ValueError("malformed")
             if (not isinstance(label, str) or not isinstance(settings, dict)
                     or not all(isinstance(k, str) and isinstance(v, str) for k, v in settings.items())
                     or not isinstance(runs, list) or not all(isinstance(r, str) for r in runs)
@@ -331,7 +338,8 @@ def _read_pins(files: Mapping[str, np.ndarray]) -> list[Pin]:
                                              and all(isinstance(x, str) for x in data)))):
                 raise ValueError("malformed")
             pins.append(Pin(label[:MAX_TEXT], dict(settings), _read_history(files, runs, f"pin/{j}/"),
-                            tuple(data) if data is not None else None))
+                            tuple(data) if data is not None else None,
+                            (sweep[0], tuple(sweep[1])) if sweep is not None else None))
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ValueError(f"The checkpoint's pins are unreadable ({exc}): the file is damaged.") from None
     return pins

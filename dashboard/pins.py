@@ -38,13 +38,15 @@ def history_columns(history: History) -> dict[str, dict[str, np.ndarray]]:
 @dataclass
 class Pin:
     """One pinned run (all the runs of a race): ``settings`` (the values it was made with),
-    ``history`` (its Records' scalars and newest arrays), and ``data``, the ``(sha256, name)``
-    of user data it trained on (``Lab.data_identity``; None when the settings say it)."""
+    ``history`` (its Records' scalars and newest arrays), ``data``, the ``(sha256, name)``
+    of user data it trained on (``Lab.data_identity``; None when the settings say it), and
+    ``sweep``, the ``(setting, values)`` of the sweep it was (``Lab.sweeping``; None: none)."""
 
     label: str
     settings: dict[str, Any]
     history: History = field(default_factory=History)
     data: tuple[str, str] | None = None
+    sweep: tuple[str, tuple] | None = None
 
     @property
     def runs(self) -> list[str]:

@@ -44,7 +44,7 @@ class Comparing:
         history = self._history()
         if not any(history.rows.values()):
             raise ValueError(f"{owner}: the current run has no Record yet; step it first (▶ Play, Step or run()).")
-        dropped = self._pins.add(Pin(label, self.run_settings(), history, self.data_identity()))
+        dropped = self._pins.add(Pin(label, self.run_settings(), history, self.data_identity(), self._sweep))
         self.on_pins_changed()
         note = f" (at most {MAX_PINS}: {dropped.label!r} was dropped)" if dropped is not None else ""
         self.tools.show("info", f"Pinned the run as {label!r}{note}.")
@@ -91,9 +91,20 @@ class Comparing:
         for pin in pins:
             values, _ = self.parse_settings({k: v for k, v in pin.settings.items() if k in names})
             out.append(Pin(pin.label, {k: values.get(k, text) for k, text in pin.settings.items()},
-                           pin.history, pin.data))
+                           pin.history, pin.data, self._pinned_sweep(pin.sweep)))
         self._pins.replace(out)
         self.on_pins_changed()
+
+    def _pinned_sweep(self, sweep: tuple[str, tuple] | None) -> tuple[str, tuple] | None:
+        """A loaded pin's sweep, its value texts read as the setting's values (kept as text
+        when this lab does not allow them: "Copy as Python" then says the pin cannot be made)."""
+        if sweep is None:
+            return None
+        setting, texts = sweep
+        parsed = [self.parse_settings({setting: text}) for text in texts]
+        if any(errors or setting not in values for values, errors in parsed):
+            return setting, tuple(texts)
+        return setting, tuple(values[setting] for values, _ in parsed)
 
     # ------------------------------------------------------------------ sweeps (issue 47)
     def sweepable(self) -> list[str]:

@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 import panel as pn
+import param
 
 from boltzlab.dashboard.pins import history_columns
 from boltzlab.dashboard.runner import History
 from boltzlab.engine.checks import check_int
 from boltzlab.engine.stepping import Record
+
+UPLOADED = "upload"  # the value of a data setting that means a user's file (FVBM's source, TAP's data)
 
 
 class Scripting:
@@ -119,32 +123,151 @@ class Scripting:
 
         ``steps``: how many to run (default: as many as the runs have taken, at least 1).
         A run on uploaded data reads the file again from beside the script (:meth:`script_data`).
+        The lab's pins come first, oldest first, each made again in the one lab (its settings,
+        its sweep, its steps, ``lab.pin(label)``), then the settings of the run; a pin the
+        script cannot make again (one trained on uploaded data) is a comment saying why.
         """
         cls = type(self).__name__
         if steps is None:
             steps = max([s.steps for s in self.runner.states.values()] + [1])
         steps = check_int("steps", steps, f"{cls}.python_script", 1)
-        settings = self.script_settings()
         data = self.script_data()
+        pinned = [(pin, self.unscriptable(pin)) for pin in self._pins]
+        made = sum(why is None for _, why in pinned)
+        what = f"{made} pinned run(s) made again, then " if pinned else ""
         lines = [f'"""Boltzmann Lab, the {self.title} lab\'s run as a script ("Copy as Python"): '
-                 f'{steps} step(s), headless."""',
+                 f'{what}{steps} step(s), headless."""',
                  *(["from pathlib import Path", ""] if data else []),
                  f"from boltzlab.dashboard.labs import {cls}", ""]
-        arguments = ", ".join(f"{name}={value!r}" for name, value in settings.items())
-        if data:
-            lines += [f"lab = {cls}()", *data, f"lab.apply_settings({settings!r})"]
-        else:
-            lines += [f"lab = {cls}({arguments})"]
-        if self._sweep is not None:
-            setting, values = self._sweep
-            lines += [f"lab.sweep({setting!r}, {list(values)!r})  # one run per value, stepping together"]
+        now: _Run | None = None  # the run the script's lab holds so far
+        for pin, why in pinned:
+            if why is not None:
+                lines.append(f"# {pin.label!r} is not made again: {why}")
+                continue
+            run = _Run(dict(pin.settings), pin.sweep, max(pin.history.counts.values()))
+            lines += self._script_reach(now, run, [])
+            lines.append(f"lab.pin({pin.label!r})")
+            now = run
+        lines += self._script_reach(now, _Run(self.run_settings(), self._sweep, steps), data)
         out = f"boltzlab-{self.key}-records.csv"
-        lines += [f"lab.run(steps={steps})",
-                  "frame = lab.records_frame()  # one row per Record, the column 'run' first",
-                  f"frame.to_csv({out!r}, index=False)",
-                  "print(frame.groupby('run').tail(1).to_string())",
-                  "lab.close()", ""]
+        if pinned:
+            lines += ["frame = lab.records_frame()  # one row per Record, the columns 'run' and 'pin' first "
+                      "(the pins' rows after the run's)",
+                      f"frame.to_csv({out!r}, index=False)",
+                      "print(frame.groupby(['pin', 'run']).tail(1).to_string())"]
+        else:
+            lines += ["frame = lab.records_frame()  # one row per Record, the column 'run' first",
+                      f"frame.to_csv({out!r}, index=False)",
+                      "print(frame.groupby('run').tail(1).to_string())"]
+        lines += ["lab.close()", ""]
         return "\n".join(lines)
+
+    def _script_reach(self, now: "_Run | None", run: "_Run", data: list[str]) -> list[str]:
+        """Lines of :meth:`python_script` that take the script's lab from the run ``now``
+        (None: no lab yet) to ``run`` and step it to ``run.steps``: a new lab, or the new
+        settings applied (each change a new run, as in the page), or the same run stepped on."""
+        if now is None:
+            settings = self.script_settings(run.settings)
+            arguments = ", ".join(f"{name}={value!r}" for name, value in settings.items())
+            if data:
+                lines = [f"lab = {type(self).__name__}()", *data, f"lab.apply_settings({settings!r})"]
+            else:
+                lines = [f"lab = {type(self).__name__}({arguments})"]
+            if run.sweep is not None:
+                lines.append(f"lab.sweep({run.sweep[0]!r}, {list(run.sweep[1])!r})  # one run per value, "
+                             "stepping together")
+            return [*lines, f"lab.run(steps={run.steps})"]
+        lines, new = [], False
+        if now.sweep is not None and now.sweep != run.sweep:
+            lines.append("lab.sweep(None)  # the sweep ends: one run again")
+            new = True
+        values = self.script_changes(now.settings, run.settings)
+        if run.sweep is not None and run.sweep != now.sweep and not self.implied({run.sweep[0]: run.sweep[1][0]},
+                                                                                   fresh=True):
+            values.pop(run.sweep[0], None)  # lab.sweep sets it to its first value
+        if data:
+            lines += data
+        if values:
+            lines.append(f"lab.apply_settings({values!r})")
+            new = new or any(name not in self.view_settings for name in values)
+        if run.sweep is not None and run.sweep != now.sweep:
+            lines.append(f"lab.sweep({run.sweep[0]!r}, {list(run.sweep[1])!r})  # one run per value, "
+                         "stepping together")
+            new = True
+        steps = run.steps
+        if not new and not data:
+            if steps >= now.steps:  # the same run goes on (a new one would make the same Records)
+                steps -= now.steps
+            else:
+                lines.append(f"lab.apply_settings({self._restart(run)!r}, fresh=True)  # the same settings: "
+                             "a new run, from its first step")
+        if steps:
+            lines.append(f"lab.run(steps={steps})")
+        return lines
+
+    def script_changes(self, before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
+        """The settings ``lab.apply_settings`` is given to go from the run settings ``before``
+        to ``after``: those that differ, and those the changes would imply otherwise (a new data
+        set's defaults: ``after`` keeps 100 hidden units where the digits' would make 16)."""
+        changed = {name: value for name, value in after.items() if not _same_value(before.get(name), value)}
+        return self._closed(changed, after)
+
+    def _closed(self, values: dict[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
+        """``values`` and every setting they may imply (:meth:`implied`, as a new lab would:
+        at least what a lab in any run would) at another value than ``after``'s, in the lab's
+        order."""
+        values = dict(values)
+        while True:
+            implied = self.implied(values, fresh=True)
+            extra = {k: after[k] for k, v in implied.items()
+                     if k in after and k not in values and not _same_value(v, after[k])}
+            if not extra:
+                break
+            values.update(extra)
+        order = list(self.controls())
+        return dict(sorted(values.items(), key=lambda item: order.index(item[0]) if item[0] in order else len(order)))
+
+    def _restart(self, run: "_Run") -> dict[str, Any]:
+        """The fewest settings (at their values) that make ``apply_settings(..., fresh=True)``
+        start ``run``'s settings again from the first step: one setting of the run, and what it
+        would imply otherwise."""
+        swept = run.sweep[0] if run.sweep is not None else None
+        names = [n for n in run.settings if n not in self.view_settings and n != swept]
+        # rather a number of the model than a choice or the data (which prepare() loads again)
+        options = [(len(values), bool(self.implied(values, fresh=True)) or n in self.data_settings,
+                    isinstance(self.param[n], param.Selector), i, values)
+                   for i, n in enumerate(names) for values in [self._closed({n: run.settings[n]}, run.settings)]]
+        return min(options)[-1]
+
+    def unscriptable(self, pin: Any) -> str | None:
+        """Why :meth:`python_script` cannot make pin ``pin`` again from code, or None when it
+        can: trained on data a user uploaded (not in the settings), settings or a sweep this lab
+        does not take as they are (a checkpoint's, from another version), no Record."""
+        names = set(self.controls())
+        if set(pin.settings) != names:
+            return "its settings are not this lab's (a checkpoint of another version)."
+        try:
+            checked = self.check_settings(pin.settings)
+        except ValueError as exc:
+            return f"its settings are not this lab's ({exc})."
+        if not all(_same_value(checked[k], v) for k, v in pin.settings.items()):
+            return "its settings are not this lab's (a checkpoint of another version)."
+        if any(isinstance(self.param[k], param.Selector) and v == UPLOADED for k, v in pin.settings.items()):
+            name = f" ({pin.data[1]})" if pin.data is not None else ""  # bundled data have an identity too
+            return f"it trained on data you uploaded{name}, which its settings do not say."
+        if not pin.history.counts or max(pin.history.counts.values()) < 1:
+            return "it has no Record."
+        if pin.sweep is not None:
+            setting, values = pin.sweep
+            try:
+                checked = [self.check_settings({setting: v})[setting] for v in values]
+            except ValueError as exc:
+                return f"its sweep is not one this lab makes ({exc})."
+            if setting not in self.sweepable() or not all(_same_value(a, b) for a, b in zip(checked, values)):
+                return f"its sweep of {setting!r} is not one this lab makes."
+        elif all(any(run.startswith(f"{s}=") for s in self.sweepable()) for run in pin.runs):
+            return "it was a sweep whose values the checkpoint it came from did not keep."
+        return None
 
     def constructed(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """The run settings a new lab built with keyword ``values`` has (``Lab(**values)``, or
@@ -163,7 +286,7 @@ class Scripting:
         built = self._built
         return {name: built[name] if name in built else getattr(self, name) for name in self.controls()}
 
-    def script_settings(self) -> dict[str, Any]:
+    def script_settings(self, settings: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The settings :meth:`python_script` names: those of :meth:`run_settings` that the
         script's own construction (:meth:`constructed`) would not give by itself, in the order
         the lab declares them.  A setting equal to its class default is named all the same
@@ -171,8 +294,9 @@ class Scripting:
         n_hidden=100)`` must say ``n_hidden=100``, which the digits' defaults would make 16.
 
         Found by starting from every setting and dropping, in the lab's order, each one the
-        construction from the others gives anyway."""
-        current = self.run_settings()
+        construction from the others gives anyway.  ``settings``: those of another run (a
+        pin's) instead of :meth:`run_settings`."""
+        current = self.run_settings() if settings is None else dict(settings)
 
         def makes_current(values: Mapping[str, Any]) -> bool:
             made = self.constructed(values)
@@ -241,6 +365,15 @@ class Scripting:
         if not panel_extension._loaded:
             pn.extension()
         return super()._repr_mimebundle_(include, exclude)
+
+
+@dataclass(frozen=True)
+class _Run:
+    """A run :meth:`Scripting.python_script` makes: its settings, its sweep, its steps."""
+
+    settings: dict[str, Any]
+    sweep: tuple[str, tuple] | None
+    steps: int
 
 
 def _same_value(a: Any, b: Any) -> bool:
