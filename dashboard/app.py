@@ -116,6 +116,10 @@ def create_app(only: str | None = None) -> pn.template.FastListTemplate:
     served = pn.state.curdoc is not None and pn.state.curdoc.session_context is not None
     args = (pn.state.session_args or {}) if served else {}
     present = presentation_toggle(labs)
+    from boltzlab.dashboard.share_control import ShareControl
+
+    share = ShareControl(lambda: labs.get(classes[tabs.active].title) if tabs.active < len(classes) else None)
+    follow = _arg(args, "follow")  # a shared run's link (issue 48): its lab opens following it
     number = VISITORS.arrived(id(pn.state.curdoc.session_context)) if served else 0
     session_doc = pn.state.curdoc
 
@@ -134,7 +138,13 @@ def create_app(only: str | None = None) -> pn.template.FastListTemplate:
             slots[index].param.update(objects=[page], sizing_mode=page.sizing_mode)
             if served:
                 lab.start()
-                lab.tools.apply_query(args)  # a shared link's settings (see dashboard.labtools)
+                if follow and lab.key == follow_key:
+                    try:
+                        lab.follow(follow)
+                    except ValueError as exc:
+                        lab.tools.show("error", str(exc))
+                else:
+                    lab.tools.apply_query(args)  # a shared link's settings (see dashboard.labtools)
             if present.value:
                 lab.set_presenting(True)
 
@@ -152,6 +162,13 @@ def create_app(only: str | None = None) -> pn.template.FastListTemplate:
         first = int(_arg(args, "page") or 0)
     except ValueError:
         first = 0
+    from boltzlab.dashboard.sharing import SHARES
+
+    followed = SHARES.get(follow) if follow else None
+    follow_key = followed.lab_key if followed is not None else (classes[0].key if only else None)
+    if followed is not None and not only:  # the lab of the shared run opens first
+        first = next((i for i, cls in enumerate(classes) if cls.key == follow_key), first)
+        tabs.active = first
     build(first if 0 <= first < len(classes) else 0)
     # the tabs size as the page they open on: a lab's stretches both ways, a "preparing" note
     # or the About page the width (declared stretch_width over a lab's page, Panel made them
@@ -160,7 +177,7 @@ def create_app(only: str | None = None) -> pn.template.FastListTemplate:
     template = Template(
         title=TITLE if only is None else f"{TITLE}: {classes[0].title}", main=[tabs],
         header_background="#1f3a5f", accent_base_color="#1f77b4", main_layout=None,
-        theme_toggle=False, busy_indicator=None, font_url="", header=[present], design=Fast,
+        theme_toggle=False, busy_indicator=None, font_url="", header=[present, share.toggle], design=Fast,
         font="system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif")
     if served:
         pn.state.on_session_destroyed(session_closed)
@@ -168,7 +185,10 @@ def create_app(only: str | None = None) -> pn.template.FastListTemplate:
             pn.state.location.sync(tabs, {"active": "page"})
         if _arg(args, "present") in ("1", "true"):
             present.value = True
+    template.modal.append(share.panel)
+    share.template = template
     template.labs = labs  # for tests and debugging: the labs built so far, by title
+    template.share = share
     template.tabs = tabs
     template.present = present
     return template

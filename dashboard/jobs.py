@@ -50,11 +50,12 @@ def _run(fn: Callable[..., Any], *args: Any) -> Any:
         return Refused(exc)
 
 
-def submit(fn: Callable[..., Any], *args: Any) -> Any:
-    """Start ``fn(*args)`` on :data:`EXECUTOR` (or the local pool); its future, whose result
-    is a :class:`Refused` if ``fn`` raised a ``ValueError`` (:meth:`Jobs.poll` raises it again)."""
+def submit(fn: Callable[..., Any], *args: Any, here: bool = False) -> Any:
+    """Start ``fn(*args)`` on :data:`EXECUTOR` (or the local pool; ``here``: always the local
+    pool, for a job that needs this process's objects, e.g. a runner); its future, whose
+    result is a :class:`Refused` if ``fn`` raised a ``ValueError`` (:meth:`Jobs.poll` raises it again)."""
     global _POOL
-    if EXECUTOR is not None:
+    if EXECUTOR is not None and not here:
         return EXECUTOR(_run, fn, *args)
     with _POOL_LOCK:
         if _POOL is None:
@@ -84,7 +85,7 @@ class Jobs:
 
     def submit(self, key: str, fn: Callable[..., Any], *args: Any,
                then: Callable[[Any], None],
-               error: Callable[[BaseException], None] | None = None) -> None:
+               error: Callable[[BaseException], None] | None = None, here: bool = False) -> None:
         """Run ``fn(*args)`` away from the UI thread; ``then(result)`` on a later poll.
 
         A job already pending under ``key`` is superseded (cancelled if not started; its
@@ -93,7 +94,7 @@ class Jobs:
         old = self._pending.pop(key, None)
         if old is not None:
             old.future.cancel()
-        self._pending[key] = _Pending(submit(fn, *args), then, error, next(self._counter))
+        self._pending[key] = _Pending(submit(fn, *args, here=here), then, error, next(self._counter))
 
     def running(self, key: str | None = None) -> bool:
         """True while a job (under ``key``, or any) has not been handed over yet."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -212,6 +212,7 @@ class Runner:
         self._speed: float | None = None  # rounds per second, None = as fast as possible
         self._closed = False
         self._busy = False
+        self._held = 0  # peek()s waiting for the round in flight: no new round starts meanwhile
         self._generation = 0
         self.dropped = 0  # Records evicted before any drain saw them (exact after each drain)
         self._batch: dict[str, int] = {}
@@ -364,6 +365,28 @@ class Runner:
             return states, self.history.copy(), {n: TrainerState(s.status, s.message, s.steps)
                                                 for n, s in self.states.items()}
 
+    def peek(self, timeout: float = 30.0) -> tuple[dict[str, dict[str, Any]], History, dict[str, TrainerState]]:
+        """What :meth:`snapshot` copies, without pausing: taken between two rounds (the
+        worker holds off its next round meanwhile).  A follower forks a teacher's run with
+        it (:mod:`boltzlab.dashboard.sharing`) while the teacher's run plays on.
+        ``TimeoutError`` when no round ended within ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            self._held += 1
+            try:
+                while self._busy or self._shipping is not None:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise TimeoutError(f"The run was busy for {timeout:.0f} s; try again.")
+                    self._cond.wait(remaining)
+                states = {n: {k: (v.copy() if hasattr(v, "copy") else v)
+                              for k, v in t.state_dict().items()} for n, t in self._trainers.items()}
+                return states, self.history.copy(), {n: TrainerState(s.status, s.message, s.steps)
+                                                    for n, s in self.states.items()}
+            finally:
+                self._held -= 1
+                self._cond.notify_all()
+
     def restore(self, states: Mapping[str, Mapping[str, Any]], history: History | None = None) -> None:
         """Load each trainer's state (names must match the current trainers) and the history.
 
@@ -394,6 +417,18 @@ class Runner:
         """A copy of :attr:`history`, taken under the lock (safe while the runs play)."""
         with self._cond:
             return self.history.copy()
+
+    def drawn_history(self) -> History:
+        """A copy of :attr:`history` without the Records not drained yet: what the lab has
+        drawn (a shared run's followers start from it and get the rest as the lab draws it)."""
+        with self._cond:
+            history = self.history.copy()
+            undrained = Counter(name for _, name, _ in self._buffer)
+        for name, k in undrained.items():
+            rows = history.rows.get(name, [])
+            del rows[max(0, len(rows) - k):]
+            history.counts[name] = history.counts.get(name, 0) - k
+        return history
 
     def history_since(self, seen: Mapping[str, tuple[int, int]],
                       names: Any = None) -> tuple[History, dict[str, tuple[tuple[int, int], list, bool]]]:
@@ -620,8 +655,10 @@ class Runner:
         while True:
             ship = None
             with self._cond:
-                while not self._closed and self._shipping is None and not self._has_work():
-                    self._pending = 0
+                # (a peek() holds off rounds, not the shipping of new runs it waits for)
+                while not self._closed and self._shipping is None and (self._held or not self._has_work()):
+                    if not self._held:
+                        self._pending = 0
                     self._cond.notify_all()  # wake wait_idle
                     self._cond.wait()
                 if self._closed:

@@ -46,6 +46,7 @@ import param
 from boltzlab.dashboard.jobs import Jobs
 from boltzlab.dashboard.labs.compare import CompareTools
 from boltzlab.dashboard.labs.comparing import Comparing
+from boltzlab.dashboard.labs.following import Following
 from boltzlab.dashboard.labs.holding import graph_frozen, held  # noqa: F401 - the labs import them from here
 from boltzlab.dashboard.labs.scripting import Scripting
 from boltzlab.dashboard.labtools import LabTools, Preset, check_setting, parse_setting
@@ -125,7 +126,7 @@ class LoadOutcome:
     note: str = ""
 
 
-class Lab(Comparing, Scripting, pn.viewable.Viewer):
+class Lab(Following, Comparing, Scripting, pn.viewable.Viewer):
     """One lab page around one :class:`Runner` (one per browser session)."""
 
     key: ClassVar[str] = ""
@@ -173,11 +174,16 @@ class Lab(Comparing, Scripting, pn.viewable.Viewer):
         self.jobs = Jobs()
         self._pins = Pins()  # earlier runs kept to compare with (issue 47)
         self._beside: str | None = None  # the pin whose pictures are shown beside the live ones
+        self._share: Any = None  # the live share of this run (issue 48), or None
+        self._following: Any = None  # the share this page follows, or None
+        self._replaying = False  # a loaded or joined history is being drawn (not new: not shared)
+        self._pins_seen = -1  # a follower: the share's pins it has drawn
         self._sweep: tuple[str, tuple] | None = None  # (setting, values): one run per value (sweep)
         self._sweeping = False  # sweep() is setting the swept setting (the sweep goes on)
         self._alone_name: str | None = None  # the run name of a one-run lab's factory (sweep views)
         self.widgets = self.make_widgets()
         self._build_transport()
+        self._build_follow_card()
         self.settings_msg = StatusBadge("", "error", visible=False, name=f"{self.key}-settings-message")
         self.build_controls()
         if given:  # TAPLab(data="digits", n_hidden=16): the data set's defaults, then these
@@ -549,6 +555,7 @@ class Lab(Comparing, Scripting, pn.viewable.Viewer):
         self.clear()
         self.draw_pins()  # their legends say what differs from the new run
         self.redraw_beside()  # ... and so do the titles of their pictures
+        self._share_restart()  # a new run: followers start over
         self.compare.lines(force=True)  # a new sweep's other runs, or none
         self.refresh_status()
 
@@ -675,6 +682,10 @@ class Lab(Comparing, Scripting, pn.viewable.Viewer):
         if self._callback is not None:
             self._callback.stop()
         self.jobs.cancel()
+        if self._share is not None:
+            self.unshare()
+        if self._following is not None:
+            self._following.leave(id(self))
         self.runner.close(timeout=wait)
 
     def tick(self) -> None:
@@ -684,6 +695,8 @@ class Lab(Comparing, Scripting, pn.viewable.Viewer):
         once a second, not five times: idle ticks competed for the GIL with the labs
         that were training."""
         self._adopt_build()
+        if self._following is not None:
+            self._sync_follow()
         records = self.runner.drain()
         now = time.monotonic()
         active = (records or self.runner.playing or self.jobs.running() or self._explaining is not None
@@ -726,6 +739,7 @@ class Lab(Comparing, Scripting, pn.viewable.Viewer):
             self.show(records)
         if self._sweep is not None and drawn:  # the other values' new points (streamed)
             self.compare.lines()
+        self._share_publish(drawn)
         self.jobs.poll()
         self.on_tick()
         self._explain()
@@ -739,7 +753,11 @@ class Lab(Comparing, Scripting, pn.viewable.Viewer):
         """Clear the views and replay ``records`` (a loaded checkpoint's history)."""
         with pn.io.hold(freeze=True):
             self._restart_views()
-            self.on_records(records)
+            self._replaying = True  # (a shared run's followers start from its history)
+            try:
+                self.on_records(records)
+            finally:
+                self._replaying = False
             self.jobs.wait()
             self.refresh_status()
 
@@ -748,7 +766,9 @@ class Lab(Comparing, Scripting, pn.viewable.Viewer):
         runner = self.runner
         playing = runner.playing
         self.play.disabled = playing or not runner.active
-        self.pause.disabled = not playing
+        self.pause.disabled = not playing or self._following is not None  # a follower's is read-only
+        if self._share is not None and self.share_listener is not None:
+            self.share_listener(self)
         self.counter_pane.object = self.counter()
         if hasattr(self, "compare"):
             self.compare.refresh()
@@ -764,6 +784,9 @@ class Lab(Comparing, Scripting, pn.viewable.Viewer):
             others = " (others keep running)" if runner.active and not single else ""
             self.run_status.set("error", text + others + (" Press ↺ Reset to start again."
                                                         if not runner.active else ""))
+        elif self._following is not None:
+            self.run_status.set("info" if playing else "idle",
+                                f"Following the teacher's run: {'training' if playing else 'paused'}")
         elif any(s.status == "starting" for s in states.values()):
             # one line on a projector (1280x720)
             self.run_status.set("info", "Starting… they play once a worker has them" if playing
@@ -865,6 +888,9 @@ class Lab(Comparing, Scripting, pn.viewable.Viewer):
             self._page = Page(self.header(), pn.Row(left, right, sizing_mode="stretch_both"),
                               sizing_mode="stretch_both", name=self.title)
             self._page.on_render = self._rendered
+            self._left = left  # a follower's holds the follow card instead (Following)
+            if self._following is not None:
+                self._follow_view(True)
             self.tools.root = self._page
         return self._page
 

@@ -230,6 +230,8 @@ class Comparing:
         """The pins changed (pinned, unpinned, loaded): redraw what shows them."""
         self.draw_pins()
         self.redraw_beside()
+        if self._share is not None:  # followers see the same pins
+            self._share.set_pins(list(self._pins))
 
     def pin_layers(self) -> dict[str, Any]:
         """The lab's figures that draw pinned runs, by name: a ``PinLayer`` each (made at build
