@@ -124,6 +124,8 @@ def test_the_wheel_holds_every_package_and_the_bundled_data(installed):
     missing = [package for package in checkout if f"{package}/__init__.py" not in names]
     assert not missing, f"packages missing from the wheel (add them to pyproject's packages): {missing}"
     assert [f for f in DATA if f"boltzlab/engine/assets/{f}" not in names] == []
+    lessons = sorted(p.name for p in (ROOT / "dashboard" / "lessons").glob("*.yaml"))  # the built-in lessons
+    assert lessons and [f for f in lessons if f"boltzlab/dashboard/lessons/{f}" not in names] == []
     # one top-level import package (issue 24): nothing of another distribution's to overwrite
     assert {n.split("/")[0] for n in names if ".dist-info" not in n.split("/")[0]} == {"boltzlab"}
     assert not [n for n in names if n.endswith(".png")]  # the README's screenshots stay out

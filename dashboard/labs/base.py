@@ -49,6 +49,7 @@ from boltzlab.dashboard.labs.comparing import Comparing
 from boltzlab.dashboard.labs.following import Following
 from boltzlab.dashboard.labs.holding import graph_frozen, held  # noqa: F401 - the labs import them from here
 from boltzlab.dashboard.labs.scripting import Scripting
+from boltzlab.dashboard.labs.teaching import LessonTools, Teaching
 from boltzlab.dashboard.labtools import LabTools, Preset, check_setting, parse_setting
 from boltzlab.dashboard.pins import Pins
 from boltzlab.dashboard.runner import Runner, play_or_tell
@@ -126,7 +127,7 @@ class LoadOutcome:
     note: str = ""
 
 
-class Lab(Following, Comparing, Scripting, pn.viewable.Viewer):
+class Lab(Following, Comparing, Scripting, Teaching, pn.viewable.Viewer):
     """One lab page around one :class:`Runner` (one per browser session)."""
 
     key: ClassVar[str] = ""
@@ -207,6 +208,7 @@ class Lab(Following, Comparing, Scripting, pn.viewable.Viewer):
         self.runner.set_speed(self.speeds[self.speed])
         self.tools = LabTools(self)
         self.compare = CompareTools(self)
+        self.lesson_tools = LessonTools(self)  # a lesson's steps and narration (issue 48)
         self._pin_menu()
         self.param.watch(self._on_settings, names)
         self.clear()
@@ -700,7 +702,7 @@ class Lab(Following, Comparing, Scripting, pn.viewable.Viewer):
         records = self.runner.drain()
         now = time.monotonic()
         active = (records or self.runner.playing or self.jobs.running() or self._explaining is not None
-                  or self.busy())
+                  or self.busy() or self.lesson_tools.pending)
         if not active and now - self._last_tick < IDLE_REFRESH_SECONDS:
             return
         self._last_tick = now
@@ -743,6 +745,7 @@ class Lab(Following, Comparing, Scripting, pn.viewable.Viewer):
         self.jobs.poll()
         self.on_tick()
         self._explain()
+        self.lesson_tools.tick()  # a lesson's step clicked: its action once its run is in place
         key = (self.runner.playing, tuple(s.status for s in self.runner.states.values()))
         now = time.monotonic()
         if key != self._status_key or now - self._status_time > STATUS_SECONDS:
@@ -816,6 +819,7 @@ class Lab(Following, Comparing, Scripting, pn.viewable.Viewer):
             self._header.visible = not on
         self.step.visible = not on  # Next step steps and says what changed: one button, one row
         self.tools.set_presenting(on)
+        self.lesson_tools.set_presenting(on)
 
     def header(self) -> pn.viewable.Viewable:
         """One sentence, and a *more* toggle that unfolds the explanation and equations."""
@@ -876,7 +880,8 @@ class Lab(Following, Comparing, Scripting, pn.viewable.Viewer):
     def __panel__(self) -> pn.viewable.Viewable:
         if self._page is None:
             # the controls scroll inside their own column; the stage never moves
-            left = pn.Column(self.tools.preset, self.tools.message.pane, self.controls_panel(),
+            left = pn.Column(self.lesson_tools.panel(),  # presentation mode's lesson box, at the top
+                             self.tools.preset, self.tools.message.pane, self.controls_panel(),
                              self.settings_msg.pane, self.compare.panel(), self.tools.panel(), width=340, scroll=True,
                              styles={"max-height": SIDEBAR_HEIGHT}, css_classes=["lab-controls"])
             # the pin button heads the status line: the transport bar is full at 1280x720
