@@ -77,6 +77,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if tls and args.dask_scheduler is None:
         return _error(f"{', '.join(tls)}: for an external cluster (--dask-scheduler); the local cluster "
                       "makes its own credentials.")
+    if args.lessons is not None:  # a teacher's lessons, all checked now or the server never starts
+        from boltzlab.dashboard.lessons import use_folder
+
+        try:
+            found = use_folder(args.lessons)
+        except ValueError as exc:
+            return _error(f"--lessons: {exc}")
+        if not _serving_for_supervisor():
+            print(f"boltzlab serve: {len(found)} lesson(s) of your own from {args.lessons}", file=sys.stderr)
     if args.prefix:
         auth["prefix"] = args.prefix
         _login_pages_under(args.prefix)
@@ -625,6 +634,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="when nobody has used the server for a few seconds and its memory is more than MB "
                             "above what it was at its start, a fresh server process takes over on the same port "
                             f"(default {RECYCLE_MB:g}; 0: never; only with --num-procs 1)")
+    serve.add_argument("--lessons", metavar="DIR", default=None,
+                       help="add the lesson files (*.yaml) in DIR to the built-in lessons (docs/teaching.md); a bad "
+                            "file stops the start, naming its line")
     serve.set_defaults(func=cmd_serve)
 
     warmup = sub.add_parser(

@@ -1,6 +1,6 @@
 """Lessons (issue 48 item 2): lesson files read and checked (every error names the file, the
-line and the reason), the built-in ones stepped through on their labs, and the page's
-*Lesson ▸* path that never waits."""
+line and the reason), the built-in ones stepped through on their labs, the page's *Lesson ▸*
+path that never waits, and ``boltzlab serve --lessons`` refusing a bad file (exit 2)."""
 
 from __future__ import annotations
 
@@ -270,6 +270,41 @@ def test_a_lesson_step_pauses_a_playing_run(tmp_path, make_lab):
     assert not lab.runner.playing
     ticks_until(lab, lambda: not lab.lesson_tools.pending and lab.runner.wait_idle(0))
     assert lab.lesson_steps_done == 1
+
+
+@pytest.fixture
+def served(monkeypatch):
+    """``boltzlab serve`` in this process: what it passed to ``app.serve`` (not served)."""
+    from boltzlab.dashboard import app, cli, recycling
+
+    calls: list[dict] = []
+    monkeypatch.setattr(app, "serve", lambda **kwargs: calls.append(kwargs))
+    monkeypatch.setenv(recycling.ENV_SOCKETS, "-1")  # as the supervisor's server: no supervisor here
+    added = CATALOGUE.added()
+    yield cli, calls
+    CATALOGUE.add(added)
+
+
+def test_serve_refuses_a_bad_lesson_file_with_exit_2(served, tmp_path, capsys):
+    cli, calls = served
+    write(tmp_path, "a-good.yaml", GOOD)
+    bad = write(tmp_path, "b-bad.yaml", "title: x\nlab: fvbm\nsteps:\n  - narration: a\n    tab: Nowhere\n")
+    assert cli.main(["serve", "--workers", "0", "--lessons", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:5: step 1: the FVBM lab has no tab 'Nowhere'" in err and err.startswith("boltzlab: error: ")
+    assert calls == [] and CATALOGUE.added() == []  # never started, nothing half-loaded
+    assert cli.main(["serve", "--workers", "0", "--lessons", str(tmp_path / "missing")]) == 2
+    assert "not a folder" in capsys.readouterr().err
+
+
+def test_serve_adds_a_teachers_lessons(served, tmp_path, make_lab):
+    cli, calls = served
+    write(tmp_path, "mine.yaml", GOOD)
+    assert cli.main(["serve", "--workers", "0", "--lessons", str(tmp_path)]) == 0 and len(calls) == 1
+    assert [lesson.name for lesson in lessons.for_lab("fvbm")] == ["fvbm-monotone", "mine"]
+    lab = make_lab(FVBMLab)
+    assert "A small lesson" in lab.lesson_tools.choose.options
+    assert lab.lesson("mine").title == "A small lesson"
 
 
 def test_records_of_a_lesson_equal_a_scripts(make_lab, tmp_path):
