@@ -112,7 +112,7 @@ def test_race_with_diverging_gradient_ascent(page: Page, app_url, shot):
     open_lab(page, app_url)
     page.get_by_role("button", name="Senate votes").click()
     page.get_by_role("button", name="Race").click()
-    box = page.get_by_label("Race BSLM, bound, L-BFGS and GA with μ =")
+    box = page.get_by_label("Race: GA steps μ =")
     box.fill("0.5, 50")
     box.press("Enter")
     wait_until(lambda: points(page, "logpl:GA μ=50/log_pl") is not None)
