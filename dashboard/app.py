@@ -804,6 +804,16 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
             STARTUP.start(first=first, when=when, then=then)
         extra = {"num_procs": num_procs} if num_procs != 1 else {}
         kwargs.setdefault("websocket_max_message_size", WEBSOCKET_MAX_BYTES)
+        # a dropped websocket (a Wi-Fi blip) comes back to the same session, still playing
+        # (issue 48): the page reconnects (Panel), the session outlives a 30 s drop, and a
+        # page open all day may still reconnect with its token (see SURVIVES_SECONDS)
+        pn.config.reconnect = True
+        from boltzlab.dashboard.panel_compat import reconnect_with_binary_arrays
+
+        reconnect_with_binary_arrays()  # (BokehJS 3.9.2 drops a reconnect's binary arrays)
+        kwargs.setdefault("unused_session_lifetime_milliseconds", SURVIVES_SECONDS * 1000)
+        kwargs.setdefault("check_unused_sessions_milliseconds", 10_000)
+        kwargs.setdefault("session_token_expiration", TOKEN_SECONDS)
         return pn.serve(applications(admin=bool(kwargs.get("admin"))), port=port, address=address, show=show,
                         websocket_origin=allow_websocket_origin, liveness=True, title=TITLE,
                         **extra, **kwargs)
@@ -860,6 +870,13 @@ def _stop_on_sigterm():
 
     return signal.signal(signal.SIGTERM, on_sigterm)
 
+
+#: a session whose page lost its connection lives this long (Bokeh's default, 15 s, plus its
+#: 17 s check, lost sessions after a drop of 15-32 s): a drop of 30 s must find it
+SURVIVES_SECONDS = 45
+#: how long a page's session token lets it (re)connect (Bokeh's default, 300 s, refused a
+#: reconnect to a page opened more than five minutes before): a school day
+TOKEN_SECONDS = 10 * 3600
 
 # An upload reaches the server base64-encoded in one websocket message: Bokeh's default
 # limit (20 MB) would drop the connection for a 15 MB file, so the session died instead of

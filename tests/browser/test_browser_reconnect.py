@@ -1,0 +1,95 @@
+"""A connection that survives (issue 48 item 3), in Chromium: while the FVBM lab plays, the
+network drops for 8 s (``context.set_offline``); the page reconnects to the same session, says
+so, its counter goes on rising from where it was, and the log-PL curve holds every sweep, 1
+to N, with no gap (the run went on playing in its session meanwhile)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from tests.browser.painting import plots
+from tests.browser.test_layout import ACTION_TIMEOUT_MS
+from tests.waiting import wait_for, wait_until
+
+pytestmark = pytest.mark.browser
+
+# the sweeps the log-PL curve holds (its x values), in the page's own models
+JS_SWEEPS = """() => {
+  for (const doc of Bokeh.documents)
+    for (const m of doc.all_models)
+      if (m.type === 'ColumnDataSource' && (m.name || '').endsWith('/log_pl')) return Array.from(m.data.x || []);
+  return null;
+}"""
+
+
+def sweep(page: Page) -> int:
+    """The counter's sweep ("Sweep 12")."""
+    text = page.locator(".sweep-counter").first.evaluate("e => e.shadowRoot ? e.shadowRoot.textContent : e.textContent")
+    found = re.search(r"Sweep (\d+)", text or "")
+    return int(found.group(1)) if found else 0
+
+
+class Network:
+    """The page's websockets, routed through the test (``page.route_web_socket``) so that a
+    drop cuts them: Chromium's offline emulation (``context.set_offline``) fails new requests
+    but leaves open websockets alone (microsoft/playwright#4910)."""
+
+    def __init__(self, context) -> None:
+        self.context, self.up, self.routes = context, True, []
+
+    def route(self, ws) -> None:
+        if not self.up:  # a reconnect attempt while the network is down fails
+            ws.close(code=4000, reason="network down")
+            return
+        server = ws.connect_to_server()
+        self.routes.append((ws, server))
+
+    def drop(self) -> None:
+        self.up = False
+        self.context.set_offline(True)
+        for ws, server in self.routes:
+            ws.close(code=4000, reason="network down")
+            server.close()
+        self.routes.clear()
+
+    def restore(self) -> None:
+        self.context.set_offline(False)
+        self.up = True
+
+
+def test_a_page_comes_back_to_its_playing_run_after_the_network_drops(browser, app_url):
+    context = browser.new_context(viewport={"width": 1440, "height": 900})
+    context.set_default_timeout(ACTION_TIMEOUT_MS)
+    page = context.new_page()
+    network = Network(context)
+    page.route_web_socket(re.compile(r"/ws(\?|$)"), network.route)
+    try:
+        # gradient ascent with a small step: a run that goes on for hundreds of sweeps, 5 a second
+        page.goto(f"{app_url}/fvbm?fvbm.algorithm=ga&fvbm.mu=0.05&fvbm.tol=1e-08&fvbm.speed=5%20sweeps/s",
+                  timeout=120_000)
+        play = page.get_by_role("button", name="▶ Play")
+        expect(play).to_be_enabled(timeout=120_000)
+        play.click()
+        wait_until(lambda: sweep(page) >= 3, timeout=180)
+        network.drop()
+        before = sweep(page)
+        # the page notices (Panel's notification), and nothing moves while it is cut off
+        expect(page.get_by_text(re.compile("Connection (with server )?(was )?lost|disconnected", re.I)).first
+               ).to_be_visible(timeout=60_000)
+        page.wait_for_timeout(8_000)  # the drop lasts 8 s: this wait is the test's subject, not a sync
+        network.restore()
+        expect(page.locator(".notyf__message").filter(has_text="Connection with server was re-established.")
+               ).to_be_visible(timeout=120_000)
+        # the same session: its run played on, the counter rises from where it was
+        assert wait_for(lambda: sweep(page) > before, timeout=120), (before, sweep(page))
+        now = sweep(page)
+        assert wait_for(lambda: sweep(page) > now, timeout=120), "the run does not play on after the reconnect"
+        xs = page.evaluate(JS_SWEEPS)
+        assert xs, "no log-PL curve"
+        assert xs == list(range(1, len(xs) + 1)), f"a gap in the sweeps drawn: {xs}"
+        assert plots(page)
+    finally:
+        context.close()

@@ -1,0 +1,60 @@
+"""The one door to Panel's and Bokeh's internals (``dashboard/panel_compat.py``): every
+internal name it relies on still exists with the shape it expects (an upgrade that moves one
+fails here, by name), and each patch does what it says."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+from bokeh.document import Document
+from bokeh.models import ColumnDataSource
+
+from boltzlab.dashboard import panel_compat
+
+
+def test_the_names_the_reconnect_patch_relies_on_exist():
+    from bokeh.protocol.messages.pull_doc_reply import PullDoc, pull_doc_reply
+    from bokeh.server import session
+
+    assert callable(session._needs_document_lock)
+    handle = session.ServerSession._handle_pull
+    assert inspect.iscoroutinefunction(handle)  # wrapped by _needs_document_lock
+    assert list(inspect.signature(handle.__wrapped__).parameters) == ["self", "message", "connection"]
+    assert callable(pull_doc_reply.create_header) and "doc" in PullDoc.__annotations__
+    assert "deferred" in inspect.signature(Document.to_json).parameters
+
+
+class _Connection:
+    def __init__(self) -> None:
+        from bokeh.protocol import Protocol
+
+        self.protocol = Protocol()
+
+
+class _Message:
+    header = {"msgid": "1"}
+
+
+def test_a_second_pull_inlines_the_arrays_a_first_keeps_as_buffers():
+    """A reconnecting page's pull (the second of a session) carries no binary buffers: BokehJS
+    3.9.2 drops them when it replaces its document (bokeh/bokeh#15347)."""
+    import asyncio
+
+    from bokeh.server.session import ServerSession
+
+    panel_compat.reconnect_with_binary_arrays()
+    doc = Document()
+    doc.add_root(ColumnDataSource({"x": np.arange(100.0)}))
+
+    async def pulls():
+        session = ServerSession("s", doc, io_loop=None)
+        first = await ServerSession._handle_pull(session, _Message(), _Connection())
+        second = await ServerSession._handle_pull(session, _Message(), _Connection())
+        return first, second
+
+    first, second = asyncio.run(pulls())
+    assert first.buffers  # the page load: binary, as Bokeh sends it
+    assert not second.buffers  # a reconnect: the arrays inline
+    again = Document.from_json(second.content["doc"])  # what a client without buffers reads
+    np.testing.assert_array_equal(again.roots[0].data["x"], np.arange(100.0))
