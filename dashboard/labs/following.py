@@ -17,6 +17,7 @@ from boltzlab.dashboard import sharing
 from boltzlab.dashboard.labs.holding import held
 from boltzlab.dashboard.labtools import setting_text
 from boltzlab.dashboard.views import StatusBadge
+from boltzlab.dashboard.views.text import LiveHTML
 
 FOLLOW_TEXT = ("### Following a live run\n"
                "You see the teacher's run as it trains: the figures, the tab in view and the narration "
@@ -87,7 +88,8 @@ class Following:
         tabs = getattr(self, "stage_tabs", None)
         self._share.publish(records, states=self.runner.states, playing=self.runner.playing,
                             view={"tab": None if tabs is None else self._stage_labels[tabs.active],
-                                  "caption": self.tools.changed.object, "counter": self.counter()})
+                                  "caption": self.tools.changed.object, "counter": self.counter(),
+                                  "lesson": self.lesson_tools.caption.object})
 
     # ------------------------------------------------------------------ the follower's side
     @property
@@ -179,6 +181,9 @@ class Following:
                 tabs.active = index
         if "caption" in view and self.tools.changed.object != view["caption"]:
             self.tools.changed.object = view["caption"]
+        lesson = view.get("lesson") or ""  # the teacher's lesson step (built from escaped parts)
+        if self.follow_lesson.object != lesson:
+            self.follow_lesson.param.update(object=lesson, visible=bool(lesson))
         if share.ended:
             self.follow_status.set("warn", "The teacher ended the share: this is its last state. "
                                            "Make it mine keeps it.")
@@ -216,6 +221,9 @@ class Following:
         self.mine_button = pn.widgets.Button(label="Make it mine", color="primary", width=160)
         self.mine_button.on_click(lambda event: self._on_mine())
         self.follow_status = StatusBadge("", "info", name=f"{self.key}-follow-status")
+        self.follow_lesson = LiveHTML("", visible=False, sizing_mode="stretch_width", name=f"{self.key}-follow-lesson",
+                                      styles={"font-size": "1.1em"})
         self._follow_card = pn.Column(pn.pane.Markdown(FOLLOW_TEXT), self.mine_button, self.follow_status.pane,
+                                      self.follow_lesson,
                                       sizing_mode="stretch_width", css_classes=["follow-card"])
         self._own_controls: list[Any] | None = None

@@ -165,3 +165,17 @@ def test_records_the_teacher_has_not_drawn_yet_reach_a_follower_once(make_lab):
         follower.tick()
     assert drawn(follower, "BSLM", "log_pl") == drawn(teacher, "BSLM", "log_pl")
     assert len(follower.logpl.sources["BSLM/log_pl"].data["x"]) == 1  # drawn once, not twice
+
+
+def test_a_follower_sees_the_teachers_lesson_step(make_lab):
+    teacher = make_lab(FVBMLab)
+    teacher.panel()
+    teacher.lesson("fvbm-monotone")
+    teacher.next_lesson_step()
+    teacher.tick()
+    follower = make_lab(FVBMLab)
+    follower.panel()
+    follower.follow(teacher.share())
+    ticks_until(follower, lambda: teacher.tick() or follower.follow_lesson.visible)  # (an idle teacher: once a second)
+    assert follower.follow_lesson.object == teacher.lesson_tools.caption.object != ""
+    assert follower.follow_lesson in follower._left.objects[0].objects  # in the follower's sidebar card
