@@ -222,6 +222,7 @@ class Following:
         self.mine_button.on_click(lambda event: self._on_mine())
         self.follow_status = StatusBadge("", "info", name=f"{self.key}-follow-status")
         self.follow_lesson = LiveHTML("", visible=False, sizing_mode="stretch_width", name=f"{self.key}-follow-lesson",
+                                      css_classes=[f"{self.key}-follow-lesson"],
                                       styles={"font-size": "1.1em"})
         self._follow_card = pn.Column(pn.pane.Markdown(FOLLOW_TEXT), self.mine_button, self.follow_status.pane,
                                       self.follow_lesson,

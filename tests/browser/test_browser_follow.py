@@ -109,3 +109,43 @@ def test_the_follower_hears_when_the_share_ends(browser, app_url):
     finally:
         if student is not None:
             student.context.close()
+
+
+def test_a_class_follows_a_lesson_stepped_by_the_teacher(browser, app_url):
+    """Issue 48's class: the teacher steps a lesson in presentation mode at 1280×720; one
+    follower sees each step's narration in its sidebar card, and the teacher's figures."""
+    from boltzlab.dashboard import lessons
+    from tests.browser.test_browser_lessons import JS_TEXT
+
+    lesson = next(each for each in lessons.LESSONS if each.name == "fvbm-monotone")
+    teacher = open_page(browser, f"{app_url}/fvbm?present=1", "1280x720-present")
+    student = None
+    try:
+        choice = teacher.locator(".fvbm-lesson-choice select")
+        expect(choice).to_be_visible(timeout=120_000)
+        choice.select_option(label=lesson.title)
+        teacher.get_by_role("button", name="Share live").click()
+        link = teacher.locator("div").filter(has_text=re.compile(r"\?follow=[\w-]{16}$")).last
+        expect(link).to_be_visible(timeout=60_000)
+        url = re.search(r"\S+\?follow=[\w-]{16}", link.inner_text()).group(0)
+        teacher.get_by_role("button", name="×").click()
+        expect(teacher.locator("#pn-Modal")).to_be_hidden(timeout=60_000)
+        student = open_page(browser, url)
+        expect(student.get_by_role("button", name="Make it mine")).to_be_visible(timeout=120_000)
+        step = teacher.get_by_role("button", name="Lesson ▸")
+        for number in (1, 2):
+            step.click()
+            said = wait_for(lambda: (text := teacher.evaluate(JS_TEXT, "lesson-caption") or "")
+                            and f"step {number} of {len(lesson)}" in text and text, timeout=180)
+            assert said, f"the teacher's step {number} never shown"
+            seen = wait_for(lambda: f"step {number} of {len(lesson)}" in (student.evaluate(JS_TEXT, "fvbm-follow-lesson")
+                                                                       or ""), timeout=120)
+            assert seen, f"the follower never saw step {number}: {student.evaluate(JS_TEXT, 'fvbm-follow-lesson')!r}"
+        # step 2 plays 30 sweeps: the follower's counter gets there with the teacher's
+        assert wait_for(lambda: "Sweep 30" in counter(student), timeout=300), counter(student)
+        check_first_screen(student, 1440, 900, "a follower during a lesson")
+        screenshot(student, "test-artifacts/follow-lesson-student.png", "a follower during a lesson")
+    finally:
+        teacher.context.close()
+        if student is not None:
+            student.context.close()
