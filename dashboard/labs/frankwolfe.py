@@ -285,9 +285,10 @@ class FrankWolfeLab(Lab):
     # ------------------------------------------------------------------ views
     def build_views(self) -> None:
         # short titles and labels: the two curves share the width beside the controls (at 1280x720
-        # presentation mode's 'this step' entry made a 4-column legend and the longer label overrun it)
+        # presentation mode's 'this step' entry made a 4-column legend and the longer label overrun it;
+        # with two rows of pins under the plot "log-lik. per digit (nats)" ran 6 px over its top)
         self.ll_curve = LiveCurve("Log-likelihood vs. units (Fig. 1)", "Frank-Wolfe iteration t",
-                                  "log-lik. per digit (nats)", y2_label="units (dashed)",
+                                  "log-lik./digit (nats)", y2_label="units (dashed)",
                                   name="fw-ll", height=340, legend_cols=3)
         for key, text, color in (("train", "train", "#1f77b4"), ("valid", "validation", "#ff7f0e"),
                                  ("test", "test", "#2ca02c")):
