@@ -13,6 +13,7 @@ import pytest
 from boltzlab.dashboard.labs import BoundLab, FrankWolfeLab, FVBMLab, TAPLab
 from boltzlab.dashboard.labtools import read_checkpoint, write_checkpoint
 from boltzlab.dashboard.pins import MAX_PINS, settings_difference
+from tests.waiting import wait_until
 
 FVBM_SMALL = {"d": 6, "n": 500, "init": "random", "init_seed": 3}
 
@@ -185,3 +186,40 @@ def test_a_pinned_line_of_one_point_is_drawn_as_a_marker(make_lab):
     fvbm.pin()
     layer = fvbm.logpl.pin_layer
     assert layer.labels == ["pin 1: same"] and layer.markers[0].visible and len(layer.points[0].data["x"]) == 1
+
+
+#: per lab, small settings whose runs play for a while
+PLAYING = [(FVBMLab, FVBM_SMALL), (TAPLab, dict(data="digits", n_hidden=8, K=10)),
+           (FrankWolfeLab, dict(data="digits", samples=100, max_hidden=40)), (BoundLab, dict(problem="fvbm", race_seed=1))]
+
+
+@pytest.mark.parametrize("cls,settings", PLAYING, ids=[c.__name__ for c, _ in PLAYING])
+def test_four_pins_cost_nothing_per_tick_while_playing(make_lab, cls, settings):
+    """Issue 47 item 7: a pinned run is drawn once; while the live run plays, no tick changes
+    any pin layer's sources (no data set, stream or patch: nothing to send)."""
+    lab = make_lab(cls, **settings)
+    lab.run(steps=2)
+    for _ in range(MAX_PINS):
+        lab.pin()
+        lab.run(steps=1)  # (and the analyses that step started, done)
+    layers = lab.pin_layers()
+    assert max(len(layer.labels) for layer in layers.values()) == MAX_PINS
+    changed: list[str] = []
+    for layer in layers.values():
+        for source in (*layer.sources, *layer.points):
+            source.on_change("data", lambda attr, old, new, name=source.name: changed.append(name))
+    steps = lambda: sum(lab.runner.history.counts.values())  # noqa: E731
+    ticks = 0
+    lab.runner.play()
+    try:
+        while ticks < 5 and lab.runner.playing:
+            seen = steps()
+            wait_until(lambda: steps() > seen or not lab.runner.playing)
+            lab.tick()
+            ticks += 1
+    finally:
+        lab.runner.pause()
+    lab.runner.wait_idle()
+    lab.tick()  # the Records of the last step
+    assert ticks >= 1 and steps() > 2 + MAX_PINS
+    assert changed == [], changed

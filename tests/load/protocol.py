@@ -2,7 +2,7 @@
 
     python -m tests.load.protocol --lab TAP --sessions 16 --seconds 60 [--port P] [--json out.json]
                                   [--workers W] [--new-pages K] [--step-probes K] [--root-every S]
-                                  [--liveness-every S] [--settle S] [--no-warmup] [--log FILE]
+                                  [--liveness-every S] [--settle S] [--no-warmup] [--log FILE] [--pins K]
     python -m tests.load.protocol --table a.json b.json ...   # the Markdown table of saved reports
 
 A simulated user is one Bokeh client session on the websocket, driven as a browser drives it
@@ -26,6 +26,11 @@ What a simulated user does (what a browser's Bokeh client does, minus the drawin
    button's ``on_click`` (the same message ``bokeh.document.callbacks.send_event`` builds).
    The buttons are found in the mirror by label (``▶ Play``, ``❚❚ Pause``, ``Step``,
    ``↺ Reset``); "usable" and "playing" are read from their ``disabled``.
+5. ``--pins K``: once playing, presses ``📌 Pin`` K times as a click on the split button's
+   main part does (the same ``button_click`` event, sent to the Bokeh ``Dropdown`` that Panel's
+   ``MenuButton`` is; Panel's ``MenuButton`` hears it as a click of its label, which the lab
+   takes as "pin"), each once the main plot has new points since the last, and waits for
+   each pin to be drawn (a pin layer's source of that slot, ``pin-<slot>``, got data).
 
 The mirror, not a ``bokeh.document.Document``: loading a TAP page's 730 models into Bokeh's
 Python classes took 2.5-4.5 s of this process's CPU per session (property defaults and
@@ -46,7 +51,8 @@ warms up with one user that opens the lab, plays until its first plot update and
 leaves, waits until the server has discarded that session and RSS is stable (the
 **baseline**), then opens N users at once;
 each presses ▶ Play (and ↺ Reset + ▶ Play when its run finishes by itself, ``restarts``).
-Once all play, the **load window** of ``--seconds`` starts, with:
+Once all play (and, with ``--pins K``, each has pinned K runs), the **load window** of
+``--seconds`` starts, with:
 
 * ``liveness_ms`` / ``root_ms``: ``GET /liveness`` every 0.5 s and ``GET /`` every 5 s by a
   plain HTTP client in threads (loadtest's ``HttpProbe``: one request in flight per path, a
@@ -98,7 +104,7 @@ BUTTON_TIMEOUT_S = 60.0  # a pressed button's effect (Pause enabled after Play, 
 STEP_TIMEOUT_S = 30.0  # a Step whose plot patch has not come by then is missed
 QUIET_S = 1.0  # before a timed Step the plot has not changed for this long
 MAX_MESSAGE_BYTES = 100 * 2**20
-PLAY, PAUSE, STEP, RESET = "▶ Play", "❚❚ Pause", "Step", "↺ Reset"
+PLAY, PAUSE, STEP, RESET, PIN = "▶ Play", "❚❚ Pause", "Step", "↺ Reset", "📌 Pin"
 DATA_EVENTS = ("ColumnsStreamed", "ColumnsPatched", "ColumnDataChanged")
 #: the sources a Step is timed to (name prefix; default: every line of loadtest's ``Lab.plot``).
 #: TAP: the log-likelihood line, which the step's own Record draws; the solution counts on the
@@ -178,9 +184,14 @@ class Mirror:
         entry = self.models.get(model_id)
         return default if entry is None else entry["attributes"].get(attr, default)
 
-    def sources_named(self, prefix: str) -> set[str]:
+    def sources_named(self, prefix: str, exact: bool = False) -> set[str]:
         return {i for i, m in self.models.items() if m["name"] == "ColumnDataSource"
-                and isinstance(m["attributes"].get("name"), str) and m["attributes"]["name"].startswith(prefix)}
+                and isinstance(m["attributes"].get("name"), str) and
+                (m["attributes"]["name"] == prefix if exact else m["attributes"]["name"].startswith(prefix))}
+
+    def changes(self, ids: set[str]) -> int:
+        """Data changes of the sources ``ids`` so far."""
+        return sum(self.data_changes.get(i, 0) for i in ids)
 
 
 class ProtocolError(RuntimeError):
@@ -345,9 +356,10 @@ class User:
                 self._reader.cancel()
 
     # ---------------------------------------------------------------- the page's buttons
-    def button(self, label: str) -> str | None:
-        """The newest button labelled ``label`` (see :meth:`Mirror.find`)."""
-        ids = self.mirror.find("Button", label=label)
+    def button(self, label: str, kind: str = "Button") -> str | None:
+        """The newest button (``kind``: a Bokeh ``Button`` or ``Dropdown``) labelled ``label``
+        (see :meth:`Mirror.find`)."""
+        ids = self.mirror.find(kind, label=label)
         return ids[-1] if ids else None
 
     def enabled(self, label: str) -> bool:
@@ -366,9 +378,9 @@ class User:
                             {"events": [{"kind": "MessageSent", "msg_type": "bokeh_event", "msg_data": event}]})
         await message.send(self._wrapper)
 
-    async def click(self, label: str) -> float:
+    async def click(self, label: str, kind: str = "Button") -> float:
         """Press the button labelled ``label``; returns the perf_counter the click was sent at."""
-        model = self.button(label)
+        model = self.button(label, kind)
         if model is None:
             raise ProtocolError(f"no {label} button")
         at = time.perf_counter()
@@ -380,6 +392,25 @@ class User:
         await self.click(PLAY)
         if not await self.wait_for(lambda: self.playing, BUTTON_TIMEOUT_S):
             raise ProtocolError(f"{PAUSE} not enabled {BUTTON_TIMEOUT_S:.0f} s after {PLAY}")
+
+    async def pin(self, count: int) -> None:
+        """Press 📌 Pin ``count`` times (see the module's doc, 5.), each once the main plot has
+        new points since the last, and wait until each pin is drawn."""
+        for slot in range(count):
+            before = self.plot_changes
+            if not await self.wait_for(lambda: self.plot_changes > before, self.page_timeout):
+                raise ProtocolError(f"no new points to pin (pin {slot + 1})")
+            sources = self.mirror.sources_named(f"pin-{slot}", exact=True)
+            if not sources:
+                raise ProtocolError(f"no pin layer in the page (no source named pin-{slot})")
+            drawn = self.mirror.changes(sources)
+            await self.click(PIN, "Dropdown")
+            if not await self.wait_for(lambda: self.mirror.changes(sources) > drawn, BUTTON_TIMEOUT_S):
+                raise ProtocolError(f"pin {slot + 1} not drawn {BUTTON_TIMEOUT_S:.0f} s after {PIN}")
+
+    def pin_changes(self) -> int:
+        """Data changes of the pin layers' sources so far (a pinned run is drawn once)."""
+        return self.mirror.changes(self.mirror.sources_named("pin-"))
 
 
 # ---------------------------------------------------------------------- the simulated users
@@ -408,18 +439,24 @@ def _error_text(exc: BaseException) -> str:
 
 
 async def run_user(index: int, base_url: str, path: str, plot: str, window: Window,
-                   handle: list | None = None) -> dict:
-    """Open, press ▶ Play, keep playing (Reset + Play when the run finishes) until the window
-    is over, close.  (``handle``: the User is appended to it, for the warm-up.)"""
+                   handle: list | None = None, pins: int = 0) -> dict:
+    """Open, press ▶ Play, pin ``pins`` runs, keep playing (Reset + Play when the run finishes)
+    until the window is over, close.  (``handle``: the User is appended to it, for the warm-up.)
+    ``pin_data_changes``: data changes of the pin layers' sources after the pins were drawn
+    (issue 47: a pinned run is drawn once; a Reset draws the pins again)."""
     user = User(base_url, path, plot)
     if handle is not None:
         handle.append(user)
     rec: dict = {"user": index, "served": False, "errors": [], "restarts": 0, "open": None,
-                 "updates": 0, "plot_updates": 0, "patches": 0, "played_seconds": None, "updates_per_second": 0.0}
+                 "updates": 0, "plot_updates": 0, "patches": 0, "played_seconds": None, "updates_per_second": 0.0,
+                 "pins": pins, "pin_data_changes": None}
     started = False
     try:
         rec["open"] = await user.open()
         await user.play()
+        if pins:
+            await user.pin(pins)
+        pinned = user.pin_changes()
         start = time.perf_counter()
         first = user.updates
         window.started()
@@ -439,6 +476,7 @@ async def run_user(index: int, base_url: str, path: str, plot: str, window: Wind
                 pass
         played = time.perf_counter() - start
         rec.update({"played_seconds": round(played, 1), "updates": user.updates - first,
+                    "pin_data_changes": user.pin_changes() - pinned,
                     "updates_per_second": round((user.updates - first) / played, 2),
                     "plot_updates": user.plot_changes, "patches": user.patches})
         rec["served"] = rec["updates"] > 0
@@ -545,7 +583,7 @@ async def run(sessions: int = 16, seconds: float = 60.0, lab: str = "TAP", port:
               path: str | None = None, workers: int | None = None, warmup: bool = True, settle: float = 90.0,
               log_path: Path | None = None, liveness_every: float = 0.5, root_every: float = 5.0,
               step_probes: int = 5, new_pages: int = 3, sample_every: float = 5.0,
-              page_timeout: float = PAGE_TIMEOUT_S) -> dict:
+              page_timeout: float = PAGE_TIMEOUT_S, pins: int = 0) -> dict:
     """Run it (see the module's doc); returns the report."""
     if lab not in PATHS:
         raise ValueError(f"The 'lab' parameter must be one of {sorted(PATHS)}. Got {lab!r}.")
@@ -562,6 +600,7 @@ async def run(sessions: int = 16, seconds: float = 60.0, lab: str = "TAP", port:
         "lab": lab, "sessions": sessions, "seconds": seconds, "path": path, "workers": workers, "warmup": warmup,
         "settle_limit": settle, "liveness_every": liveness_every, "root_every": root_every,
         "step_probes": step_probes, "new_pages": new_pages, "hold_limit": HOLD_LIMIT, "page_timeout": page_timeout,
+        "pins": pins,
         "server_command": " ".join(server.command[1:]), "url": server.url, "cpus": os.cpu_count(),
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}, "sessions_requested": sessions}
     errors: list[str] = []
@@ -604,7 +643,8 @@ async def run(sessions: int = 16, seconds: float = 60.0, lab: str = "TAP", port:
         t = time.monotonic()
         window = Window(sessions)
         measuring = asyncio.create_task(_probes(server, path, plot, window, seconds, every, step_probes, new_pages))
-        users = await asyncio.gather(*(run_user(i, server.url, path, plot, window) for i in range(sessions)))
+        users = await asyncio.gather(*(run_user(i, server.url, path, plot, window, pins=pins)
+                                       for i in range(sessions)))
         measured = await measuring
         durations["sessions"] = round(time.monotonic() - t, 1)
         stop.set()
@@ -649,6 +689,8 @@ async def run(sessions: int = 16, seconds: float = 60.0, lab: str = "TAP", port:
         "user_open_seconds": _spread([r["open"]["usable"] for r in users if r["open"]]),
         "updates_per_second": _spread([r["updates_per_second"] for r in users if r["served"]]),
         "restarts": sum(r["restarts"] for r in users),
+        # after each user's pins were drawn, while it played (0 unless a Reset drew them again)
+        "pin_data_changes": sum(r["pin_data_changes"] or 0 for r in users),
         "rss_mb": {"idle": idle["rss_mb"], "baseline": base["rss_mb"], "peak": peak, "at_close": closed["rss_mb"],
                    "after": after["rss_mb"], "after_minus_baseline": round(after["rss_mb"] - base["rss_mb"], 1),
                    "server_baseline": base["server_rss_mb"],
@@ -709,7 +751,8 @@ def table_row(report: dict) -> str:
     step_text = f"{_num(step['median'])} / {_num(step['p95'])} ({step['n']}" + (
         f", {step['missed']} missed)" if step["missed"] else ")")
     fails = live["failures"] + root["failures"]
-    return (f"| {c['lab']} {c['sessions']} × {c['seconds']:g} s | {report['sessions_served']}/{c['sessions']} "
+    pins = f", {c['pins']} pins each" if c.get("pins") else ""
+    return (f"| {c['lab']} {c['sessions']} × {c['seconds']:g} s{pins} | {report['sessions_served']}/{c['sessions']} "
             f"| {_num(live['median'], 1)} / {_num(live['p95'], 1)}" + (f" ({fails} failed)" if fails else "") +
             f" | {_num(root['median'])} / {_num(root['p95'])} | {step_text} "
             f"| {_num(page.get('median'), 1)} / {_num(page.get('max'), 1)} ({page['n']}) "
@@ -749,6 +792,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="new pages timed during the window besides the Step probe's (default 3)")
     parser.add_argument("--page-timeout", type=float, default=PAGE_TIMEOUT_S,
                         help=f"seconds a page may take to be usable (default {PAGE_TIMEOUT_S:.0f})")
+    parser.add_argument("--pins", type=int, default=0,
+                        help="each user pins this many runs (📌 Pin, as a click) once playing, before the "
+                             "window (default 0; at most 4 are kept)")
     parser.add_argument("--table", type=Path, nargs="+", default=None, metavar="REPORT",
                         help="print the Markdown table of these saved JSON reports and exit")
     args = parser.parse_args(argv)
@@ -756,12 +802,13 @@ def main(argv: list[str] | None = None) -> int:
         print(table([json.loads(p.read_text()) for p in args.table]))
         return 0
     if (args.sessions < 1 or args.seconds <= 0 or args.settle < 0 or args.step_probes < 1 or args.new_pages < 0
-            or args.liveness_every <= 0 or args.root_every <= 0 or args.page_timeout <= 0 or (args.workers is not None and args.workers < 0)):
+            or args.liveness_every <= 0 or args.root_every <= 0 or args.page_timeout <= 0 or (args.workers is not None and args.workers < 0)
+            or not 0 <= args.pins <= 4):
         parser.error("--sessions, --step-probes >= 1; --seconds, --liveness-every, --root-every > 0; "
-                     "--settle, --new-pages, --workers >= 0")
+                     "--settle, --new-pages, --workers >= 0; --pins 0 to 4")
     report = asyncio.run(run(args.sessions, args.seconds, args.lab, args.port, args.path, args.workers,
                              args.warmup, args.settle, args.log, args.liveness_every, args.root_every,
-                             args.step_probes, args.new_pages, page_timeout=args.page_timeout))
+                             args.step_probes, args.new_pages, page_timeout=args.page_timeout, pins=args.pins))
     text = json.dumps(report, indent=1)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
