@@ -590,6 +590,8 @@ class BoundLab(Lab):
                     line_width=3)
         self.newest[key] = newest
         _legend_below(fig, ncols=3, pad=4).click_policy = "hide"
+        # a decade per tick overlapped on a projector once the pins' legend rows shortened the plot
+        fig.yaxis[0].ticker.desired_num_ticks = 4
         x_tip = ("iteration", "@x{0}") if key == "by-iteration" else ("seconds", "@x{0.000}")
         fig.add_tools(HoverTool(renderers=lines, tooltips=[("method", "$name"), x_tip, ("J − J*", "@y{0.000e}")]))
         hint = Label(x=10, y=10, x_units="screen", y_units="screen", text=PLAY_HINT, text_color="#777",
@@ -601,9 +603,16 @@ class BoundLab(Lab):
     def main_view(self) -> pn.viewable.Viewable:
         return pn.pane.Bokeh(self.by_iteration, sizing_mode="stretch_width")
 
+    def set_presenting(self, on: bool) -> None:
+        super().set_presenting(on)
+        # on a projector the race's note gives its two lines to the plots (whose legends grow
+        # two rows with four pins); the caption narrates each step instead
+        self.race_note.visible = not on
+
     def stage(self) -> dict[str, pn.viewable.Viewable]:
-        race = pn.Column(pn.pane.Markdown(RACE_NOTE, sizing_mode="stretch_width", margin=(0, 10),
-                                          styles={"font-size": "0.85em"}),
+        self.race_note = pn.pane.Markdown(RACE_NOTE, sizing_mode="stretch_width", margin=(0, 10),
+                                          styles={"font-size": "0.85em"})
+        race = pn.Column(self.race_note,
                          pn.Row(self.main_view(), pn.pane.Bokeh(self.step_fig, sizing_mode="stretch_width"),
                                 sizing_mode="stretch_width"), sizing_mode="stretch_width")
         # the per-second race and the live table on tabs of their own: under the table the plot
