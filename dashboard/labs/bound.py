@@ -56,7 +56,8 @@ RACE_SPEEDS = {"10 steps/s": 10.0, "30 steps/s": 30.0, "as fast as possible": No
 TIGHTNESS_SETTINGS = frozenset({"model", "scale", "plane_seed", "radius", "s_tilde", "r_tilde", "extra",
                                 "taylor"})
 PLAY_HINT = "Press ▶ Play to start the race"
-REFERENCE_HINT = "Computing the reference optimum J*… (the curves appear when it is known)"
+# short: it must fit the half-width race plot at 1280x720 (a busy server computes J* for a while)
+REFERENCE_HINT = "Computing J*… (the curves follow)"
 
 INTRO = """
 For a log-linear model p(y | θ) = h(y) exp(θᵀf(y)) / Z(θ) over a finite Ω, **Algorithm 1**
