@@ -35,6 +35,20 @@ def open_page(browser, url: str, size: str = "1440x900") -> Page:
     return page
 
 
+def share_live(teacher: Page, shot: str | None = None) -> str:
+    """Switch the teacher's Share live on; the link its panel shows in large type (the panel
+    then closed, as a teacher closes it)."""
+    teacher.get_by_role("button", name="Share live").click()
+    link = teacher.locator("div").filter(has_text=re.compile(r"\?follow=[\w-]{16}$")).last
+    expect(link).to_be_visible(timeout=60_000)
+    url = re.search(r"\S+\?follow=[\w-]{16}", link.inner_text()).group(0)
+    if shot:
+        screenshot(teacher, shot, "the teacher's link")
+    teacher.get_by_role("button", name="×").click()
+    expect(teacher.locator("#pn-Modal")).to_be_hidden(timeout=60_000)
+    return url
+
+
 def test_a_student_follows_the_teachers_run_and_makes_it_theirs(browser, app_url):
     teacher = open_page(browser, f"{app_url}/fvbm")
     student = None
@@ -43,13 +57,7 @@ def test_a_student_follows_the_teachers_run_and_makes_it_theirs(browser, app_url
         expect(step).to_be_enabled(timeout=120_000)
         step.click()
         wait_until(lambda: rows(teacher) > 0, timeout=180)
-        teacher.get_by_role("button", name="Share live").click()
-        link = teacher.locator("div").filter(has_text=re.compile(r"\?follow=[\w-]{16}$")).last
-        expect(link).to_be_visible(timeout=60_000)
-        url = re.search(r"\S+\?follow=[\w-]{16}", link.inner_text()).group(0)
-        screenshot(teacher, "test-artifacts/follow-teacher-link.png", "the teacher's link")
-        teacher.get_by_role("button", name="×").click()  # the modal closed
-        expect(teacher.locator("#pn-Modal")).to_be_hidden(timeout=60_000)
+        url = share_live(teacher, "test-artifacts/follow-teacher-link.png")
         student = open_page(browser, url)
         expect(student.get_by_role("button", name="Make it mine")).to_be_visible(timeout=120_000)
         # read-only: no Play of its own
@@ -94,12 +102,7 @@ def test_the_follower_hears_when_the_share_ends(browser, app_url):
         step = teacher.get_by_role("button", name="Step", exact=True)
         expect(step).to_be_enabled(timeout=120_000)
         step.click()
-        teacher.get_by_role("button", name="Share live").click()
-        link = teacher.locator("div").filter(has_text=re.compile(r"\?follow=[\w-]{16}$")).last
-        expect(link).to_be_visible(timeout=60_000)
-        url = re.search(r"\S+\?follow=[\w-]{16}", link.inner_text()).group(0)
-        teacher.get_by_role("button", name="×").click()  # the modal closed
-        expect(teacher.locator("#pn-Modal")).to_be_hidden(timeout=60_000)
+        url = share_live(teacher)
         student = open_page(browser, url)
         expect(student.get_by_role("button", name="Make it mine")).to_be_visible(timeout=120_000)
         teacher.context.close()  # the teacher's tab goes
@@ -124,13 +127,7 @@ def test_a_class_follows_a_lesson_stepped_by_the_teacher(browser, app_url):
         choice = teacher.locator(".fvbm-lesson-choice select")
         expect(choice).to_be_visible(timeout=120_000)
         choice.select_option(label=lesson.title)
-        teacher.get_by_role("button", name="Share live").click()
-        link = teacher.locator("div").filter(has_text=re.compile(r"\?follow=[\w-]{16}$")).last
-        expect(link).to_be_visible(timeout=60_000)
-        url = re.search(r"\S+\?follow=[\w-]{16}", link.inner_text()).group(0)
-        teacher.get_by_role("button", name="×").click()
-        expect(teacher.locator("#pn-Modal")).to_be_hidden(timeout=60_000)
-        student = open_page(browser, url)
+        student = open_page(browser, share_live(teacher))
         expect(student.get_by_role("button", name="Make it mine")).to_be_visible(timeout=120_000)
         step = teacher.get_by_role("button", name="Lesson ▸")
         for number in (1, 2):

@@ -30,6 +30,16 @@ def drawn(lab, run, key):
     return [row[key] for row in lab.runner.history.rows.get(run, []) if key in row]
 
 
+def teacher_and_follower(make_lab):
+    """A teacher's FVBM lab two steps into its run, shared, and a page that follows it."""
+    teacher = make_lab(FVBMLab, **SMALL)
+    teacher.run(steps=2)
+    follower = make_lab(FVBMLab, **SMALL)
+    follower.panel()
+    follower.follow(teacher.share())
+    return teacher, follower
+
+
 def test_a_code_is_long_random_and_a_bad_one_is_refused(make_lab):
     teacher = make_lab(FVBMLab, **SMALL)
     code = teacher.share()
@@ -91,11 +101,7 @@ def dask_like_jobs(monkeypatch):
 
 
 def test_make_it_mine_forks_the_run_which_trains_on_as_the_teachers(make_lab, dask_like_jobs):
-    teacher = make_lab(FVBMLab, **SMALL)
-    teacher.run(steps=2)
-    follower = make_lab(FVBMLab, **SMALL)
-    follower.panel()
-    follower.follow(teacher.share())
+    teacher, follower = teacher_and_follower(make_lab)
     follower.make_mine()
     assert follower.jobs.wait()
     assert follower.following is None and teacher.followers == 0
@@ -107,11 +113,7 @@ def test_make_it_mine_forks_the_run_which_trains_on_as_the_teachers(make_lab, da
 
 
 def test_after_the_share_ends_the_follower_keeps_the_last_state_to_fork(make_lab):
-    teacher = make_lab(FVBMLab, **SMALL)
-    teacher.run(steps=2)
-    follower = make_lab(FVBMLab, **SMALL)
-    follower.panel()
-    follower.follow(teacher.share())
+    teacher, follower = teacher_and_follower(make_lab)
     teacher.unshare()
     ticks_until(follower, lambda: "ended the share" in follower.follow_status.text)
     follower.make_mine()
