@@ -579,7 +579,7 @@ class TAPLab(Lab):
 
     def on_stage_shown(self, label: str) -> None:
         if label in (FIELDS_TAB, SAMPLES_TAB, ISOMAP_TAB):
-            self._fields_time = -math.inf  # drawn at the next tick
+            self._fields_time = -math.inf  # drawn at the next tick (a follower's Isomap fitted then)
 
     def busy(self) -> bool:
         return self._embedding_dirty or self._fields_stale or self._solutions_stale
@@ -609,9 +609,13 @@ class TAPLab(Lab):
     def _submit_embedding(self) -> None:
         """Start the Isomap jobs of Figs. 6-7 for the newest snapshots: at once when paused,
         every EMBED_SECONDS while training (each fit takes seconds and shares the cores
-        with training), never two fits of Fig. 6 at a time."""
+        with training), never two fits of Fig. 6 at a time.  A page that follows a shared run
+        fits only while its Isomap tab is in view (a class of followers would each fit the same
+        snapshots; the teacher's page fits as any page does)."""
         if not self._embedding_dirty or self.jobs.running("isomap"):
             return
+        if self._following is not None and not self.in_view(ISOMAP_TAB):
+            return  # still dirty: fitted when the tab comes into view
         snaps = self.history.snapshots
         if not snaps:
             self._embedding_dirty = False

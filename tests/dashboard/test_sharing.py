@@ -181,3 +181,28 @@ def test_a_follower_sees_the_teachers_lesson_step(make_lab):
     ticks_until(follower, lambda: teacher.tick() or follower.follow_lesson.visible)  # (an idle teacher: once a second)
     assert follower.follow_lesson.object == teacher.lesson_tools.caption.object != ""
     assert follower.follow_lesson in follower._left.objects[0].objects  # in the follower's sidebar card
+
+
+def test_a_tap_follower_fits_the_isomap_only_while_its_tab_is_in_view(make_lab):
+    teacher = make_lab(TAPLab, data="digits", n_hidden=16)
+    teacher.run(steps=2)
+    follower = make_lab(TAPLab, data="digits", n_hidden=16)
+    follower.panel()
+    follower.follow(teacher.share())
+    follower.jobs.wait()
+    assert follower._embedding_dirty and not follower.jobs.running("isomap")  # the first tab: no fit
+    follower.stage_tabs.active = follower._stage_labels.index("Isomap")
+    follower.tick()
+    assert follower.jobs.running("isomap") or not follower._embedding_dirty
+
+
+def test_a_run_on_a_built_in_data_set_of_an_image_lab_is_shared(make_lab):
+    """TAP (and Frank-Wolfe) report the identity of a built-in data set too (for
+    checkpoints): such a run is shared; only a run on an upload is refused."""
+    teacher = make_lab(TAPLab, data="digits")
+    assert teacher.data_identity() is not None
+    code = teacher.share()
+    follower = make_lab(TAPLab, data="digits")
+    follower.follow(code)
+    assert follower.following == code and teacher.followers == 1
+    teacher.unshare()
