@@ -50,7 +50,7 @@ class Following:
         owner = f"{type(self).__name__}.share"
         if self._following is not None:
             raise ValueError(f"{owner}: this page follows a shared run; press Make it mine first.")
-        if self.data_identity() is not None:
+        if self._trains_on_upload():
             raise ValueError(f"{owner}: the run trains on uploaded data, which followers have not got; "
                              "share a run on one of the lab's data sets.")
         if self._share is None:
@@ -58,6 +58,16 @@ class Following:
             self._share_restart()
             self._share.set_pins(list(self._pins))
         return self._share.code
+
+    def _trains_on_upload(self) -> bool:
+        """The run trains on a user's upload, which followers have not got.  (TAP and
+        Frank-Wolfe report the identity of a built-in data set too, for checkpoints: those
+        are shared, the followers load the same set from the settings.)"""
+        if self.data_identity() is None:
+            return False
+        uploads = getattr(self, "uploads", None)
+        images = getattr(uploads, "run_images", None)
+        return images is None or getattr(images, "origin", None) == "user upload"
 
     def unshare(self) -> None:
         """End the live share: followers are told and keep the last state, to fork."""
