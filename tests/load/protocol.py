@@ -3,6 +3,7 @@
     python -m tests.load.protocol --lab TAP --sessions 16 --seconds 60 [--port P] [--json out.json]
                                   [--workers W] [--new-pages K] [--step-probes K] [--root-every S]
                                   [--liveness-every S] [--settle S] [--no-warmup] [--log FILE] [--pins K]
+    python -m tests.load.protocol --lab TAP --followers 24 --seconds 60   # a teacher shares, 24 follow
     python -m tests.load.protocol --table a.json b.json ...   # the Markdown table of saved reports
 
 A simulated user is one Bokeh client session on the websocket, driven as a browser drives it
@@ -31,6 +32,17 @@ What a simulated user does (what a browser's Bokeh client does, minus the drawin
    ``MenuButton`` is; Panel's ``MenuButton`` hears it as a click of its label, which the lab
    takes as "pin"), each once the main plot has new points since the last, and waits for
    each pin to be drawn (a pin layer's source of that slot, ``pin-<slot>``, got data).
+6. ``--followers N`` (issue 48 item 4): the first user is a *teacher*: once its page is usable
+   it switches the header's "Share live" on as a browser does, a ``PATCH-DOC`` with one
+   ``ModelChanged`` event on the Bokeh ``Toggle``'s ``active`` (``{"kind": "ModelChanged",
+   "model": {"id": ...}, "attr": "active", "new": true}``, the JSON of Bokeh's
+   ``ModelChangedEvent.to_serializable``, which the server applies with
+   ``Document.apply_json_patch`` and Panel hears as the widget's ``value``), reads the code from
+   the link the page then shows (an HTML model's ``text`` with ``follow=<16 URL-safe chars>``)
+   and presses ▶ Play (Reset + Play when the run ends, as the others).  Then N *followers*
+   open ``/<lab>?follow=<code>`` and never press anything; a follower's page is usable once
+   its lab follows (the follow card, css class ``follow-card``, is in the page: its ▶ Play stays
+   disabled).  Without ``--sessions`` the teacher is the only user who plays.
 
 The mirror, not a ``bokeh.document.Document``: loading a TAP page's 730 models into Bokeh's
 Python classes took 2.5-4.5 s of this process's CPU per session (property defaults and
@@ -42,6 +54,8 @@ sets changed attributes and counts data changes (``ColumnsStreamed``, ``ColumnsP
 kept as received, never decoded.  What a browser does that this does not: fetch the static
 JS/CSS (cached after the first page), lay out and paint, and send back what BokehJS
 computes (ranges, sizes); so these numbers are the server's capacity, not a person's view.
+Each user also keeps the texts of its lab's counter (the HTML model with css class
+``sweep-counter``: "Epoch 0.46", "Sweep 12") with the time each new text arrived.
 
 What the run does
 -----------------
@@ -81,12 +95,27 @@ websocket the server closed, and ERROR lines / tracebacks in the server log (loa
 Step -> patch median <= 1 s, a new page <= 3 s (the slowest), no errors, RSS after within
 50 MB of the baseline), each with its value and whether it was met (they are set for 16 TAP
 users; the tool reports them for every run).  Percentiles: nearest-rank p95, as loadtest.
+
+With ``--followers N`` the window starts once the teacher plays and every follower's page is
+usable, and the report's ``followers`` adds:
+
+* ``lag_ms``: for each counter text the teacher's mirror received in the window (up to
+  ``LAG_GRACE_S`` before its end), the delay until each follower's mirror received the same
+  text, or a later one of the same run (a follower that drew two of the teacher's ticks at once
+  skips a text: it is then past it; "later" = the same words with a larger number, received
+  after the teacher's); :func:`follower_lags`.  A text a follower never reached before it closed
+  counts with its lower bound (close - arrival, more than ``LAG_GRACE_S``) and in ``unmatched``.
+  Its p95 is the target ``follower_lag_p95_ms`` (<= 1,000 ms, issue 48);
+* the teacher's and each follower's update rates over the window (``updates_per_second``:
+  patches that changed data, as for the users; ``plot_updates_per_second``: those that changed
+  the main plot's sources).  Issue 48's goal: every follower gets the teacher's rate.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import html
 import json
 import os
 import re
@@ -105,6 +134,12 @@ STEP_TIMEOUT_S = 30.0  # a Step whose plot patch has not come by then is missed
 QUIET_S = 1.0  # before a timed Step the plot has not changed for this long
 MAX_MESSAGE_BYTES = 100 * 2**20
 PLAY, PAUSE, STEP, RESET, PIN = "▶ Play", "❚❚ Pause", "Step", "↺ Reset", "📌 Pin"
+SHARE = "Share live"  # the header's Toggle (dashboard/share_control.py)
+FOLLOW_CODE = re.compile(r"[?&]follow=([\w-]{16})")  # in the link the teacher's page shows
+COUNTER_CLASS = "sweep-counter"  # the lab's counter (a LiveHTML: an HTML model's ``text``)
+FOLLOW_CARD = "follow-card"  # a follower's sidebar (dashboard/labs/following.py)
+LAG_GRACE_S = 5.0  # the teacher's counter texts of the window's last seconds are not timed
+LAG_EPSILON_S = 0.05  # a follower's text may arrive this much before the teacher's (two sockets)
 DATA_EVENTS = ("ColumnsStreamed", "ColumnsPatched", "ColumnDataChanged")
 #: the sources a Step is timed to (name prefix; default: every line of loadtest's ``Lab.plot``).
 #: TAP: the log-likelihood line, which the step's own Record draws; the solution counts on the
@@ -112,7 +147,7 @@ DATA_EVENTS = ("ColumnsStreamed", "ColumnsPatched", "ColumnDataChanged")
 #: measured the previous Step's job (a 15 ms "Step" on a busy server)
 STEP_SOURCES = {"TAP": "tap-ll:ll"}
 TARGETS = {"liveness_p95_ms": 100.0, "step_to_patch_median_ms": 1000.0, "new_page_max_s": 3.0,
-           "rss_after_minus_baseline_mb": 50.0}
+           "rss_after_minus_baseline_mb": 50.0, "follower_lag_p95_ms": 1000.0}
 
 
 class Mirror:
@@ -193,6 +228,69 @@ class Mirror:
         """Data changes of the sources ``ids`` so far."""
         return sum(self.data_changes.get(i, 0) for i in ids)
 
+    def with_class(self, css_class: str) -> list[str]:
+        """Ids of the models whose ``css_classes`` have ``css_class``, the newest last."""
+        return [i for i, m in self.models.items()
+                if isinstance(m["attributes"].get("css_classes"), list) and css_class in m["attributes"]["css_classes"]]
+
+    def text_matching(self, pattern: re.Pattern) -> re.Match | None:
+        """The first match of ``pattern`` in a model's ``text`` (HTML unescaped), newest models first."""
+        for entry in reversed(self.models.values()):
+            text = entry["attributes"].get("text")
+            if isinstance(text, str):
+                found = pattern.search(html.unescape(text))
+                if found:
+                    return found
+        return None
+
+
+def plain_text(markup: str) -> str:
+    """An HTML pane's ``text`` (escaped HTML) as the words it shows."""
+    return " ".join(re.sub(r"<[^>]*>", " ", html.unescape(markup)).split())
+
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def counter_key(text: str) -> tuple[str, float | None]:
+    """A counter's text as (its words, its last number): "Epoch 0.46" -> ("Epoch #", 0.46)."""
+    numbers = list(_NUMBER.finditer(text))
+    if not numbers:
+        return text, None
+    last = numbers[-1]
+    return text[:last.start()] + "#" + text[last.end():], float(last.group())
+
+
+def follower_lags(teacher: list[tuple[float, str]], follower: list[tuple[float, str]], start: float, end: float,
+                  closed: float, epsilon: float = LAG_EPSILON_S) -> dict:
+    """The follower's delay (ms) behind each counter text the teacher received in
+    ``[start, end]``: until the follower received the same text, or a later one of the same run
+    (same words, larger number), at most ``epsilon`` s before the teacher (a follower's text is
+    drawn after the teacher's; its patch comes on another socket).  ``teacher``, ``follower``:
+    (arrival time, text) of each new text, in order.  A text the follower had not reached when
+    it closed (``closed``) counts as ``closed - arrival`` (a lower bound) and as ``unmatched``.
+    Returns ``{"ms": [...], "unmatched": k, "exact": j}`` (``exact``: matched by the same text)."""
+    out: dict = {"ms": [], "unmatched": 0, "exact": 0}
+    for at, text in teacher:
+        if not start <= at <= end:
+            continue
+        words, number = counter_key(text)
+        for got, seen in follower:
+            if got < at - epsilon:
+                continue
+            if seen == text:
+                out["exact"] += 1
+            else:
+                seen_words, seen_number = counter_key(seen)
+                if number is None or seen_words != words or seen_number is None or seen_number < number:
+                    continue
+            out["ms"].append(round(1000 * max(0.0, got - at), 1))
+            break
+        else:
+            out["ms"].append(round(1000 * max(0.0, closed - at), 1))
+            out["unmatched"] += 1
+    return out
+
 
 class ProtocolError(RuntimeError):
     """The page, the token, the websocket or the server's answers were not as a browser expects."""
@@ -201,9 +299,14 @@ class ProtocolError(RuntimeError):
 class User:
     """One simulated browser tab: one Bokeh session on the websocket (see the module's doc)."""
 
-    def __init__(self, base_url: str, path: str, plot: str) -> None:
-        """``plot``: the prefix of the names of the main plot's sources (``"tap-ll:ll"``)."""
-        self.base_url, self.path, self.plot_prefix = base_url, path, plot
+    def __init__(self, base_url: str, path: str, plot: str, follower: bool = False) -> None:
+        """``plot``: the prefix of the names of the main plot's sources (``"tap-ll:ll"``);
+        ``follower``: the page follows a shared run (usable once it follows, never plays)."""
+        self.base_url, self.path, self.plot_prefix, self.follower = base_url, path, plot, follower
+        self.counters: set[str] = set()  # the counter's model(s)
+        self.counter_log: list[tuple[float, str]] = []  # (perf_counter, text) of each new counter text
+        self.marks: dict[str, tuple[float, int, int]] = {}  # name -> (perf_counter, updates, plot_changes)
+        self.closed_at: float | None = None
         self.mirror = Mirror()
         self.errors: list[str] = []
         self.patches = 0  # PATCH-DOC messages received
@@ -272,9 +375,13 @@ class User:
         self.mirror.load(reply.content["doc"])
         pulled = time.perf_counter()
         self.plot_sources = self.mirror.sources_named(self.plot_prefix)
+        self._counters_changed()
         self._reader = asyncio.create_task(self._read_forever())
         await self.send_event({"type": "event", "name": "document_ready", "values": {"type": "map"}})
-        if not await self.wait_for(lambda: self.enabled(PLAY), self.page_timeout):
+        if self.follower:
+            if not await self.wait_for(lambda: bool(self.mirror.with_class(FOLLOW_CARD)), self.page_timeout):
+                raise ProtocolError(f"the page never followed the shared run (no {FOLLOW_CARD})")
+        elif not await self.wait_for(lambda: self.enabled(PLAY), self.page_timeout):
             raise ProtocolError(f"{PLAY} never enabled" if self.button(PLAY) else f"no {PLAY} button in the page")
         usable = time.perf_counter()
         self.opened = {"get": round(got - start, 3), "websocket": round(connected - got, 3),
@@ -317,12 +424,40 @@ class User:
         changed = self.mirror.apply(events)
         if self.mirror.generation != generation:  # new models: maybe the lab's plot (after "preparing")
             self.plot_sources = self.mirror.sources_named(self.plot_prefix)
+            self._counters_changed()
+        elif any(e.get("kind") == "ModelChanged" and e.get("attr") == "text" and isinstance(e.get("model"), dict)
+                 and e["model"].get("id") in self.counters for e in events):
+            self._counters_changed()
         self.patches += 1
         if changed:
             self.updates += 1
             if changed & self.plot_sources:
                 self.plot_changes += 1
                 self.plot_at = time.perf_counter()
+
+    def _counters_changed(self) -> None:
+        """Log the counter's text when it is new (the newest counter model: a page has one lab)."""
+        self.counters = set(self.mirror.with_class(COUNTER_CLASS))
+        text = self.counter_text()
+        if text is not None and (not self.counter_log or self.counter_log[-1][1] != text):
+            self.counter_log.append((time.perf_counter(), text))
+
+    def counter_text(self) -> str | None:
+        ids = self.mirror.with_class(COUNTER_CLASS)
+        text = self.mirror.attribute(ids[-1], "text") if ids else None
+        return plain_text(text) if isinstance(text, str) and text else None
+
+    def mark(self, name: str) -> None:
+        """Note the time and the counts now (the window's start and end)."""
+        self.marks[name] = (time.perf_counter(), self.updates, self.plot_changes)
+
+    def rates(self, start: str = "start", end: str = "end") -> dict[str, float | None]:
+        """Updates (patches changing data) and plot updates per second between two marks."""
+        if start not in self.marks or end not in self.marks or self.marks[end][0] <= self.marks[start][0]:
+            return {"updates_per_second": None, "plot_updates_per_second": None}
+        (t0, u0, p0), (t1, u1, p1) = self.marks[start], self.marks[end]
+        return {"updates_per_second": round((u1 - u0) / (t1 - t0), 2),
+                "plot_updates_per_second": round((p1 - p0) / (t1 - t0), 2)}
 
     def _wake(self) -> None:
         waiters, self._waiters = self._waiters, []
@@ -347,6 +482,7 @@ class User:
 
     async def close(self) -> None:
         self._closing = True
+        self.closed_at = time.perf_counter()
         if self._socket is not None:
             self._socket.close(1000, "closed")
         if self._reader is not None:
@@ -388,6 +524,26 @@ class User:
                                "values": {"type": "map", "entries": [["model", {"id": model}]]}})
         return at
 
+    async def send_change(self, model_id: str, attr: str, new) -> None:
+        """A widget's change as BokehJS sends it: one ``ModelChanged`` event (Bokeh's
+        ``ModelChangedEvent.to_serializable``)."""
+        from bokeh.protocol.messages.patch_doc import patch_doc
+
+        message = patch_doc(patch_doc.create_header(), {},
+                            {"events": [{"kind": "ModelChanged", "model": {"id": model_id}, "attr": attr,
+                                         "new": new}]})
+        await message.send(self._wrapper)
+
+    async def share(self) -> str:
+        """Switch "Share live" on (the Toggle's ``active``); returns the code of the link shown."""
+        ids = self.mirror.find("Toggle", label=SHARE)
+        if not ids:
+            raise ProtocolError(f"no {SHARE!r} toggle in the page")
+        await self.send_change(ids[-1], "active", True)
+        if not await self.wait_for(lambda: self.mirror.text_matching(FOLLOW_CODE) is not None, BUTTON_TIMEOUT_S):
+            raise ProtocolError(f"no follow link in the page {BUTTON_TIMEOUT_S:.0f} s after {SHARE}")
+        return self.mirror.text_matching(FOLLOW_CODE).group(1)
+
     async def play(self) -> None:
         await self.click(PLAY)
         if not await self.wait_for(lambda: self.playing, BUTTON_TIMEOUT_S):
@@ -424,6 +580,13 @@ class Window:
         self.all_playing = asyncio.Event()
         self.probes_done = asyncio.Event()
         self.over = asyncio.Event()
+        self.members: list[User] = []  # the users (marked at the window's start and end)
+        self.times: dict[str, float] = {}  # perf_counter of the marks
+
+    def mark(self, name: str) -> None:
+        self.times[name] = time.perf_counter()
+        for user in self.members:
+            user.mark(name)
 
     def started(self) -> None:
         self.waiting -= 1
@@ -439,21 +602,49 @@ def _error_text(exc: BaseException) -> str:
 
 
 async def run_user(index: int, base_url: str, path: str, plot: str, window: Window,
-                   handle: list | None = None, pins: int = 0) -> dict:
+                   handle: list | None = None, pins: int = 0, role: str = "player",
+                   code: asyncio.Future | None = None) -> dict:
     """Open, press ▶ Play, pin ``pins`` runs, keep playing (Reset + Play when the run finishes)
     until the window is over, close.  (``handle``: the User is appended to it, for the warm-up.)
     ``pin_data_changes``: data changes of the pin layers' sources after the pins were drawn
-    (issue 47: a pinned run is drawn once; a Reset draws the pins again)."""
-    user = User(base_url, path, plot)
+    (issue 47: a pinned run is drawn once; a Reset draws the pins again).
+
+    ``role`` "teacher": switches Share live on before ▶ Play and, once playing, sets the code
+    as the result of ``code``; "follower": waits for ``code``, opens ``<path>?follow=<code>``
+    and stays until the window is over, pressing nothing (see the module's doc, 6.).
+    ``_user`` (the User, for the lags; the run takes it out of the report)."""
+    user = User(base_url, path, plot, follower=role == "follower")
+    window.members.append(user)
     if handle is not None:
         handle.append(user)
-    rec: dict = {"user": index, "served": False, "errors": [], "restarts": 0, "open": None,
+    rec: dict = {"user": index, "role": role, "served": False, "errors": [], "restarts": 0, "open": None,
                  "updates": 0, "plot_updates": 0, "patches": 0, "played_seconds": None, "updates_per_second": 0.0,
-                 "pins": pins, "pin_data_changes": None}
+                 "pins": pins, "pin_data_changes": None, "_user": user}
     started = False
     try:
+        if role == "follower":
+            shared = await code
+            user.path = path + ("&" if "?" in path else "?") + f"follow={shared}"
+            rec["open"] = await user.open()
+            start, first = time.perf_counter(), user.updates
+            window.started()
+            started = True
+            while not window.over.is_set() and not user.closed:
+                try:
+                    await asyncio.wait_for(window.over.wait(), 1.0)
+                except asyncio.TimeoutError:
+                    pass
+            played = time.perf_counter() - start
+            rec.update({"played_seconds": round(played, 1), "updates": user.updates - first,
+                        "updates_per_second": round((user.updates - first) / played, 2),
+                        "plot_updates": user.plot_changes, "patches": user.patches})
+            rec["served"] = rec["updates"] > 0
+            return rec
         rec["open"] = await user.open()
+        shared = await user.share() if role == "teacher" else None
         await user.play()
+        if shared is not None:
+            code.set_result(shared)
         if pins:
             await user.pin(pins)
         pinned = user.pin_changes()
@@ -483,6 +674,8 @@ async def run_user(index: int, base_url: str, path: str, plot: str, window: Wind
     except Exception as exc:
         rec["errors"].append(_error_text(exc))
     finally:
+        if code is not None and role == "teacher" and not code.done():
+            code.set_exception(ProtocolError("the teacher's page shared no run"))
         if not started:
             window.started()
         await user.close()
@@ -543,6 +736,7 @@ async def _probes(server: Server, path: str, plot: str, window: Window, seconds:
     window); the window ends after ``seconds`` and the probes (at most ``HOLD_LIMIT`` s more)."""
     await window.all_playing.wait()
     began = time.monotonic()
+    window.mark("start")
     cpu0 = time.process_time()
     http = {name: HttpProbe(server.url, p, every[name], int((seconds + HOLD_LIMIT) / every[name]) + 1)
             for name, p in (("liveness", "/liveness"), ("root", "/"))}
@@ -566,6 +760,7 @@ async def _probes(server: Server, path: str, plot: str, window: Window, seconds:
         opened = []
     window.probes_done.set()
     await asyncio.sleep(max(0.0, began + seconds - time.monotonic()))
+    window.mark("end")
     window.over.set()
     for p in http.values():
         p.stop()
@@ -583,8 +778,9 @@ async def run(sessions: int = 16, seconds: float = 60.0, lab: str = "TAP", port:
               path: str | None = None, workers: int | None = None, warmup: bool = True, settle: float = 90.0,
               log_path: Path | None = None, liveness_every: float = 0.5, root_every: float = 5.0,
               step_probes: int = 5, new_pages: int = 3, sample_every: float = 5.0,
-              page_timeout: float = PAGE_TIMEOUT_S, pins: int = 0) -> dict:
-    """Run it (see the module's doc); returns the report."""
+              page_timeout: float = PAGE_TIMEOUT_S, pins: int = 0, followers: int = 0) -> dict:
+    """Run it (see the module's doc); returns the report.  ``followers``: the first of the
+    ``sessions`` users shares its run and this many pages follow it."""
     if lab not in PATHS:
         raise ValueError(f"The 'lab' parameter must be one of {sorted(PATHS)}. Got {lab!r}.")
     import panel  # noqa: F401  (bokeh's protocol classes; imported before the clock starts)
@@ -600,7 +796,7 @@ async def run(sessions: int = 16, seconds: float = 60.0, lab: str = "TAP", port:
         "lab": lab, "sessions": sessions, "seconds": seconds, "path": path, "workers": workers, "warmup": warmup,
         "settle_limit": settle, "liveness_every": liveness_every, "root_every": root_every,
         "step_probes": step_probes, "new_pages": new_pages, "hold_limit": HOLD_LIMIT, "page_timeout": page_timeout,
-        "pins": pins,
+        "pins": pins, "followers": followers,
         "server_command": " ".join(server.command[1:]), "url": server.url, "cpus": os.cpu_count(),
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()]}, "sessions_requested": sessions}
     errors: list[str] = []
@@ -641,10 +837,14 @@ async def run(sessions: int = 16, seconds: float = 60.0, lab: str = "TAP", port:
         sampler = asyncio.create_task(_sample_server(server, series, sample_every, t0, stop))
         first = len(series)
         t = time.monotonic()
-        window = Window(sessions)
+        window = Window(sessions + followers)
         measuring = asyncio.create_task(_probes(server, path, plot, window, seconds, every, step_probes, new_pages))
-        users = await asyncio.gather(*(run_user(i, server.url, path, plot, window, pins=pins)
-                                       for i in range(sessions)))
+        code = asyncio.get_running_loop().create_future() if followers else None
+        users = await asyncio.gather(
+            *(run_user(i, server.url, path, plot, window, pins=pins,
+                       role="teacher" if followers and i == 0 else "player", code=code) for i in range(sessions)),
+            *(run_user(sessions + k, server.url, path, plot, window, role="follower", code=code)
+              for k in range(followers)))
         measured = await measuring
         durations["sessions"] = round(time.monotonic() - t, 1)
         stop.set()
@@ -664,7 +864,13 @@ async def run(sessions: int = 16, seconds: float = 60.0, lab: str = "TAP", port:
     report["config"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
 
     for rec in users:
-        errors += [f"user {rec['user']}: {e}" for e in rec["errors"]]
+        errors += [f"{'follower' if rec['role'] == 'follower' else 'user'} {rec['user']}: {e}" for e in rec["errors"]]
+    members = [rec.pop("_user") for rec in users]
+    for rec, user in zip(users, members):
+        rec["window"] = user.rates()
+    if followers:
+        report["followers"] = follower_report(users, members, window.times)
+    players = [r for r in users if r["role"] != "follower"]
     probe = measured["probe"]
     errors += [f"step probe: {e}" for e in probe["errors"]]
     for k, page in enumerate(measured["pages"]):
@@ -674,7 +880,7 @@ async def run(sessions: int = 16, seconds: float = 60.0, lab: str = "TAP", port:
     # (a worker process recycled between two samples takes its CPU time along: no rate then)
     busy = [row["cpu_percent"] for row in window_rows if row["cpu_percent"] is not None and row["cpu_percent"] >= 0]
     report.update({
-        "sessions_served": sum(r["served"] for r in users),
+        "sessions_served": sum(r["served"] for r in players),
         "errors": errors,
         "liveness_ms": http["liveness"],
         # when the slow ones were sent (s into the window): next to a new page's, a GET /'s?
@@ -686,11 +892,11 @@ async def run(sessions: int = 16, seconds: float = 60.0, lab: str = "TAP", port:
         "http_failures": _counts(f"{name}: {f}" for name, p in measured["http"].items() for f in p.failures),
         "step_to_patch_ms": {**_percentiles(probe["step_ms"]), "missed": probe["missed"], "all": probe["step_ms"]},
         "new_page_seconds": {**(_spread([o["usable"] for o in opens]) or {}), "n": len(opens), "pages": opens},
-        "user_open_seconds": _spread([r["open"]["usable"] for r in users if r["open"]]),
-        "updates_per_second": _spread([r["updates_per_second"] for r in users if r["served"]]),
-        "restarts": sum(r["restarts"] for r in users),
+        "user_open_seconds": _spread([r["open"]["usable"] for r in players if r["open"]]),
+        "updates_per_second": _spread([r["updates_per_second"] for r in players if r["served"]]),
+        "restarts": sum(r["restarts"] for r in players),
         # after each user's pins were drawn, while it played (0 unless a Reset drew them again)
-        "pin_data_changes": sum(r["pin_data_changes"] or 0 for r in users),
+        "pin_data_changes": sum(r["pin_data_changes"] or 0 for r in players),
         "rss_mb": {"idle": idle["rss_mb"], "baseline": base["rss_mb"], "peak": peak, "at_close": closed["rss_mb"],
                    "after": after["rss_mb"], "after_minus_baseline": round(after["rss_mb"] - base["rss_mb"], 1),
                    "server_baseline": base["server_rss_mb"],
@@ -707,6 +913,39 @@ async def run(sessions: int = 16, seconds: float = 60.0, lab: str = "TAP", port:
     report["server_series"] = series
     report["users"] = users
     return report
+
+
+def follower_report(users: list[dict], members: list[User], times: dict[str, float]) -> dict:
+    """The followers' part of the report (see the module's doc): their lag behind the teacher's
+    counter and their update rates next to the teacher's, over the window.  Also sets each
+    follower's ``lag_ms``."""
+    teacher = members[0]
+    start, end = times.get("start"), times.get("end")
+    lags: list[float] = []
+    unmatched = exact = 0
+    timed = [(at, text) for at, text in teacher.counter_log
+             if start is not None and end is not None and start <= at <= end - LAG_GRACE_S]
+    for rec, user in zip(users, members):
+        if rec["role"] != "follower" or start is None or end is None or rec["open"] is None:
+            continue
+        got = follower_lags(teacher.counter_log, user.counter_log, start, end - LAG_GRACE_S,
+                            user.closed_at or time.perf_counter())
+        rec["lag_ms"] = {**_percentiles(got["ms"]), "max": max(got["ms"], default=None),
+                         "unmatched": got["unmatched"], "exact": got["exact"]}
+        lags += got["ms"]
+        unmatched += got["unmatched"]
+        exact += got["exact"]
+    follows = [r for r in users if r["role"] == "follower"]
+    return {
+        "requested": len(follows), "served": sum(r["served"] for r in follows),
+        "lag_ms": {**_percentiles(lags), "max": max(lags, default=None), "unmatched": unmatched, "exact": exact},
+        "teacher_counter_texts": len(timed),
+        "teacher_counter_sample": [text for _, text in timed[:3]],
+        "teacher": users[0]["window"],
+        "follower_updates_per_second": _spread([r["window"]["updates_per_second"] for r in follows]),
+        "follower_plot_updates_per_second": _spread([r["window"]["plot_updates_per_second"] for r in follows]),
+        "follower_open_seconds": _spread([r["open"]["usable"] for r in follows if r["open"]]),
+    }
 
 
 def targets(report: dict) -> dict:
@@ -726,6 +965,10 @@ def targets(report: dict) -> dict:
         "rss_after_minus_baseline_mb": {"value": rss, "limit": TARGETS["rss_after_minus_baseline_mb"],
                                         "ok": rss <= TARGETS["rss_after_minus_baseline_mb"]},
     }
+    if report.get("followers"):
+        lag = report["followers"]["lag_ms"]["p95"]
+        out["follower_lag_p95_ms"] = {"value": lag, "limit": TARGETS["follower_lag_p95_ms"],
+                                      "ok": lag is not None and lag <= TARGETS["follower_lag_p95_ms"]}
     return out
 
 
@@ -752,6 +995,7 @@ def table_row(report: dict) -> str:
         f", {step['missed']} missed)" if step["missed"] else ")")
     fails = live["failures"] + root["failures"]
     pins = f", {c['pins']} pins each" if c.get("pins") else ""
+    pins += f", {c['followers']} followers" if c.get("followers") else ""
     return (f"| {c['lab']} {c['sessions']} × {c['seconds']:g} s{pins} | {report['sessions_served']}/{c['sessions']} "
             f"| {_num(live['median'], 1)} / {_num(live['p95'], 1)}" + (f" ({fails} failed)" if fails else "") +
             f" | {_num(root['median'])} / {_num(root['p95'])} | {step_text} "
@@ -761,15 +1005,39 @@ def table_row(report: dict) -> str:
             f"| {_num(cpu and cpu['median'])} | {_num(report['client_cpu_percent'])} |")
 
 
+FOLLOWER_HEADER = ("| run | followers served | `/liveness` ms p95 | follower lag ms median / p95 / max (unmatched) "
+                   "| teacher updates/s (plot) | follower updates/s min–max (plot min–max) | errors "
+                   "| server CPU % (median) | client CPU % |\n|---|---|---|---|---|---|---|---|---|")
+
+
+def follower_row(report: dict) -> str:
+    c, f = report["config"], report["followers"]
+    lag, teacher = f["lag_ms"], f["teacher"]
+    rate, plot = f["follower_updates_per_second"], f["follower_plot_updates_per_second"]
+    cpu = report["server_cpu_percent_during_load"]
+    return (f"| {c['lab']}, 1 teacher + {c['followers']} followers × {c['seconds']:g} s | {f['served']}/{f['requested']} "
+            f"| {_num(report['liveness_ms']['p95'], 1)} | {_num(lag['median'])} / {_num(lag['p95'])} / "
+            f"{_num(lag['max'])} ({lag['unmatched']}) "
+            f"| {_num(teacher['updates_per_second'], 2)} ({_num(teacher['plot_updates_per_second'], 2)}) "
+            f"| {_num(rate and rate['min'], 2)}–{_num(rate and rate['max'], 2)} "
+            f"({_num(plot and plot['min'], 2)}–{_num(plot and plot['max'], 2)}) | {len(report['errors'])} "
+            f"| {_num(cpu and cpu['median'])} | {_num(report['client_cpu_percent'])} |")
+
+
 def table(reports: list[dict]) -> str:
-    return "\n".join([HEADER, *(table_row(r) for r in reports)])
+    lines = [HEADER, *(table_row(r) for r in reports)]
+    shares = [r for r in reports if r.get("followers")]
+    if shares:
+        lines += ["", FOLLOWER_HEADER, *(follower_row(r) for r in shares)]
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.load.protocol", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lab", choices=list(PATHS), default="TAP", help="the lab the users play (default TAP)")
-    parser.add_argument("--sessions", type=int, default=16, help="simulated users at once (default 16)")
+    parser.add_argument("--sessions", type=int, default=None,
+                        help="simulated users at once who play (default 16; 1, the teacher, with --followers)")
     parser.add_argument("--seconds", type=float, default=60.0,
                         help="the load window, from when all users play (default 60)")
     parser.add_argument("--port", type=int, default=None, help="server port (default: a free one)")
@@ -795,20 +1063,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pins", type=int, default=0,
                         help="each user pins this many runs (📌 Pin, as a click) once playing, before the "
                              "window (default 0; at most 4 are kept)")
+    parser.add_argument("--followers", type=int, default=0,
+                        help="the first user shares its run (Share live) and this many pages follow it "
+                             "(default 0; see the module's doc, 6.)")
     parser.add_argument("--table", type=Path, nargs="+", default=None, metavar="REPORT",
                         help="print the Markdown table of these saved JSON reports and exit")
     args = parser.parse_args(argv)
     if args.table:
         print(table([json.loads(p.read_text()) for p in args.table]))
         return 0
-    if (args.sessions < 1 or args.seconds <= 0 or args.settle < 0 or args.step_probes < 1 or args.new_pages < 0
+    if args.sessions is None:
+        args.sessions = 1 if args.followers else 16
+    if (args.sessions < 1 or args.followers < 0 or args.seconds <= 0 or args.settle < 0 or args.step_probes < 1 or args.new_pages < 0
             or args.liveness_every <= 0 or args.root_every <= 0 or args.page_timeout <= 0 or (args.workers is not None and args.workers < 0)
             or not 0 <= args.pins <= 4):
         parser.error("--sessions, --step-probes >= 1; --seconds, --liveness-every, --root-every > 0; "
-                     "--settle, --new-pages, --workers >= 0; --pins 0 to 4")
+                     "--settle, --new-pages, --workers, --followers >= 0; --pins 0 to 4")
     report = asyncio.run(run(args.sessions, args.seconds, args.lab, args.port, args.path, args.workers,
                              args.warmup, args.settle, args.log, args.liveness_every, args.root_every,
-                             args.step_probes, args.new_pages, page_timeout=args.page_timeout, pins=args.pins))
+                             args.step_probes, args.new_pages, page_timeout=args.page_timeout, pins=args.pins,
+                             followers=args.followers))
     text = json.dumps(report, indent=1)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -816,7 +1090,9 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({k: v for k, v in report.items() if k not in ("server_series", "users")}, indent=1))
     print()
     print(table([report]))
-    return 0 if report["sessions_served"] == report["sessions_requested"] and not report["errors"] else 1
+    shared = report.get("followers")
+    return 0 if (report["sessions_served"] == report["sessions_requested"] and not report["errors"]
+                 and (not shared or shared["served"] == shared["requested"])) else 1
 
 
 if __name__ == "__main__":

@@ -170,3 +170,23 @@ def test_protocol_smoke():
     assert report["new_page_seconds"]["n"] == 2, info  # the Step probe's page and one more
     assert report["liveness_ms"]["n"] >= 1 and report["root_ms"]["n"] >= 1, info
     assert report["server_log"]["closed_connection_incidents"] == 0, info
+
+
+def test_follower_lags_take_the_same_or_a_later_counter_text():
+    """``--followers``' lag (no server): each teacher text in the window is matched to the
+    follower's first arrival of the same text, or a later one of the same run, not before the
+    teacher's; a text never reached counts up to the follower's close, as unmatched."""
+    from tests.load.protocol import counter_key, follower_lags, plain_text
+
+    assert counter_key("Epoch 0.46") == ("Epoch #", 0.46) and counter_key("Sweep 12") == ("Sweep #", 12.0)
+    assert plain_text("&lt;b&gt;Epoch&lt;/b&gt; 0.46") == "Epoch 0.46"
+    teacher = [(0.5, "Epoch 0.00"), (1.0, "Epoch 0.10"), (2.0, "Epoch 0.20"), (3.0, "Epoch 0.30"),
+               (4.0, "Epoch 0.00"), (5.0, "Epoch 0.10"), (9.0, "Epoch 0.40")]
+    follower = [(0.2, "Epoch 0.10"),  # a previous run's text, before the teacher's: not a match
+                (1.3, "Epoch 0.10"), (3.4, "Epoch 0.30"),  # skipped 0.20: 0.30 is past it
+                (4.1, "Epoch 0.00"), (5.2, "Epoch 0.10")]
+    got = follower_lags(teacher, follower, start=0.9, end=8.0, closed=10.0)
+    assert got["ms"] == [300.0, 1400.0, 400.0, 100.0, 200.0]
+    assert got["exact"] == 4 and got["unmatched"] == 0
+    late = follower_lags(teacher, follower, start=8.5, end=9.5, closed=10.0)
+    assert late == {"ms": [1000.0], "unmatched": 1, "exact": 0}
