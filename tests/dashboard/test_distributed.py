@@ -341,7 +341,7 @@ def test_the_fvbm_lab_steps_and_draws_on_the_cluster(dask_runners):
         lab._first_decrease = {"GA μ=8": 2}
         lab._sweeps = {n: 5 for n in trainers}
         lab.refresh_status()
-        assert lab.monotone.level == "warn" and "GA μ=8" in lab.monotone.text
+        assert lab.monotone.level == "warn" and "GA μ=8 at sweep 2" in lab.monotone.details  # (which run: on hover)
     finally:
         lab.runner.close()
 
