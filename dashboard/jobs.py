@@ -94,7 +94,8 @@ class Jobs:
         old = self._pending.pop(key, None)
         if old is not None:
             old.future.cancel()
-        self._pending[key] = _Pending(submit(fn, *args, here=here), then, error, next(self._counter))
+        future = submit(fn, *args, here=True) if here else submit(fn, *args)
+        self._pending[key] = _Pending(future, then, error, next(self._counter))
 
     def running(self, key: str | None = None) -> bool:
         """True while a job (under ``key``, or any) has not been handed over yet."""

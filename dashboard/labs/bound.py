@@ -34,7 +34,7 @@ from boltzlab.dashboard.labs import bound_setup as setup
 from boltzlab.dashboard.labs.base import Lab, by_run, speed_setting
 from boltzlab.dashboard.labtools import Preset
 from boltzlab.dashboard.views import StatusBadge
-from boltzlab.dashboard.views.beside import Beside, Figure
+from boltzlab.dashboard.views.beside import PIN_TITLE, Beside, Figure
 from boltzlab.dashboard.views.pinned import PinLayer
 from boltzlab.dashboard.views.text import TABLE_CSS, LiveHTML, escape, html_table
 from boltzlab.engine import majorize
@@ -235,7 +235,8 @@ class TightnessView:
                                               name="bound-slice-pin")
         self.pin_tilde_src = ColumnDataSource(data={"s": [], "r": []}, name="bound-tilde-pin")
         # one colour bar for the pair, under the pin's map (the maps are as wide as they can be)
-        twin = figure(title="", x_axis_label="s: along the line", height=380, width=300, tools="save,reset",
+        twin = figure(title=PIN_TITLE, x_axis_label="s: along the line", y_axis_label="r: across the line",
+                      height=380, width=300, tools="save,reset",
                       toolbar_location="right", match_aspect=True, name="bound-slice-pin-figure")
         twin.add_layout(ColorBar(color_mapper=self.mapper, height=10, orientation="horizontal",
                                  title="gap (nats)", major_label_text_font_size="9pt"), "below")

@@ -30,7 +30,7 @@ from boltzlab.dashboard.labs.image_data import ImageData, describe_images, image
 from boltzlab.dashboard.labtools import Preset
 from boltzlab.dashboard.runner import Runner, play_or_tell
 from boltzlab.dashboard.views import LiveCurve, StatusBadge
-from boltzlab.dashboard.views.beside import Beside
+from boltzlab.dashboard.views.beside import PIN_TITLE, Beside
 from boltzlab.dashboard.views.image_grid import ImageGrid
 from boltzlab.engine.stepping import Record
 
@@ -322,8 +322,8 @@ class FrankWolfeLab(Lab):
                                       "(Algorithm 1, step 1; white 0, black 1)", kind="pixels",
                                       name="fw-samples", height=560, width=560, tile_label="chain")
         # a pin's pictures beside the live ones (issue 47): half the width each
-        self.fields_beside = Beside(self.fields, ImageGrid("", name="fw-fields-pin", height=600, width=340), width=340)
-        self.samples_beside = Beside(self.samples_grid, ImageGrid("", kind="pixels", name="fw-samples-pin", height=560,
+        self.fields_beside = Beside(self.fields, ImageGrid(PIN_TITLE, name="fw-fields-pin", height=600, width=340), width=340)
+        self.samples_beside = Beside(self.samples_grid, ImageGrid(PIN_TITLE, kind="pixels", name="fw-samples-pin", height=560,
                                                                   width=400, tile_label="chain"), width=400)
         self.cd_curve = LiveCurve(f"CD-{CD_K} after the fork (§4)", "CD epoch",
                                   "train log-lik. per digit (nats)", name="fw-cd", height=340)

@@ -21,7 +21,7 @@ from boltzlab.dashboard.labs.fvbm_setup import (BOUND_LABEL, DEFAULT_DATA, LBFGS
                                        trainer_factory, uploaded_data)
 from boltzlab.dashboard.labtools import Preset
 from boltzlab.dashboard.views import Heatmap, LiveCurve, StatusBadge
-from boltzlab.dashboard.views.beside import Beside
+from boltzlab.dashboard.views.beside import PIN_TITLE, Beside
 from boltzlab.dashboard.views.text import TABLE_CSS, LiveHTML, escape, html_table
 
 SUMMARY_COLUMNS = [("run", ""), ("sweep", ""), ("log-PL", ""), ("gap to MPLE", ""), ("status", "")]  # "Who won"
@@ -309,7 +309,7 @@ class FVBMLab(Lab):
         self.heat_true = Heatmap("M₀: true couplings", labels, value_label="M₀", name="M_true")
         self.heat_diff = Heatmap("M̂ − M₀: error", labels, value_label="M̂ − M₀", name="M_diff")
         # a pin's M̂ beside the live one (issue 47), in the same colour scale
-        self.heat_beside = Beside(self.heat_est, Heatmap("", labels, value_label="M̂", name="M_hat_pin"))
+        self.heat_beside = Beside(self.heat_est, Heatmap(PIN_TITLE, labels, value_label="M̂", name="M_hat_pin"))
         self.heat_pick = pn.widgets.Select(label="Show the estimate of", options=[], width=200)
         self.heat_pick.param.watch(lambda e: self._show_matrices(), "value")
         self.monotone = StatusBadge("Monotone: no sweeps yet", "idle", one_line=True)

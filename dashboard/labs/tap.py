@@ -34,7 +34,7 @@ from boltzlab.dashboard.labs.tap_setup import trainer_factory as build_trainers
 from boltzlab.dashboard.labtools import Preset
 from boltzlab.dashboard.views import LiveCurve, StatusBadge
 from boltzlab.dashboard.views.histogram import HistogramSlices
-from boltzlab.dashboard.views.beside import Beside
+from boltzlab.dashboard.views.beside import PIN_TITLE, Beside
 from boltzlab.dashboard.views.image_grid import ImageGrid
 from boltzlab.dashboard.views.pinned import PinLayer
 from boltzlab.dashboard.views.scatter import EmbeddingScatter
@@ -351,11 +351,11 @@ class TAPLab(Lab):
         self.solutions_grid = ImageGrid("TAP solutions as images (a_v)", kind="pixels", name="tap-solution-images",
                                         height=360, width=300, tile_label="solution")
         # a pin's pictures beside the live ones (issue 47): half the width each
-        self.fields_beside = Beside(self.fields, ImageGrid(FIELDS_TITLE, name="fields-pin", height=620, width=350,
+        self.fields_beside = Beside(self.fields, ImageGrid(PIN_TITLE, name="fields-pin", height=620, width=350,
                                                            tile_label="hidden unit"), width=350)
-        self.samples_beside = Beside(self.samples_grid, ImageGrid("", kind="pixels", name="tap-samples-pin",
+        self.samples_beside = Beside(self.samples_grid, ImageGrid(PIN_TITLE, kind="pixels", name="tap-samples-pin",
                                                                   height=560, width=400, tile_label="chain"), width=400)
-        self.solutions_beside = Beside(self.solutions_grid, ImageGrid("", kind="pixels", name="tap-solutions-pin",
+        self.solutions_beside = Beside(self.solutions_grid, ImageGrid(PIN_TITLE, kind="pixels", name="tap-solutions-pin",
                                                                       height=360, width=150, tile_label="solution"),
                                        width=150, short="live")
         self.denoise_grid = ImageGrid("clean · noisy · TAP · OPE · 1-NN", kind="pixels", name="denoise",

@@ -19,6 +19,10 @@ import numpy as np
 import panel as pn
 
 
+#: a twin's title until a pin is shown in it (it is hidden until then)
+PIN_TITLE = "a pinned run"
+
+
 @dataclass
 class Figure:
     """A bare Bokeh figure as a view: ``figure`` and a ``view`` that can be hidden (hiding a

@@ -241,7 +241,9 @@ def test_next_step_on_an_unevaluated_step_and_on_an_away_step(make_lab):
 def test_every_plot_has_a_title_labelled_axes_and_a_hover(make_lab):
     lab = make_lab()
     figures = [p.object for p in lab.panel().select(pn.pane.Bokeh)]
-    assert len(figures) == 5  # eq. 9, the test log-likelihood, the fields, the CD fork, the samples
+    # eq. 9, the test log-likelihood, the fields, the CD fork, the samples, and a pin's fields
+    # and samples (shown beside the live ones on demand)
+    assert len(figures) == 7
     for fig in figures:
         assert fig.title.text, fig
         assert any(isinstance(tool, HoverTool) for tool in fig.tools), fig.title.text

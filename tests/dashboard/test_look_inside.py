@@ -121,8 +121,10 @@ def test_tap_lab_draws_the_solutions_as_images_beside_the_isomap():
         # in the Isomap tab, between Fig. 6 and Fig. 7
         isomap = lab.stage()["Isomap"]
         row = isomap.objects[1]
-        assert [o is v for o, v in zip(row.objects, (lab.embedding.view, lab.solutions_grid.view,
+        # the solutions with a pin's beside them on demand (issue 47), between the two scatters
+        assert [o is v for o, v in zip(row.objects, (lab.embedding.view, lab.solutions_beside.view,
                                                      lab.data_embedding.view))] == [True] * 3
+        assert lab.solutions_beside.live is lab.solutions_grid
     finally:
         lab.close()
 
