@@ -40,6 +40,7 @@ def test_a_second_pull_inlines_the_arrays_a_first_keeps_as_buffers():
     """A reconnecting page's pull (the second of a session) carries no binary buffers: BokehJS
     3.9.2 drops them when it replaces its document (bokeh/bokeh#15347)."""
     import asyncio
+    import concurrent.futures
 
     from bokeh.server.session import ServerSession
 
@@ -53,7 +54,9 @@ def test_a_second_pull_inlines_the_arrays_a_first_keeps_as_buffers():
         second = await ServerSession._handle_pull(session, _Message(), _Connection())
         return first, second
 
-    first, second = asyncio.run(pulls())
+    # in a thread of its own: the suite's earlier tests may leave this thread's loop running
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        first, second = pool.submit(lambda: asyncio.run(pulls())).result()
     assert first.buffers  # the page load: binary, as Bokeh sends it
     assert not second.buffers  # a reconnect: the arrays inline
     again = Document.from_json(second.content["doc"])  # what a client without buffers reads
