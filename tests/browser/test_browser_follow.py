@@ -35,6 +35,16 @@ def open_page(browser, url: str, size: str = "1440x900") -> Page:
     return page
 
 
+def stepped_teacher(browser, app_url: str) -> tuple[Page, object]:
+    """The teacher's FVBM page one Step into its run, drawn; the page and its Step button."""
+    teacher = open_page(browser, f"{app_url}/fvbm")
+    step = teacher.get_by_role("button", name="Step", exact=True)
+    expect(step).to_be_enabled(timeout=120_000)
+    step.click()
+    wait_until(lambda: rows(teacher) > 0, timeout=180)
+    return teacher, step
+
+
 def share_live(teacher: Page, shot: str | None = None) -> str:
     """Switch the teacher's Share live on; the link its panel shows in large type (the panel
     then closed, as a teacher closes it)."""
@@ -50,13 +60,9 @@ def share_live(teacher: Page, shot: str | None = None) -> str:
 
 
 def test_a_student_follows_the_teachers_run_and_makes_it_theirs(browser, app_url):
-    teacher = open_page(browser, f"{app_url}/fvbm")
+    teacher, step = stepped_teacher(browser, app_url)
     student = None
     try:
-        step = teacher.get_by_role("button", name="Step", exact=True)
-        expect(step).to_be_enabled(timeout=120_000)
-        step.click()
-        wait_until(lambda: rows(teacher) > 0, timeout=180)
         url = share_live(teacher, "test-artifacts/follow-teacher-link.png")
         student = open_page(browser, url)
         expect(student.get_by_role("button", name="Make it mine")).to_be_visible(timeout=120_000)
@@ -96,12 +102,9 @@ def test_a_student_follows_the_teachers_run_and_makes_it_theirs(browser, app_url
 
 
 def test_the_follower_hears_when_the_share_ends(browser, app_url):
-    teacher = open_page(browser, f"{app_url}/fvbm")
+    teacher, _ = stepped_teacher(browser, app_url)
     student = None
     try:
-        step = teacher.get_by_role("button", name="Step", exact=True)
-        expect(step).to_be_enabled(timeout=120_000)
-        step.click()
         url = share_live(teacher)
         student = open_page(browser, url)
         expect(student.get_by_role("button", name="Make it mine")).to_be_visible(timeout=120_000)

@@ -601,6 +601,22 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"
 
 
+async def _a_second_of(window: Window) -> None:
+    """Wait a second, or less if the load window ends meanwhile."""
+    try:
+        await asyncio.wait_for(window.over.wait(), 1.0)
+    except asyncio.TimeoutError:
+        pass
+
+
+def _played(user: User, start: float, first: int) -> dict:
+    """What a user saw over the window since ``start``, when it had ``first`` updates."""
+    played = time.perf_counter() - start
+    return {"played_seconds": round(played, 1), "updates": user.updates - first,
+            "updates_per_second": round((user.updates - first) / played, 2),
+            "plot_updates": user.plot_changes, "patches": user.patches}
+
+
 async def run_user(index: int, base_url: str, path: str, plot: str, window: Window,
                    handle: list | None = None, pins: int = 0, role: str = "player",
                    code: asyncio.Future | None = None) -> dict:
@@ -630,14 +646,8 @@ async def run_user(index: int, base_url: str, path: str, plot: str, window: Wind
             window.started()
             started = True
             while not window.over.is_set() and not user.closed:
-                try:
-                    await asyncio.wait_for(window.over.wait(), 1.0)
-                except asyncio.TimeoutError:
-                    pass
-            played = time.perf_counter() - start
-            rec.update({"played_seconds": round(played, 1), "updates": user.updates - first,
-                        "updates_per_second": round((user.updates - first) / played, 2),
-                        "plot_updates": user.plot_changes, "patches": user.patches})
+                await _a_second_of(window)
+            rec.update(_played(user, start, first))
             rec["served"] = rec["updates"] > 0
             return rec
         rec["open"] = await user.open()
@@ -661,15 +671,8 @@ async def run_user(index: int, base_url: str, path: str, plot: str, window: Wind
                 rec["restarts"] += 1
             if user.closed:
                 break
-            try:
-                await asyncio.wait_for(window.over.wait(), 1.0)
-            except asyncio.TimeoutError:
-                pass
-        played = time.perf_counter() - start
-        rec.update({"played_seconds": round(played, 1), "updates": user.updates - first,
-                    "pin_data_changes": user.pin_changes() - pinned,
-                    "updates_per_second": round((user.updates - first) / played, 2),
-                    "plot_updates": user.plot_changes, "patches": user.patches})
+            await _a_second_of(window)
+        rec.update(_played(user, start, first), pin_data_changes=user.pin_changes() - pinned)
         rec["served"] = rec["updates"] > 0
     except Exception as exc:
         rec["errors"].append(_error_text(exc))
