@@ -66,7 +66,7 @@ class ShareControl:
             lab, self._lab = self._lab, None
             if lab is not None:
                 lab.share_listener = None
-                lab.unshare()
+                lab.unshare(background=True)  # (the last state is copied in a thread)
                 lab.tools.show("info", "The live share ended; followers keep its last state.")
             self.toggle.label, self.toggle.color = "Share live", "light"
 

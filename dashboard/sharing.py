@@ -89,12 +89,17 @@ class Share:
             self.pins = list(pins)
             self.pins_version += 1
 
-    def end(self, final: bytes | None = None) -> None:
-        """The teacher stopped sharing (or left): followers keep the last state to fork."""
-        with self._lock:
-            self.ended, self.final, self._source = True, final, None
+    def withdraw(self) -> None:
+        """No new follower: the code is taken out of the registry (followers stay)."""
         with _REGISTRY:
             SHARES.pop(self.code, None)
+
+    def end(self, final: bytes | None = None) -> None:
+        """The teacher stopped sharing (or left): followers are told and keep ``final``, the
+        run's last state, to fork."""
+        self.withdraw()
+        with self._lock:
+            self.ended, self.final, self._source = True, final, None
 
     @property
     def followers(self) -> int:

@@ -9,6 +9,7 @@ transport is disabled; its figures, stage tab, caption and counter are the teach
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import panel as pn
@@ -23,6 +24,15 @@ FOLLOW_TEXT = ("### Following a live run\n"
                "You see the teacher's run as it trains: the figures, the tab in view and the narration "
                "follow theirs. **Make it mine** keeps a copy of the run as it is now (its settings, "
                "its trained state, its history and pins) to train on your own.")
+
+
+def _end(share: sharing.Share, key: str) -> None:
+    """End ``share`` with a copy of its run's last state (None if it cannot be copied)."""
+    try:
+        final = share.checkpoint_bytes(key)
+    except Exception:  # noqa: BLE001 - a run that cannot be copied leaves nothing to fork
+        final = None
+    share.end(final)
 
 
 class Following:
@@ -69,16 +79,18 @@ class Following:
         images = getattr(uploads, "run_images", None)
         return images is None or getattr(images, "origin", None) == "user upload"
 
-    def unshare(self) -> None:
-        """End the live share: followers are told and keep the last state, to fork."""
+    def unshare(self, *, background: bool = False) -> None:
+        """End the live share: no one new may follow; followers are told, and keep the last
+        state to fork, once it is copied (a TAP run: ~25 ms).  ``background``: copy it in a
+        thread (a click handler does not wait for it)."""
         share, self._share = self._share, None
         if share is None:
             return
-        try:
-            final = share.checkpoint_bytes(self.key)
-        except Exception:  # noqa: BLE001 - a run that cannot be copied leaves nothing to fork
-            final = None
-        share.end(final)
+        share.withdraw()
+        if background:
+            threading.Thread(target=_end, args=(share, self.key), name="boltzlab-unshare", daemon=True).start()
+        else:
+            _end(share, self.key)
 
     def _share_restart(self) -> None:
         """A new run (or the share's first): followers take its settings and history."""

@@ -149,8 +149,11 @@ def test_the_header_switch_shares_the_lab_in_view_and_counts_followers():
         lab.shared and sharing.SHARES[code].join(1)
         lab.refresh_status()
         assert share.toggle.label == "● Sharing live · 1 following"
-        share.toggle.value = False
+        shared = sharing.SHARES[code]
+        share.toggle.value = False  # the click does not wait: the last state is copied in a thread
         assert lab.shared is None and code not in sharing.SHARES and share.toggle.label == "Share live"
+        wait_until(lambda: shared.ended, timeout=120)
+        assert shared.final  # the followers' last state, to fork
     finally:
         lab.close()
 
