@@ -785,8 +785,8 @@ class BoundLab(Lab):
         st = self._stats.get("Bound majorization")
         if st and st["steps"]:
             if st["monotone"]:
-                # short enough for one line on a projector (1280x720): the rest on hover
-                self.monotone.set("ok", f"Bound majorization: **monotone so far** ({st['steps']} steps)",
+                # short enough for one line on a projector (1280x720) at 100+ steps: the rest on hover
+                self.monotone.set("ok", f"Majorization: **monotone so far** ({st['steps']} steps)",
                                   details=f"J never increased in {st['steps']} steps: Theorem 1 at work.")
             else:
                 self.monotone.set("error", "Bound majorization: **J INCREASED**",
