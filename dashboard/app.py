@@ -126,6 +126,13 @@ def create_app(only: str | None = None) -> pn.template.FastListTemplate:
     def make(index: int) -> tuple[Any, pn.viewable.Viewable]:
         lab = classes[index](owner=f"session {number} ({classes[index].title} lab)" if served else "")
         page = lab.panel()
+        if served and follow and lab.key == follow_key:
+            # off the loop too: the follow card in the sidebar, the teacher's history replayed
+            # (on the loop, 24 followers joining at once held it for seconds)
+            try:
+                lab.follow(follow)
+            except ValueError as exc:
+                lab.tools.show("error", str(exc))
         if served:  # off the loop (preparing): its Bokeh models too
             render_models(page, slots[index], session_doc)
         return lab, page
@@ -138,12 +145,7 @@ def create_app(only: str | None = None) -> pn.template.FastListTemplate:
             slots[index].param.update(objects=[page], sizing_mode=page.sizing_mode)
             if served:
                 lab.start()
-                if follow and lab.key == follow_key:
-                    try:
-                        lab.follow(follow)
-                    except ValueError as exc:
-                        lab.tools.show("error", str(exc))
-                else:
+                if not (follow and lab.key == follow_key):  # (a follower follows already: make)
                     lab.tools.apply_query(args)  # a shared link's settings (see dashboard.labtools)
             if present.value:
                 lab.set_presenting(True)
@@ -811,6 +813,7 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
         from boltzlab.dashboard.panel_compat import reconnect_with_binary_arrays
 
         reconnect_with_binary_arrays()  # (BokehJS 3.9.2 drops a reconnect's binary arrays)
+        pin_bokeh_settings()
         kwargs.setdefault("unused_session_lifetime_milliseconds", SURVIVES_SECONDS * 1000)
         kwargs.setdefault("check_unused_sessions_milliseconds", 10_000)
         kwargs.setdefault("session_token_expiration", TOKEN_SECONDS)
@@ -874,6 +877,22 @@ def _stop_on_sigterm():
 #: a session whose page lost its connection lives this long (Bokeh's default, 15 s, plus its
 #: 17 s check, lost sessions after a drop of 15-32 s): a drop of 30 s must find it
 SURVIVES_SECONDS = 45
+
+
+def pin_bokeh_settings() -> None:
+    """Fix the Bokeh settings a served page reads per model and per array at the values they
+    have now (environment, config files, defaults: the same answer), with Bokeh's public
+    ``PrioritizedSetting.set_value``.
+
+    Unpinned, each read walks the setting's sources (its config dicts, ``os.environ``, the
+    dev mode's environment): ``make_id``, called for every array a message carries, read
+    ``simple_ids`` so, 17 % of the event loop with 24 followers of a TAP run (py-spy on
+    ``python -m tests.load.protocol --lab TAP --followers 24``)."""
+    from bokeh.settings import settings
+
+    for setting in (settings.simple_ids, settings.serialize_include_defaults, settings.compression_level,
+                    settings.perform_document_validation, settings.validation_level):
+        setting.set_value(setting())
 #: how long a page's session token lets it (re)connect (Bokeh's default, 300 s, refused a
 #: reconnect to a page opened more than five minutes before): a school day
 TOKEN_SECONDS = 10 * 3600

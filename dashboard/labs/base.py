@@ -698,7 +698,8 @@ class Lab(Following, Comparing, Scripting, Teaching, pn.viewable.Viewer):
         that were training."""
         self._adopt_build()
         if self._following is not None:
-            self._sync_follow()
+            with self._batch():  # a new run at the teacher redraws every view: one walk of the graph
+                self._sync_follow()
         records = self.runner.drain()
         now = time.monotonic()
         active = (records or self.runner.playing or self.jobs.running() or self._explaining is not None

@@ -15,7 +15,7 @@ from typing import Any
 import panel as pn
 
 from boltzlab.dashboard import sharing
-from boltzlab.dashboard.labs.holding import held
+from boltzlab.dashboard.labs.holding import graph_frozen, held
 from boltzlab.dashboard.labtools import setting_text
 from boltzlab.dashboard.views import StatusBadge
 from boltzlab.dashboard.views.text import LiveHTML
@@ -216,7 +216,8 @@ class Following:
     def _replay(self, records: list) -> None:
         """Clear the views and draw ``records`` (what a follower joining late has missed);
         the analyses follow on later ticks, as while playing (never waited for here)."""
-        with pn.io.hold():
+        # one walk of the page's model graph, not one per legend and layer redrawn
+        with pn.io.hold(), graph_frozen(pn.state.curdoc):
             self._restart_views()
             self._replaying = True
             try:

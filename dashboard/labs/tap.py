@@ -127,7 +127,7 @@ PRESETS = [
 RANK_ROWS = 1000  # training digits behind "rank by mean activation" (a 1000 x Nv x Nh product: ~5-8 ms on MNIST)
 FIELDS_SECONDS = 1.0  # images re-layout parts of the page in the browser: at most once a second while playing
 # the stage tabs whose image grids are drawn only in view while playing (Lab.in_view)
-ISOMAP_TAB, FIELDS_TAB, SAMPLES_TAB = "Isomap", "Fields (Fig. 4)", "Samples"
+ISOMAP_TAB, FIELDS_TAB, SAMPLES_TAB, HISTOGRAMS_TAB = "Isomap", "Fields (Fig. 4)", "Samples", "Histograms"
 EMBED_SECONDS = 5.0  # while training, the solutions' Isomap (~3 s on MNIST) is refitted at most this often
 COMPUTING = "Computing…"
 # Figs. 6-7 once the run has started, until their first Isomap is drawn: the TAP solutions come
@@ -402,7 +402,7 @@ class TAPLab(Lab):
                                                       sizing_mode="stretch_width"),
                             sizing_mode="stretch_width")
         return {"Figs. 3 · 5": self.main_view(),
-                "Histograms": pn.Row(self.hist.view, self.truth.view, sizing_mode="stretch_width"),
+                HISTOGRAMS_TAB: pn.Row(self.hist.view, self.truth.view, sizing_mode="stretch_width"),
                 ISOMAP_TAB: embed, FIELDS_TAB: fields, "Denoising": denoise, SAMPLES_TAB: self.samples_beside.view}
 
     def badges(self) -> list:
@@ -439,6 +439,7 @@ class TAPLab(Lab):
         self._fields_stale = False  # newer weights than the receptive fields drawn
         self._fields_time = -math.inf
         self._solutions_stale = False  # newer TAP solutions than the images drawn
+        self._histograms_stale = False  # a newer snapshot than the histograms drawn
         self._scatter_rows = np.zeros(0, dtype=int)
         self._selection = None
         self._active = None
@@ -566,7 +567,8 @@ class TAPLab(Lab):
     def on_tick(self) -> None:
         """Draw the receptive fields, samples and solutions when due (at most once a second
         while playing, and only when their tab is in view: :meth:`in_view`; at once when
-        paused, e.g. after ``lab.run``); start the Isomap jobs when due."""
+        paused, e.g. after ``lab.run``), the histograms as their tab comes into view; start
+        the Isomap jobs when due."""
         playing = self.runner.playing
         due = not playing or time.monotonic() - self._fields_time >= FIELDS_SECONDS
         if (self._fields_stale or self._solutions_stale) and due:
@@ -575,6 +577,8 @@ class TAPLab(Lab):
                 self._show_samples()
             if self._solutions_stale and (not playing or self.in_view(ISOMAP_TAB)):
                 self._show_solutions()
+        if self._histograms_stale and (not playing or self.in_view(HISTOGRAMS_TAB)):
+            self._show_histograms()
         self._submit_embedding()
 
     def on_stage_shown(self, label: str) -> None:
@@ -582,7 +586,7 @@ class TAPLab(Lab):
             self._fields_time = -math.inf  # drawn at the next tick (a follower's Isomap fitted then)
 
     def busy(self) -> bool:
-        return self._embedding_dirty or self._fields_stale or self._solutions_stale
+        return self._embedding_dirty or self._fields_stale or self._solutions_stale or self._histograms_stale
 
     def _update_epoch_widgets(self) -> None:
         self._quiet = True
@@ -594,10 +598,16 @@ class TAPLab(Lab):
                                 value=last if follow else min(slider.value, last))
         finally:
             self._quiet = False
-        self._show_histograms()
+        # Fig. 5's histograms (four full redraws: bins, KDEs) while playing only in view:
+        # hidden, they were most of a TAP tick's drawing and of its message (py-spy, 24
+        # followers of one TAP run: 22 % of the event loop)
+        self._histograms_stale = True
+        if not self.runner.playing or self.in_view(HISTOGRAMS_TAB):
+            self._show_histograms()
 
     def _show_histograms(self) -> None:
         """Figure 5's slices: the first snapshot, two in between and the latest."""
+        self._histograms_stale = False
         snaps = self.history.snapshots
         picks = sorted({round(f * (len(snaps) - 1)) for f in (0.0, 1 / 3, 2 / 3, 1.0)}) if snaps else []
         self.hist.update({f"epoch {snaps[i].epoch:.2f}": snaps[i].free_energies for i in picks})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from typing import Mapping
 
 import numpy as np
@@ -23,6 +25,43 @@ def density_curve(values: np.ndarray, grid: np.ndarray) -> np.ndarray:
             pass
     width = max(1e-3, 0.01 * (grid[-1] - grid[0]))
     return np.exp(-0.5 * ((grid - values.mean()) / width) ** 2) / (width * np.sqrt(2 * np.pi))
+
+
+#: the newest drawings, shared by the pages that draw the same arrays (a shared run's
+#: followers draw the teacher's Records: one computes the bins and KDEs, the others reuse them)
+_DRAWINGS: "OrderedDict[tuple, tuple[list, list]]" = OrderedDict()
+_DRAWINGS_KEPT = 8
+_DRAWINGS_LOCK = threading.Lock()
+
+
+def drawing(slices: Mapping[str, np.ndarray], bins: int) -> list[tuple[dict, dict]]:
+    """Each slice's bars and KDE line on shared bins: ``[(bars data, line data), ...]``.
+    Computed once for the same arrays (by identity: the entry keeps them, so an id is not
+    reused while it is kept); the data must not be changed in place."""
+    arrays = list(slices.values())
+    key = (bins, tuple((label, id(v)) for label, v in slices.items()))
+    with _DRAWINGS_LOCK:
+        kept = _DRAWINGS.get(key)
+        if kept is not None and all(a is b for a, b in zip(kept[0], arrays)):
+            _DRAWINGS.move_to_end(key)
+            return kept[1]
+    values = [np.asarray(v, dtype=float) for v in arrays]
+    pooled = np.concatenate(values)
+    low, high = float(pooled.min()), float(pooled.max())
+    pad = 0.05 * (high - low) if high > low else max(1e-3, abs(low) * 1e-3)
+    edges = np.linspace(low - pad, high + pad, bins + 1)
+    grid = np.linspace(edges[0], edges[-1], 200)
+    drawn = []
+    for label, v in zip(slices, values):
+        density, _ = np.histogram(v, bins=edges, density=True)
+        counts, _ = np.histogram(v, bins=edges)
+        drawn.append(({"left": edges[:-1], "right": edges[1:], "top": density, "count": counts,
+                       "label": [label] * bins}, {"x": grid, "y": density_curve(v, grid)}))
+    with _DRAWINGS_LOCK:
+        _DRAWINGS[key] = (arrays, drawn)
+        while len(_DRAWINGS) > _DRAWINGS_KEPT:
+            _DRAWINGS.popitem(last=False)
+    return drawn
 
 
 class HistogramSlices:
@@ -81,7 +120,7 @@ class HistogramSlices:
 
     def update(self, slices: Mapping[str, np.ndarray]) -> None:
         """Show one histogram + KDE per entry of ``slices`` (label -> values); shared bins."""
-        slices = {k: np.asarray(v, dtype=float) for k, v in slices.items() if np.size(v)}
+        slices = {k: v for k, v in slices.items() if np.size(v)}
         self._ensure(len(slices))
         if not slices:
             for s in self._bars:
@@ -90,18 +129,10 @@ class HistogramSlices:
                 s.data = {"x": [], "y": []}
             self._empty.visible = True
             return
-        pooled = np.concatenate(list(slices.values()))
-        low, high = float(pooled.min()), float(pooled.max())
-        pad = 0.05 * (high - low) if high > low else max(1e-3, abs(low) * 1e-3)
-        edges = np.linspace(low - pad, high + pad, self.bins + 1)
-        grid = np.linspace(edges[0], edges[-1], 200)
-        for k, (label, values) in enumerate(slices.items()):
-            density, _ = np.histogram(values, bins=edges, density=True)
-            counts, _ = np.histogram(values, bins=edges)
-            self._bars[k].data = {"left": edges[:-1], "right": edges[1:], "top": density, "count": counts,
-                                  "label": [label] * self.bins}
-            self._lines[k].data = {"x": grid, "y": density_curve(values, grid)}
-            self.legend.items[k].label = {"value": f"{label} ({values.size})"}
+        for k, (label, (bars, line)) in enumerate(zip(slices, drawing(slices, self.bins))):
+            self._bars[k].data = dict(bars)
+            self._lines[k].data = dict(line)
+            self.legend.items[k].label = {"value": f"{label} ({np.size(slices[label])})"}
             self.legend.items[k].visible = True
         for k in range(len(slices), len(self._bars)):
             self._bars[k].data = self._no_bars()

@@ -308,3 +308,29 @@ def test_while_playing_the_image_grids_are_drawn_only_in_view(lab, monkeypatch):
     lab._fields_stale, playing["now"] = True, False
     lab.on_tick()  # paused: drawn whatever the tab
     assert drawn[-2:] == ["_show_fields", "_show_samples"]
+
+
+def test_while_playing_the_histograms_are_drawn_only_in_view(lab, monkeypatch):
+    """Fig. 5's histograms (four full redraws a snapshot) wait while their tab is hidden and
+    a run plays; they are drawn when the tab comes into view, and at once when paused."""
+    lab.widgets["data"].value = "digits"
+    steps(lab, 2)  # paused: drawn at once
+    assert not lab._histograms_stale and any(len(b.data["left"]) for b in lab.hist._bars)
+    playing = {"now": True}
+    monkeypatch.setattr(type(lab.runner), "playing", property(lambda self: playing["now"]))
+    drawn = []
+    real = lab._show_histograms
+    monkeypatch.setattr(lab, "_show_histograms", lambda: drawn.append(1) or real())
+    lab._update_epoch_widgets()  # a new snapshot while playing, the first tab in view
+    assert lab._histograms_stale and lab.busy() and drawn == []
+    lab.on_tick()
+    assert lab._histograms_stale and drawn == []
+    lab.stage_tabs.active = list(lab.stage()).index(tap_lab.HISTOGRAMS_TAB)
+    lab.on_tick()
+    assert not lab._histograms_stale and drawn == [1]
+    lab.on_tick()
+    assert drawn == [1]  # once per snapshot
+    lab.stage_tabs.active = 0
+    playing["now"] = False
+    lab._update_epoch_widgets()  # paused: drawn whatever the tab
+    assert not lab._histograms_stale and drawn == [1, 1]

@@ -115,3 +115,27 @@ def test_html_table_escapes_its_cells_and_aligns_its_columns():
     assert "<td>GA μ=0.5</td><td style=\"text-align:right\">1.2e-03</td>" in table
     assert "<td>&lt;b&gt;x&lt;/b&gt;</td>" in table and table.endswith("</tr></tbody></table>")
     assert html_table([("a", "")], []) == "<table><thead><tr><th>a</th></tr></thead><tbody></tbody></table>"
+
+
+def test_histograms_of_the_same_arrays_are_computed_once_and_drawn_alike(monkeypatch):
+    """A shared run's followers draw the teacher's arrays: the first page computes the bins
+    and KDEs, the others reuse them (by identity; equal copies are computed anew)."""
+    from boltzlab.dashboard.views import histogram
+
+    rng = np.random.default_rng(0)
+    slices = {"epoch 0.00": rng.normal(size=200), "epoch 1.00": rng.normal(1.0, 2.0, size=200)}
+    calls = []
+    real = histogram.density_curve
+    monkeypatch.setattr(histogram, "density_curve", lambda v, g: calls.append(1) or real(v, g))
+    a, b = histogram.HistogramSlices("a"), histogram.HistogramSlices("b")
+    a.update(slices)
+    b.update(dict(slices))
+    assert len(calls) == 2  # once per slice, for both pages
+    for x, y in zip(a._bars + a._lines, b._bars + b._lines):
+        assert set(x.data) == set(y.data) and all(np.array_equal(x.data[k], y.data[k]) for k in x.data)
+    edges = np.linspace(*(lambda p: (p.min() - 0.05 * np.ptp(p), p.max() + 0.05 * np.ptp(p)))(
+        np.concatenate(list(slices.values()))), 31)
+    density, _ = np.histogram(slices["epoch 1.00"], bins=edges, density=True)
+    np.testing.assert_allclose(a._bars[1].data["top"], density)  # NumPy's own, on the shared bins
+    b.update({k: v.copy() for k, v in slices.items()})  # equal values, other arrays: computed anew
+    assert len(calls) == 4

@@ -399,8 +399,15 @@ class Server:
 
 
 class HttpProbe:
-    """GET ``path`` of a loopback server every ``every`` s in a thread, at most ``limit`` times,
-    timing each request (a new connection each: a plain client, no proxy, no redirects)."""
+    """GET ``path`` of a loopback server every ``every`` s, at most ``limit`` times, timing
+    each request (a new connection each: a plain client, no proxy, no redirects), in a process
+    of its own (``tests/load/httpprobe.py``).
+
+    Its own process: in a thread of the load client, the timings included waiting for the
+    client's GIL.  Its requests are spaced at random around ``every`` (see the module
+    ``tests/load/httpprobe.py``: a fixed clock was phase-locked to the client's page opens).
+    ``ms``, ``at`` (when each was sent, ``time.monotonic()``, the system's clock) and
+    ``failures`` are filled by :meth:`join`."""
 
     def __init__(self, url: str, path: str, every: float, limit: int) -> None:
         parts = urllib.parse.urlsplit(url)
@@ -411,44 +418,33 @@ class HttpProbe:
         self.ms: list[float] = []
         self.at: list[float] = []  # when each timed request was sent (time.monotonic())
         self.failures: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"loadtest-get{path}", daemon=True)
+        self._process: subprocess.Popen | None = None
 
     def start(self) -> None:
-        self._thread.start()
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "tests.load.httpprobe", self.host, str(self.port), self.path, str(self.every),
+             str(self.limit), str(HTTP_TIMEOUT_S)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
 
     def stop(self) -> None:
-        """Ask the thread to stop; it ends within one request (HTTP_TIMEOUT_S)."""
-        self._stop.set()
+        """Ask the process to stop; it ends within one request (HTTP_TIMEOUT_S)."""
+        if self._process is not None and self._process.stdin is not None:
+            self._process.stdin.close()
+            self._process.stdin = None  # (communicate would flush it)
 
     def join(self) -> None:
-        self._thread.join(HTTP_TIMEOUT_S + 5)
-
-    def _get(self) -> float:
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=HTTP_TIMEOUT_S)
+        """Wait for the process's report (and stop it if it was not asked to)."""
+        if self._process is None:
+            return
+        self.stop()
         try:
-            start = time.perf_counter()
-            conn.request("GET", self.path)
-            response = conn.getresponse()
-            response.read()
-            took = 1000 * (time.perf_counter() - start)
-        finally:
-            conn.close()
-        if response.status != 200:
-            raise http.client.HTTPException(f"HTTP {response.status}")
-        return took
-
-    def _run(self) -> None:
-        next_at = time.monotonic()
-        while not self._stop.is_set() and len(self.ms) + len(self.failures) < self.limit:
-            try:
-                sent = time.monotonic()
-                self.ms.append(self._get())
-                self.at.append(sent)
-            except (OSError, http.client.HTTPException) as exc:
-                self.failures.append(f"{type(exc).__name__}: {exc}")
-            next_at = max(next_at + self.every, time.monotonic())  # one in flight; no catch-up burst
-            self._stop.wait(next_at - time.monotonic())
+            out, _ = self._process.communicate(timeout=HTTP_TIMEOUT_S + 10)
+            report = json.loads(out.strip().splitlines()[-1])
+        except (subprocess.TimeoutExpired, ValueError, IndexError) as exc:
+            self._process.kill()
+            self.failures.append(f"the probe of {self.path} did not report: {type(exc).__name__}")
+            return
+        self.ms, self.at, self.failures = report["ms"], report["at"], report["failures"]
 
 
 # ------------------------------------------------------------------ browser sessions

@@ -69,7 +69,7 @@ Once all play (and, with ``--pins K``, each has pinned K runs), the **load windo
 ``--seconds`` starts, with:
 
 * ``liveness_ms`` / ``root_ms``: ``GET /liveness`` every 0.5 s and ``GET /`` every 5 s by a
-  plain HTTP client in threads (loadtest's ``HttpProbe``: one request in flight per path, a
+  plain HTTP client in a process of its own, at random intervals around those (loadtest's ``HttpProbe``: one request in flight per path, a
   failure counted, not timed).  Each ``GET /`` builds a server session (the first lab);
 * ``step_to_patch_ms``: a probe user opens the lab, plays until the main plot (loadtest's
   ``Lab.plot``; its sources are named ``"<plot>:<line>"``; TAP: its log-likelihood line
