@@ -61,6 +61,7 @@ RADIO = dict(color="primary", variant="outline")
 PREPARE = "prepare"  # the job key of a slow preparation (see Lab.prepare_later)
 UPLOAD_JOB = "upload"  # the job key of reading an uploaded file (kept when a new run starts)
 IDLE_REFRESH_SECONDS = 1.0  # an idle lab (nothing new, nothing in flight) redraws once a second
+FOLLOWER_PERIOD_MS = 200  # a follower draws at most 5 times a second (Lab.period)
 STATUS_SECONDS = 0.3  # text panes re-layout the page: at most ~3 times a second while training
 # the stage fills the viewport below what stands above it (the page header, the lab's one
 # sentence, the transport bar, the caption, the status line): presentation mode sets the
@@ -654,7 +655,7 @@ class Lab(Following, Comparing, Scripting, Teaching, pn.viewable.Viewer):
         ``lab.show()``); later calls do nothing, so a lab never ticks twice."""
         if self._callback is not None:
             return
-        self._callback = refresh_callback(self.tick, self.period_ms)
+        self._callback = refresh_callback(self.tick, self.period())
         if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
             # not waiting for the runner's thread: on the server's event loop that wait was
             # up to 0.5 s per session (16 TAP sessions closing together held it 5 s)
@@ -689,6 +690,21 @@ class Lab(Following, Comparing, Scripting, Teaching, pn.viewable.Viewer):
         if self._following is not None:
             self._following.leave(id(self))
         self.runner.close(timeout=wait)
+
+    def own_period(self) -> int:
+        """The lab's tick period (ms) for its own run."""
+        return self.period_ms
+
+    def period(self) -> int:
+        """The tick's period (ms): the lab's own; a follower's at least
+        :data:`FOLLOWER_PERIOD_MS` (its Records drawn in batches: 24 followers of an FVBM run
+        drawing all 9 of its updates a second held the event loop, /liveness p95 276 ms)."""
+        own = self.own_period()
+        return max(own, FOLLOWER_PERIOD_MS) if self._following is not None else own
+
+    def _retime(self) -> None:
+        if self._callback is not None and self._callback.period != self.period():
+            self._callback.period = self.period()
 
     def tick(self) -> None:
         """Drain what is new and draw it in one held batch (one websocket message).

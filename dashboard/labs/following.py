@@ -133,6 +133,7 @@ class Following:
         share.join(id(self))
         self._pins_seen = -1
         self._follow_view(True)
+        self._retime()
         self._sync_follow()
 
     def unfollow(self) -> None:
@@ -143,6 +144,7 @@ class Following:
         share.leave(id(self))
         self.runner = self.runner.own
         self._follow_view(False)
+        self._retime()
         self._restart_views()
         self.redraw(self.runner.history.records())
 
@@ -171,6 +173,7 @@ class Following:
             share.leave(id(self))
             self.runner = self.runner.own
         self._follow_view(False)
+        self._retime()
         if self.tools.load_bytes(content, filename="the shared run"):
             self.tools.show("ok", "The run is yours now: press ▶ Play to train it on your own.")
 

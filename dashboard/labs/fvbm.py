@@ -274,7 +274,7 @@ class FVBMLab(Lab):
                                tol=self.tol, init=self.init,
                                seed=self.init_seed, race_mus=mus)
 
-    def period(self) -> int:
+    def own_period(self) -> int:
         """Every line costs the browser work on each repaint; measured in headless Chromium
         on 2 cores, 5 racing trainers at 10 Hz made the page unresponsive."""
         return int(self.period_ms * max(1.0, len(self.runner.names) / 2))
@@ -389,8 +389,7 @@ class FVBMLab(Lab):
         self.tol_span.location = float(np.log10(self.tol))
         self.tol_span.visible = True
         self._show_matrices()
-        if self._callback is not None and self._callback.period != self.period():
-            self._callback.period = self.period()
+        self._retime()
 
     def _add_lines(self, names: list[str]) -> None:
         for curve in (self.logpl, self.loglik, self.mse):
@@ -407,7 +406,7 @@ class FVBMLab(Lab):
 
     def start(self) -> None:
         super().start()
-        self._callback.period = self.period()
+        self._retime()
 
     # ------------------------------------------------------------------ live updates
     def show(self, records) -> None:

@@ -209,3 +209,15 @@ def test_a_run_on_a_built_in_data_set_of_an_image_lab_is_shared(make_lab):
     follower.follow(code)
     assert follower.following == code and teacher.followers == 1
     teacher.unshare()
+
+
+def test_a_follower_draws_at_most_five_times_a_second_and_its_own_run_at_its_own_rate(make_lab):
+    """An FVBM page ticks every 100 ms; following, every 200 ms (the Records of two of the
+    teacher's ticks drawn together); its own run again at 100 ms."""
+    from boltzlab.dashboard.labs.base import FOLLOWER_PERIOD_MS
+
+    teacher, follower = teacher_and_follower(make_lab)
+    assert teacher.period() == FVBMLab.period_ms == 100 < FOLLOWER_PERIOD_MS
+    assert follower.period() == FOLLOWER_PERIOD_MS
+    follower.unfollow()
+    assert follower.period() == 100
