@@ -813,7 +813,6 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
         from boltzlab.dashboard.panel_compat import reconnect_with_binary_arrays
 
         reconnect_with_binary_arrays()  # (BokehJS 3.9.2 drops a reconnect's binary arrays)
-        pin_bokeh_settings()
         kwargs.setdefault("unused_session_lifetime_milliseconds", SURVIVES_SECONDS * 1000)
         kwargs.setdefault("check_unused_sessions_milliseconds", 10_000)
         kwargs.setdefault("session_token_expiration", TOKEN_SECONDS)
@@ -878,21 +877,6 @@ def _stop_on_sigterm():
 #: 17 s check, lost sessions after a drop of 15-32 s): a drop of 30 s must find it
 SURVIVES_SECONDS = 45
 
-
-def pin_bokeh_settings() -> None:
-    """Fix the Bokeh settings a served page reads per model and per array at the values they
-    have now (environment, config files, defaults: the same answer), with Bokeh's public
-    ``PrioritizedSetting.set_value``.
-
-    Unpinned, each read walks the setting's sources (its config dicts, ``os.environ``, the
-    dev mode's environment): ``make_id``, called for every array a message carries, read
-    ``simple_ids`` so, 17 % of the event loop with 24 followers of a TAP run (py-spy on
-    ``python -m tests.load.protocol --lab TAP --followers 24``)."""
-    from bokeh.settings import settings
-
-    for setting in (settings.simple_ids, settings.serialize_include_defaults, settings.compression_level,
-                    settings.perform_document_validation, settings.validation_level):
-        setting.set_value(setting())
 #: how long a page's session token lets it (re)connect (Bokeh's default, 300 s, refused a
 #: reconnect to a page opened more than five minutes before): a school day
 TOKEN_SECONDS = 10 * 3600
