@@ -18,6 +18,7 @@ import panel as pn
 from bokeh.application.handlers.handler import Handler
 from panel.io.application import Application as PanelApplication
 
+from boltzlab.dashboard.panel_compat import fresh_receiver_on_reconnect
 from boltzlab.dashboard.views.browser_code import in_browser
 from boltzlab.dashboard.views.text import StaticMarkdown, markdown_text
 
@@ -607,6 +608,7 @@ class PageHandler(Handler):
         # as Panel's handler leaves a served document: its own reconnect and notifications
         doc.config.update(reconnect_session=pn.config.reconnect is True, notifications=None,
                           notify_connection_status=False)
+        fresh_receiver_on_reconnect(doc)  # (a drop mid-message left BokehJS 3.9.2 out of step)
 
 
 #: the documents :class:`PageApplication` filled off the loop, for its ``initialize_document``

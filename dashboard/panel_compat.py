@@ -16,11 +16,28 @@ Today (Panel 1.9.4, Bokeh 3.9.2; ``constraints.txt``):
   ``_handle_pull`` answers every pull after a session's first with the arrays inlined as
   base64 (``Document.to_json(deferred=False)``), which the client decodes without buffers;
   the first pull, the page load's, keeps the binary buffers.
+* :func:`fresh_receiver_on_reconnect` — BokehJS's ``ClientConnection._receiver``.  A
+  connection keeps one protocol ``Receiver`` (it assembles a message from its header,
+  metadata, content and buffer frames) for its whole life, across reconnects.  A drop in the
+  middle of a message (likely while a lab plays: a patch with arrays is five frames or more)
+  left it expecting the rest of that message, so the new socket's ACK was read as its tail:
+  "First message was not an ACK", closed, and every later attempt out of step the same way
+  until the page gave up (the reconnect test failed so in CI, under load).  On every
+  ``connection_lost`` event (sent before each reconnect attempt) the page now starts a fresh
+  ``Receiver``.  Not reported upstream that we could find.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+#: run by BokehJS on a document's ``connection_lost`` event (``cb_data`` is the event, whose
+#: ``connection`` is a WeakRef to the ClientConnection): a new Receiver of the same class
+FRESH_RECEIVER_JS = """
+const connection = cb_data.connection?.deref?.()
+if (connection != null && connection._receiver != null)
+  connection._receiver = new connection._receiver.constructor()
+"""
 
 _PATCHED = False
 
@@ -46,3 +63,11 @@ def reconnect_with_binary_arrays() -> None:
 
     ServerSession._handle_pull = _handle_pull
     _PATCHED = True
+
+
+def fresh_receiver_on_reconnect(doc: Any) -> None:
+    """Have the page of ``doc`` start each reconnect with a fresh protocol receiver (see the
+    module's docstring); once per served document."""
+    from bokeh.models import CustomJS
+
+    doc.js_on_event("connection_lost", CustomJS(code=FRESH_RECEIVER_JS))

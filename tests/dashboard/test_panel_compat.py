@@ -5,6 +5,7 @@ fails here, by name), and each patch does what it says."""
 from __future__ import annotations
 
 import inspect
+import re
 
 import numpy as np
 from bokeh.document import Document
@@ -61,3 +62,23 @@ def test_a_second_pull_inlines_the_arrays_a_first_keeps_as_buffers():
     assert not second.buffers  # a reconnect: the arrays inline
     again = Document.from_json(second.content["doc"])  # what a client without buffers reads
     np.testing.assert_array_equal(again.roots[0].data["x"], np.arange(100.0))
+
+
+def test_the_names_the_fresh_receiver_relies_on_exist():
+    """BokehJS keeps its protocol receiver in ``ClientConnection._receiver`` (a Receiver made
+    with no arguments) and sends ``connection_lost`` with a WeakRef to the connection before
+    every reconnect attempt: the JS of ``fresh_receiver_on_reconnect`` relies on all three."""
+    from pathlib import Path
+
+    import bokeh
+    from bokeh.events import _CONCRETE_EVENT_CLASSES
+
+    bundle = (Path(bokeh.__file__).parent / "server/static/js/bokeh.min.js").read_text(encoding="utf-8")
+    assert re.search(r"this\._receiver=new [\w$.]+\.Receiver[,;]", bundle)
+    assert re.search(r"new [\w$.]+\.ConnectionLost\(new WeakRef\(this\)", bundle)
+    assert re.search(r"_schedule_reconnect\(e\)\{.{0,400}send_event\(", bundle)
+    assert "connection_lost" in _CONCRETE_EVENT_CLASSES
+    doc = Document()
+    panel_compat.fresh_receiver_on_reconnect(doc)
+    (callback,) = doc.callbacks.js_event_callbacks["connection_lost"]
+    assert "connection._receiver = new connection._receiver.constructor()" in callback.code
