@@ -10,7 +10,10 @@ path (:meth:`boltzlab.dashboard.labs.base.Lab.check_work`), a run whose step wou
 beside its steps are capped by size (the TAP Isomaps: :attr:`Limits.isomap_rows`).
 
 The limits are the operator's: ``boltzlab serve --max-step-seconds S --max-isomap-rows N``
-(:func:`set_limits`).  They are per process, like ``--max-training``.
+(:func:`set_limits`).  They are per process, like ``--max-training``.  The step limit holds in
+a served session and wherever :func:`set_limits` was called (``boltzlab serve`` calls it);
+a lab in a notebook or a script has none unless it asks (:func:`in_force`, issue 46): there
+the machine is the user's own.
 
 The estimates are of the *settings*: work that depends on the data or on the state of
 training (e.g. how many sweeps Algorithm 1 needs before a TAP chain converges) enters at a
@@ -34,6 +37,7 @@ class Limits:
 
     step_seconds: float = DEFAULT_STEP_SECONDS  # the slowest step of a run, on one core
     isomap_rows: int = DEFAULT_ISOMAP_ROWS  # TAP solutions per snapshot in an Isomap job
+    enforced: bool = False  # set_limits was called: the step limit holds outside served sessions too
 
 
 #: The limits in force (one place: ``boltzlab serve`` sets them, the labs read them).
@@ -41,7 +45,8 @@ LIMITS = Limits()
 
 
 def set_limits(step_seconds: float | None = None, isomap_rows: int | None = None) -> None:
-    """Set the limits in force; ``None`` leaves one as it is."""
+    """Set the limits in force, and hold them in this process's labs outside served sessions
+    too (a notebook's: :func:`in_force`); ``None`` leaves one as it is."""
     if step_seconds is not None:
         if isinstance(step_seconds, bool) or not isinstance(step_seconds, (int, float)) \
                 or not math.isfinite(step_seconds) or step_seconds <= 0:
@@ -51,6 +56,20 @@ def set_limits(step_seconds: float | None = None, isomap_rows: int | None = None
         if isinstance(isomap_rows, bool) or not isinstance(isomap_rows, int) or isomap_rows < 2:
             raise ValueError(f"The Isomap row cap must be an int >= 2. Got {isomap_rows!r}.")
         LIMITS.isomap_rows = isomap_rows
+    LIMITS.enforced = True
+
+
+def in_force() -> bool:
+    """Whether the step limit holds here: in a served session (a page of a server, whoever
+    serves it) or after :func:`set_limits`; not in a notebook's or a script's lab."""
+    if LIMITS.enforced:
+        return True
+    try:
+        from panel.io.state import state
+    except ImportError:  # pragma: no cover - Panel is a dependency
+        return False
+    doc = state.curdoc
+    return doc is not None and doc.session_context is not None
 
 
 @contextlib.contextmanager
@@ -259,6 +278,8 @@ def refusal(cost: Callable[[Mapping[str, int]], float], knobs: Sequence[Knob], w
     described as ``what``), or None when they fit the limit.  It names the estimate, the
     limit and, for each knob that alone can make the step fit, the value that does; ``extra``
     adds suggestions of the lab's own."""
+    if not in_force():
+        return None
     limit = LIMITS.step_seconds
     settings = {k.key: k.value for k in knobs}
     seconds = cost(settings)

@@ -29,6 +29,8 @@ from typing import Iterator
 import numba
 
 _BLAS = None  # threadpoolctl controllers of the BLAS numba calls (scipy's OpenBLAS), once
+_BLAS_BEFORE: dict = {}  # each BLAS's thread count before the engine limited it (restore_blas)
+_STEPPING = [0]  # blocks inside fair_share in this process now (restore_blas waits for none)
 
 
 def available() -> int:
@@ -72,6 +74,7 @@ def _blas_libraries() -> list:
             from threadpoolctl import ThreadpoolController
 
             _BLAS = [lib for lib in ThreadpoolController().lib_controllers if lib.user_api == "blas"]
+            _BLAS_BEFORE.update({lib.filepath: lib.get_num_threads() for lib in _BLAS})
         except Exception:  # no threadpoolctl / scipy: nothing to limit
             _BLAS = []
     return _BLAS
@@ -99,6 +102,22 @@ def single_blas() -> None:
     for lib in _blas_libraries():
         if lib.get_num_threads() != 1:
             lib.set_num_threads(1)
+
+
+def restore_blas() -> bool:
+    """Give every BLAS back the threads it had before the engine limited it
+    (:func:`single_blas`), unless a run of this process is stepping now; True if restored.
+
+    For a notebook, where the user's own NumPy work shares the process: a lab that pauses
+    or closes there calls it (issue 46), and the engine limits the BLAS again at its next
+    step (:func:`set_threads`), before any product of the step."""
+    if _STEPPING[0]:
+        return False
+    for lib in _blas_libraries():
+        before = _BLAS_BEFORE.get(lib.filepath)
+        if before is not None and lib.get_num_threads() != before:
+            lib.set_num_threads(before)
+    return True
 
 
 #: OpenBLAS's cores with "small matrix" SGEMM kernels (SMALL_MATRIX_OPT, AVX-512): a product
@@ -305,8 +324,9 @@ def fair_share(player: Player) -> Iterator[int]:
     thread's count after."""
     old = threads()
     with player:
-        n = set_threads(share(player.key))
+        _STEPPING[0] += 1
         try:
-            yield n
+            yield set_threads(share(player.key))
         finally:
+            _STEPPING[0] -= 1
             numba.set_num_threads(old)

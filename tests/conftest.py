@@ -45,3 +45,19 @@ def warm_kernels():
 
     compile_kernels()  # in parallel processes (one per core) into numba's cache
     engine.warm_up()  # then loaded here from it
+
+
+@pytest.fixture(autouse=True)
+def served_budget():
+    """Every test's labs under the work budget as a server holds it (``boltzlab serve``
+    calls ``set_limits``; a notebook's lab has none: ``budget.in_force``), and the limits
+    as they were after it, whatever the test set."""
+    from dataclasses import replace
+
+    from boltzlab.dashboard import budget
+
+    before = replace(budget.LIMITS)
+    budget.LIMITS.enforced = True
+    yield
+    budget.LIMITS.step_seconds, budget.LIMITS.isomap_rows = before.step_seconds, before.isomap_rows
+    budget.LIMITS.enforced = before.enforced

@@ -13,14 +13,15 @@ A lab module declares only what is its own (see ``docs/architecture.md``, "Labs"
   change; a bad setting raises ``ValueError`` there); ``prepare(changed)`` loads what the factory needs (data);
   ``check_work()`` refuses settings over the server's work budget (:mod:`boltzlab.dashboard.budget`);
 * ``build_views()``, ``main_view()`` (the plot that must be on the first screen),
-  ``more_views()``; ``clear()`` empties them for a new run; ``show(records)`` draws new
-  Records (views read Records, never trainers);
+  ``more_views()``; ``clear()`` empties them for a new run; ``draw_records(records)`` draws
+  new Records (views read Records, never trainers; ``show()`` is Panel's);
 * optionally ``counter()``, ``refresh_badges()``, ``on_steps_asked()`` (views that wait for an
   analysis of the first Records say so), and ``describe_change(...)``, ``highlight(...)`` /
   ``clear_highlight()`` for presentation mode's *Next step*.
 
 What a script or notebook calls (``run``, ``records``, ``python_script``, ...) is in
-:mod:`.scripting`, pins and sweeps in :mod:`.comparing`, ``held`` in :mod:`.holding`: mixins
+:mod:`.scripting`, ``play()``, ``with`` and the read-only parameters in :mod:`.in_python`,
+pins and sweeps in :mod:`.comparing`, ``held`` in :mod:`.holding`: mixins
 and helpers of the one ``Lab`` class, kept apart so that each file stays a readable size.
 
 The base owns the runner, the transport bar and its handlers, the status line, keyword
@@ -32,7 +33,6 @@ settings change, the non-blocking *Next step*, and the page skeleton.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import math
@@ -48,6 +48,8 @@ from boltzlab.dashboard.labs.compare import CompareTools
 from boltzlab.dashboard.labs.comparing import Comparing
 from boltzlab.dashboard.labs.following import Following
 from boltzlab.dashboard.labs.holding import graph_frozen, held  # noqa: F401 - the labs import them from here
+from boltzlab.dashboard.labs.in_python import PREPARE, READ_ONLY, InPython, served
+from boltzlab.dashboard.labs.page import Page, fill, loop_running
 from boltzlab.dashboard.labs.scripting import Scripting
 from boltzlab.dashboard.labs.teaching import LessonTools, Teaching
 from boltzlab.dashboard.labtools import LabTools, Preset, check_setting, parse_setting
@@ -58,7 +60,6 @@ from boltzlab.dashboard.views.text import LiveHTML, StaticMarkdown, escape
 from boltzlab.engine.stepping import Record
 
 RADIO = dict(color="primary", variant="outline")
-PREPARE = "prepare"  # the job key of a slow preparation (see Lab.prepare_later)
 UPLOAD_JOB = "upload"  # the job key of reading an uploaded file (kept when a new run starts)
 IDLE_REFRESH_SECONDS = 1.0  # an idle lab (nothing new, nothing in flight) redraws once a second
 FOLLOWER_PERIOD_MS = 200  # a follower draws at most 5 times a second (Lab.period)
@@ -128,7 +129,7 @@ class LoadOutcome:
     note: str = ""
 
 
-class Lab(Following, Comparing, Scripting, Teaching, pn.viewable.Viewer):
+class Lab(Following, Comparing, Scripting, Teaching, InPython, pn.viewable.Viewer):
     """One lab page around one :class:`Runner` (one per browser session)."""
 
     key: ClassVar[str] = ""
@@ -214,6 +215,7 @@ class Lab(Following, Comparing, Scripting, Teaching, pn.viewable.Viewer):
         self.param.watch(self._on_settings, names)
         self.clear()
         self.refresh_status()
+        self._python_api_ready()
 
     # ------------------------------------------------------------------ what a lab declares
     def build_controls(self) -> None:
@@ -289,7 +291,7 @@ class Lab(Following, Comparing, Scripting, Teaching, pn.viewable.Viewer):
     def clear(self) -> None:
         """Empty the views for a new run."""
 
-    def show(self, records: list[tuple[str, Record]]) -> None:
+    def draw_records(self, records: list[tuple[str, Record]]) -> None:
         """Draw the Records produced since the last tick (``(run name, Record)``, oldest first)."""
 
     def on_view_setting(self, name: str) -> None:
@@ -339,7 +341,7 @@ class Lab(Following, Comparing, Scripting, Teaching, pn.viewable.Viewer):
     def setting_names(cls) -> list[str]:
         """The lab's settings: every parameter it declares (the names links, checkpoints,
         presets and keyword construction use), ``speed`` included."""
-        return [name for name in cls.param if name not in ("name", "owner")]
+        return [name for name in cls.param if name not in ("name", "owner", *READ_ONLY)]
 
     def settings_values(self) -> dict[str, Any]:
         """The current value of every setting, by name."""
@@ -419,10 +421,15 @@ class Lab(Following, Comparing, Scripting, Teaching, pn.viewable.Viewer):
             return
         implied = self.implied({e.name: e.new for e in events}).items()
         extra = {k: v for k, v in implied if k not in changed | self._given and getattr(self, k) != v}
+        python = self._from_python()  # lab.n_hidden = 32: raise if it makes no run
+        if python:
+            self._refused = None
         if extra:  # their own batch comes back through here and rebuilds for all
             self.param.update(extra)
         else:
             self.rebuild(changed)
+        if python:
+            self._settled_from_python()
 
     def apply_settings(self, values: Mapping[str, Any], *, fresh: bool = False, sweep: Any = False) -> None:
         """Set many settings at once (one batch of events: one rebuild); ``ValueError`` if a
@@ -565,8 +572,8 @@ class Lab(Following, Comparing, Scripting, Teaching, pn.viewable.Viewer):
     # ------------------------------------------------------------------ transport
     def _build_transport(self) -> None:
         w = pn.widgets
-        self.play = w.Button(label="▶ Play", color="success", width=90)
-        self.pause = w.Button(label="❚❚ Pause", color="warning", width=100, disabled=True)
+        self.play_button = w.Button(label="▶ Play", color="success", width=90)
+        self.pause_button = w.Button(label="❚❚ Pause", color="warning", width=100, disabled=True)
         self.step = w.Button(label="Step", color="primary", width=80)
         self.reset = w.Button(label="↺ Reset", color="default", width=90)
         # keeps the current run to compare the next ones with (issue 47); its menu unpins
@@ -577,8 +584,8 @@ class Lab(Following, Comparing, Scripting, Teaching, pn.viewable.Viewer):
                                      styles={"font-size": "1.4em", "font-weight": "bold"},
                                      width=self.counter_width, align="center")
         self.run_status = StatusBadge("Ready: press ▶ Play", "idle", name=f"{self.key}-run-status", one_line=True)
-        self.play.on_click(lambda e: self._play())
-        self.pause.on_click(lambda e: self._pause())
+        self.play_button.on_click(lambda e: self._play())
+        self.pause_button.on_click(lambda e: self._pause())
         self.step.on_click(lambda e: self._step())
         self.reset.on_click(lambda e: self._reset())
 
@@ -656,28 +663,37 @@ class Lab(Following, Comparing, Scripting, Teaching, pn.viewable.Viewer):
         if self._callback is not None:
             return
         self._callback = refresh_callback(self.tick, self.period())
-        if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
+        if served():
+            self._session_doc = pn.state.curdoc  # the one session this lab belongs to
             # not waiting for the runner's thread: on the server's event loop that wait was
             # up to 0.5 s per session (16 TAP sessions closing together held it 5 s)
             pn.state.on_session_destroyed(lambda context: self.close(wait=0))
 
-    def _rendered(self, doc: Any, comm: Any) -> None:
+    def _rendered(self, doc: Any, comm: Any) -> bool:
         """The page is being rendered into ``doc``: start the tick there, once.
 
         In a served session (``doc`` has a session context) the tick is that session's
         periodic callback and ends with it.  In a notebook (a comm, no session) it is a task
         on the kernel's asyncio loop, and it runs until :meth:`close`.  Elsewhere (a page
         saved to a file, a document made in a test without an event loop) nothing starts:
-        :meth:`run` draws without a tick."""
+        :meth:`run` draws without a tick.
+
+        False refuses the page to a second served session (``pn.serve(lab)`` serves one
+        object to every tab): a lab is one session's, and ended with it."""
+        mine = getattr(self, "_session_doc", None)
+        if doc is not None and doc.session_context is not None and mine is not None and mine is not doc:
+            return False
         if self._callback is not None or self.runner.closed:
-            return
+            return True
         if doc is not None and doc.session_context is not None:
             from panel.io.state import set_curdoc
 
             with set_curdoc(doc):
                 self.start()
-        elif comm is not None and _loop_running():
+        elif comm is not None and loop_running():
             self.start()
+            self._notebook_shown()
+        return True
 
     def close(self, wait: float = 0.5) -> None:
         """Stop the tick, the analyses and the runner (its thread, its trainers); wait at most
@@ -690,6 +706,7 @@ class Lab(Following, Comparing, Scripting, Teaching, pn.viewable.Viewer):
         if self._following is not None:
             self._following.leave(id(self))
         self.runner.close(timeout=wait)
+        self._sync_read_only()  # (in a notebook, the BLAS gets its threads back)
 
     def own_period(self) -> int:
         """The lab's tick period (ms) for its own run."""
@@ -755,7 +772,7 @@ class Lab(Following, Comparing, Scripting, Teaching, pn.viewable.Viewer):
         if views is not None:  # a sweep in a lab whose views draw one value's runs: the first value's
             records = [(views[n], r) for n, r in records if n in views]
         if records:
-            self.show(records)
+            self.draw_records(records)
         if self._sweep is not None and drawn:  # the other values' new points (streamed)
             self.compare.lines()
         self._share_publish(drawn)
@@ -768,6 +785,7 @@ class Lab(Following, Comparing, Scripting, Teaching, pn.viewable.Viewer):
         if key != self._status_key or now - self._status_time > STATUS_SECONDS:
             self.refresh_status()
             self._status_key, self._status_time = key, now
+        self._sync_read_only()
 
     def redraw(self, records: list[tuple[str, Record]]) -> None:
         """Clear the views and replay ``records`` (a loaded checkpoint's history)."""
@@ -785,8 +803,8 @@ class Lab(Following, Comparing, Scripting, Teaching, pn.viewable.Viewer):
     def refresh_status(self) -> None:
         runner = self.runner
         playing = runner.playing
-        self.play.disabled = playing or not runner.active
-        self.pause.disabled = not playing or self._following is not None  # a follower's is read-only
+        self.play_button.disabled = playing or not runner.active
+        self.pause_button.disabled = not playing or self._following is not None  # a follower's is read-only
         if self._share is not None and self.share_listener is not None:
             self.share_listener(self)
         self.counter_pane.object = self.counter()
@@ -825,7 +843,7 @@ class Lab(Following, Comparing, Scripting, Teaching, pn.viewable.Viewer):
     # ------------------------------------------------------------------ the page
     def transport(self) -> pn.viewable.Viewable:
         """Play, Pause, Step, Reset, speed, progress (and presentation mode's Next step)."""
-        return pn.Row(self.play, self.pause, self.step, self.reset, self.widgets["speed"], self.counter_pane,
+        return pn.Row(self.play_button, self.pause_button, self.step, self.reset, self.widgets["speed"], self.counter_pane,
                       self.tools.next_step, align="start", margin=0, sizing_mode="stretch_width",
                       styles={"flex-wrap": "wrap"})  # never wider than the page (projectors)
 
@@ -919,71 +937,6 @@ class Lab(Following, Comparing, Scripting, Teaching, pn.viewable.Viewer):
     def panel(self) -> pn.viewable.Viewable:
         """The lab's page (built once)."""
         return self.__panel__()
-
-
-class Page(pn.Column):
-    """A lab's page: a Column that starts its lab's tick wherever it is rendered.
-
-    Panel builds a component's Bokeh model when it is rendered: in a served session,
-    in a notebook cell (``lab`` as the last expression, ``pn.Column(lab)``), by
-    ``pn.serve(lab)`` or ``lab.show()``.  Each time, the page calls ``on_render(doc,
-    comm)`` first (:meth:`Lab._rendered`), so a lab trains live wherever it is shown, not
-    only in the app ``create_app`` builds; the lab starts one tick, whoever asks first.
-    """
-
-    def __init__(self, *objects: Any, **params: Any) -> None:
-        super().__init__(*objects, **params)
-        self.on_render: Callable[[Any, Any], None] | None = None
-
-    def _get_model(self, doc: Any, root: Any = None, parent: Any = None, comm: Any = None) -> Any:
-        if self.on_render is not None:
-            self.on_render(doc, comm)
-        return super()._get_model(doc, root, parent, comm)
-
-    def render_models(self, doc: Any, root: Any, parent: Any) -> Any:
-        """Build the page's Bokeh models for ``root`` of ``doc`` now, without ``on_render``,
-        and register them as Panel does (``self._models``): a layout that then gets this page
-        under ``root`` takes these models instead of building them.  For
-        :func:`dashboard.app.render_models`, which calls it on another thread; the caller
-        starts the tick."""
-        return super()._get_model(doc, root, parent, None)
-
-
-def _loop_running() -> bool:
-    """True when called on a running asyncio loop (a Jupyter kernel runs cells on one)."""
-    try:
-        return asyncio.get_running_loop().is_running()
-    except RuntimeError:
-        return False
-
-
-def fill(view: Any) -> Any:
-    """Make ``view``'s plots share the stage's height: every Bokeh pane, its figure and every
-    layout that holds one stretch both ways; widgets and text keep their natural size (a
-    flex column gives the plots what they leave)."""
-    from bokeh.models import Plot
-
-    if isinstance(view, pn.pane.Bokeh):
-        if isinstance(view.object, Plot):
-            keep = view.object.sizing_mode in ("scale_width", "scale_both")  # heatmaps keep their aspect
-            view.object.sizing_mode = "scale_both" if keep else "stretch_both"
-            view.object.min_height = 120
-        view.sizing_mode = "stretch_both"
-        return view
-    objects = getattr(view, "objects", None)
-    if objects is not None and isinstance(view, pn.layout.ListLike):
-        if any(_holds_plot(o) for o in objects):
-            for o in objects:
-                fill(o)
-            view.sizing_mode = "stretch_both"
-            view.max_width = None
-    return view
-
-
-def _holds_plot(view: Any) -> bool:
-    if isinstance(view, pn.pane.Bokeh):
-        return True
-    return isinstance(view, pn.layout.ListLike) and any(_holds_plot(o) for o in view.objects)
 
 
 def _generic_change(name: str, before: Mapping[str, Any], after: Mapping[str, Any]) -> str:

@@ -696,7 +696,7 @@ class BoundLab(Lab):
             self.refresh_badges()
 
     # ------------------------------------------------------------------ live updates
-    def show(self, records) -> None:
+    def draw_records(self, records) -> None:
         """Keep every method's raw J (Records only); draw J − J* when J* is known; draw the
         newest bound-majorization step's bound."""
         for name, recs in by_run(records).items():

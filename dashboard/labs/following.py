@@ -237,7 +237,7 @@ class Following:
                 left.objects = [self._follow_card]
             elif self._own_controls is not None:
                 left.objects = self._own_controls
-        for widget in (self.play, self.pause, self.step, self.reset, self.pin_button, self.widgets["speed"],
+        for widget in (self.play_button, self.pause_button, self.step, self.reset, self.pin_button, self.widgets["speed"],
                        self.tools.next_step):
             widget.disabled = on
         if not on:

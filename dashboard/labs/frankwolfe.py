@@ -367,7 +367,7 @@ class FrankWolfeLab(Lab):
             self._reset_cd()
 
     # ------------------------------------------------------------------ live updates
-    def show(self, records) -> None:
+    def draw_records(self, records) -> None:
         recs = [r for name, r in records if name == FW]
         if not recs:
             return

@@ -409,7 +409,7 @@ class FVBMLab(Lab):
         self._retime()
 
     # ------------------------------------------------------------------ live updates
-    def show(self, records) -> None:
+    def draw_records(self, records) -> None:
         runs = by_run(records)
         for name, recs in runs.items():
             self._stream(name, recs)

@@ -522,7 +522,7 @@ class TAPLab(Lab):
         return out
 
     # ------------------------------------------------------------------ live updates
-    def show(self, records) -> None:
+    def draw_records(self, records) -> None:
         recs = [r for name, r in records if name == "TAP"]
         if not recs:
             return

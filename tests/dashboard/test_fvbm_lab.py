@@ -81,7 +81,7 @@ def test_play_pause_and_reset(lab):
     pump(lab)
     count = n_points(lab)
     assert count >= 30
-    assert lab.play.disabled is False and lab.pause.disabled is True
+    assert lab.play_button.disabled is False and lab.pause_button.disabled is True
     time.sleep(0.3)
     pump(lab)
     assert n_points(lab) == count

@@ -89,13 +89,13 @@ def test_a_lab_rendered_in_a_notebook_trains_live_with_play(make_lab, ticks):
         show_in_notebook(lab, FakeComm())  # shown again: still one tick
         assert len(ticks) == 1
         before = len(comm.sent)
-        lab.play.clicks += 1  # ▶ Play, as the browser's click arrives through the comm
+        lab.play_button.clicks += 1  # ▶ Play, as the browser's click arrives through the comm
         deadline = time.monotonic() + PATIENCE
         while lab.counter_pane.object in ("", "Sweep 0") or lab.runner.states["BSLM"].steps < 3:
             assert time.monotonic() < deadline, "Play never advanced the notebook's lab"
             await asyncio.sleep(0.1)
         await asyncio.sleep(3 * lab.period_ms / 1000)  # a tick after the Records came in
-        lab.pause.clicks += 1
+        lab.pause_button.clicks += 1
         assert len(comm.sent) > before, "the tick pushed nothing to the notebook"
         return lab.counter_pane.object
 

@@ -68,7 +68,7 @@ def test_a_follower_draws_the_teachers_records_and_new_runs(make_lab):
     assert follower.following == code and teacher.followers == 1
     assert follower.d == 6 and follower.run_settings() == teacher.run_settings()
     assert drawn(follower, "BSLM", "log_pl") == drawn(teacher, "BSLM", "log_pl")  # joined late: replayed
-    assert follower._left.objects == [follower._follow_card] and follower.play.disabled
+    assert follower._left.objects == [follower._follow_card] and follower.play_button.disabled
     teacher.runner.step_once()
     ticks_until(teacher, lambda: teacher.runner.states["BSLM"].steps == 4)
     ticks_until(follower, lambda: len(drawn(follower, "BSLM", "log_pl")) == 4)
@@ -105,7 +105,7 @@ def test_make_it_mine_forks_the_run_which_trains_on_as_the_teachers(make_lab, da
     follower.make_mine()
     assert follower.jobs.wait()
     assert follower.following is None and teacher.followers == 0
-    assert isinstance(follower.runner, Runner) and not follower.play.disabled
+    assert isinstance(follower.runner, Runner) and not follower.play_button.disabled
     assert follower._left.objects != [follower._follow_card]
     follower.run(steps=3)
     teacher.run(steps=3)  # the teacher's run, on from the same state: the same numbers

@@ -313,7 +313,7 @@ def test_the_tap_isomap_jobs_get_at_most_the_cap(make_lab, monkeypatch):
                      "solutions_hid": rng.random((n, nh))})
     submitted = {}
     monkeypatch.setattr(lab.jobs, "submit", lambda key, fn, *args, **kw: submitted.setdefault(key, (args, kw)))
-    lab.show([("TAP", record)])
+    lab.draw_records([("TAP", record)])
     lab.on_tick()
     (solutions,), kw = submitted["isomap"]
     assert [len(s) for s in solutions] == [10]
