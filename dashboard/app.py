@@ -18,7 +18,9 @@ import panel as pn
 from bokeh.application.handlers.handler import Handler
 from panel.io.application import Application as PanelApplication
 
-from boltzlab.dashboard.panel_compat import fresh_receiver_on_reconnect
+from boltzlab.dashboard.panel_compat import (SENDER, claim_loop_thread, cleanup,  # noqa: F401 - SENDER: the tests'
+                                              fresh_receiver_on_reconnect, launching, placed_models, sent_off_the_loop,
+                                              servers, session_document, stop_accepting)
 from boltzlab.dashboard.views.browser_code import in_browser
 from boltzlab.dashboard.views.text import StaticMarkdown, markdown_text
 
@@ -244,7 +246,7 @@ def render_models(page: Any, slot: pn.layout.ListLike, doc: Any) -> bool:
 
     roots = {root.ref["id"]: root for root in (doc.roots if doc is not None else ())}
     # (Panel's templates also render their main area under a root kept out of the document)
-    placed = [(roots[ref], parent) for ref, (parent, _) in list(slot._models.items()) if ref in roots]
+    placed = placed_models(slot, roots)
     if len(placed) != 1 or not hasattr(page, "render_models"):
         return False
     root, parent = placed[0]
@@ -252,82 +254,10 @@ def render_models(page: Any, slot: pn.layout.ListLike, doc: Any) -> bool:
         try:
             page.render_models(doc, root, parent)
         except Exception as exc:  # noqa: BLE001 - the loop builds them instead
-            page._cleanup(root)
+            cleanup(page, root)
             log.warning("A page's models are built on the event loop: %s", exc, exc_info=exc)
             return False
     return True
-
-
-#: Serializes the message that puts a built lab on its page, off the event loop
-#: (:func:`sent_off_the_loop`).  Its own thread: on :data:`BUILDER` it would wait behind the
-#: next page's lab build.
-SENDER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="boltzlab-send")
-
-#: how long a page's message waits for Panel's earlier writes to that page to go out (s)
-EARLIER_WRITES_SECONDS = 10.0
-
-
-async def sent_off_the_loop(doc: Any, change: Callable[[], None]) -> None:
-    """``change()`` on the event loop with the session's document ``doc`` held (and as Panel's
-    current document: after an await Bokeh no longer says which it is), then the PATCH-DOC
-    message its changes make serialized on :data:`SENDER` and sent: a coroutine for a session
-    callback (Bokeh holds the document's lock across its awaits, so no other callback of this
-    session changes the document meanwhile; the other sessions run).
-
-    Putting a built lab on its page was 0.21-0.44 s of a quiet server's loop (`/tmp`
-    instrumented ``serve``, TAP, 8 page opens), half of it Bokeh serializing the page's
-    ~700 new models into that one message: a stall every other session's tick and
-    ``/liveness`` waited through, and the clusters of slow probes at page opens in the load
-    tests.  The serializer only reads this document's models (nothing changes them while the
-    lock is held) and marks which the browser now knows.  As Panel's own ``hold`` does, the
-    changes are written straight to the session's connections; the rest of what they made
-    (e.g. the lab's tick added as a session callback) is dispatched on the loop.  Without a
-    session or a connection (a notebook, a test), ``change()`` is simply called.
-    """
-    import asyncio
-
-    from bokeh.document.events import DocumentPatchedEvent
-    from panel.io.document import _WRITE_BLOCK
-    from panel.io.model import monkeypatch_events
-    from panel.io.state import set_curdoc
-
-    session = getattr(getattr(doc, "session_context", None), "session", None)
-    connections = list(getattr(session, "_subscribed_connections", ()))
-    ours = bool(connections) and doc.callbacks.hold_value is None  # else Bokeh sends them
-    if ours:
-        doc.hold("combine")
-    try:
-        with set_curdoc(doc):
-            change()
-    except BaseException:
-        if ours:
-            doc.unhold()  # what it changed before it failed goes out as Bokeh sends it
-        raise
-    if not ours:
-        return
-    events, doc.callbacks._held_events = list(doc.callbacks._held_events), []
-    doc.unhold()  # nothing left to dispatch: the events are ours
-    monkeypatch_events(events)
-    patches = [e for e in events if isinstance(e, DocumentPatchedEvent)]
-    for event in events:
-        if not isinstance(event, DocumentPatchedEvent):
-            doc.callbacks.trigger_on_change(event)
-    if not patches:
-        return
-    try:
-        messages = await asyncio.wrap_future(SENDER.submit(
-            lambda: [(c, c.protocol.create("PATCH-DOC", patches)) for c in connections]))
-    except Exception as exc:  # noqa: BLE001 - Bokeh sends them from the loop instead
-        log.warning("A page's changes are sent from the event loop: %s", exc, exc_info=exc)
-        for event in patches:
-            doc.callbacks.trigger_on_change(event)
-        return
-    # Panel queues a write while another message is being written: those went before ours
-    give_up = time.monotonic() + EARLIER_WRITES_SECONDS
-    while doc in _WRITE_BLOCK and time.monotonic() < give_up:
-        await asyncio.sleep(0.01)
-    for connection, message in messages:
-        await connection._socket.send_message(message)  # Bokeh's: its write lock, a closed socket logged
 
 
 def preparing(cls: type, make: Callable[[], Any], open_lab: Callable[[Any], None]) -> pn.Column:
@@ -592,19 +522,15 @@ class PageHandler(Handler):
         self._make = make
 
     def modify_document(self, doc: Any) -> None:
-        from panel.io.state import set_curdoc, state
+        from panel.io.state import set_curdoc
 
-        state._launching.add(doc)  # Panel's "still launching" (extensions may load late)
-        try:
-            with set_curdoc(doc):
-                try:
-                    page = self._make()
-                except Exception as exc:  # noqa: BLE001 - said on the page and logged
-                    log.error("Could not build a page: %s", exc, exc_info=exc)
-                    page = pn.pane.Alert(f"This page could not be built: {markdown_text(exc)}", alert_type="danger")
-                page.server_doc(doc, title=TITLE, location=True)
-        finally:
-            state._launching.discard(doc)
+        with launching(doc), set_curdoc(doc):  # Panel's "still launching" (extensions may load late)
+            try:
+                page = self._make()
+            except Exception as exc:  # noqa: BLE001 - said on the page and logged
+                log.error("Could not build a page: %s", exc, exc_info=exc)
+                page = pn.pane.Alert(f"This page could not be built: {markdown_text(exc)}", alert_type="danger")
+            page.server_doc(doc, title=TITLE, location=True)
         # as Panel's handler leaves a served document: its own reconnect and notifications
         doc.config.update(reconnect_session=pn.config.reconnect is True, notifications=None,
                           notify_connection_status=False)
@@ -632,16 +558,14 @@ class PageApplication(PanelApplication):
         import asyncio
         import threading
 
-        from panel.io.state import state
-
         await super().on_session_created(session_context)
-        doc = session_context._document
+        doc = session_document(session_context)
         loop_thread = threading.get_ident()
         try:
             await asyncio.wrap_future(BUILDER.submit(super().initialize_document, doc))
         finally:  # failed: Bokeh logs it, and the page is what the handler left (its alert)
             _FILLED.add(doc)
-            state._thread_id_[doc] = loop_thread
+            claim_loop_thread(doc, loop_thread)
 
     def initialize_document(self, doc: Any) -> None:
         if doc in _FILLED:
@@ -837,14 +761,12 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
 def _retire_soon() -> None:
     """The supervisor's successor took over (from its thread): on the loop, stop accepting
     connections, and stop once the last session has left (now, if none is open)."""
-    from panel.io.state import state
-
     def retire(server) -> None:
-        server._http.stop()  # Bokeh keeps its Tornado HTTPServer there; the sockets stay open in the supervisor
+        stop_accepting(server)  # the sockets stay open in the supervisor
         if not VISITORS.ids:
             _stop_self()
 
-    for server, *_ in list(state._servers.values()):
+    for server in servers():
         server.io_loop.add_callback(retire, server)
 
 

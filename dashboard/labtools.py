@@ -33,6 +33,7 @@ import numpy as np
 import panel as pn
 import param
 
+from boltzlab.dashboard.panel_compat import explicit_values
 from boltzlab.dashboard.pins import MAX_PINS, Pin
 from boltzlab.dashboard.runner import History
 from boltzlab.dashboard.views import StatusBadge
@@ -82,7 +83,7 @@ def scale_plot_fonts(root: pn.viewable.Viewable, factor: float,
                     # a size the design's theme gives (in em) is scaled from Bokeh's own default
                     # instead: a ?present=1 link scales plots before the theme reaches them, the
                     # header switch after, and both must give the same sizes
-                    explicit = model._property_values  # set in code; a theme's values are not in it
+                    explicit = explicit_values(model)  # set in code; a theme's values are not in it
                     base = explicit[prop] if prop in explicit else model.lookup(prop).class_default(type(model))
                     saved[prop] = (getattr(model, prop), base)
                 restore, size = saved[prop]

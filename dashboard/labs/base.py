@@ -50,6 +50,7 @@ from boltzlab.dashboard.labs.following import Following
 from boltzlab.dashboard.labs.holding import graph_frozen, held  # noqa: F401 - the labs import them from here
 from boltzlab.dashboard.labs.in_python import PREPARE, READ_ONLY, InPython, served
 from boltzlab.dashboard.labs.page import Page, fill, loop_running
+from boltzlab.dashboard.panel_compat import notebook_held
 from boltzlab.dashboard.labs.scripting import Scripting
 from boltzlab.dashboard.labs.teaching import LessonTools, Teaching
 from boltzlab.dashboard.labtools import LabTools, Preset, check_setting, parse_setting
@@ -753,15 +754,11 @@ class Lab(Following, Comparing, Scripting, Teaching, InPython, pn.viewable.Viewe
                 yield
             return
         from panel.io.notebook import push_notebook
-        from panel.io.state import state
 
-        before, state._hold = state._hold, True  # what panel.io.notebook.block_comm does
-        try:
+        with notebook_held() as already:
             yield
-        finally:
-            state._hold = before
-            if self._page is not None and not before:
-                push_notebook(self._page)
+        if self._page is not None and not already:
+            push_notebook(self._page)
 
     def on_records(self, records: list[tuple[str, Record]]) -> None:
         """One tick's work: draw the Records, hand finished jobs over, update the status."""

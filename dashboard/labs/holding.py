@@ -1,13 +1,15 @@
 """Holding a handler's changes together: one ``pn.io.hold`` and at most one walk of the
-document's model graph (``held``, ``graph_frozen``; used by the lab base and the labs)."""
+document's model graph (``held``; ``graph_frozen`` is :mod:`boltzlab.dashboard.panel_compat`'s; used by the lab
+base and the labs)."""
 
 from __future__ import annotations
 
-import contextlib
 import functools
-from typing import Any, Callable, Iterator
+from typing import Callable
 
 import panel as pn
+
+from boltzlab.dashboard.panel_compat import graph_frozen  # noqa: F401 - the labs import it from here
 
 
 def held(method: Callable) -> Callable:
@@ -24,29 +26,3 @@ def held(method: Callable) -> Callable:
         with pn.io.hold(), graph_frozen(pn.state.curdoc):
             return method(self, *args, **kwargs)
     return wrapper
-
-
-@contextlib.contextmanager
-def graph_frozen(doc: Any) -> Iterator[None]:
-    """Bokeh walks every model of ``doc`` each time a change adds or removes a reference
-    (``DocumentModelManager.invalidate``); inside this block those walks are put off, and
-    done once at its end only if a change asked for one.
-
-    Bokeh's own ``doc.models.freeze()`` (Panel's ``hold(freeze=True)``) walks at its end
-    whatever happened: ~250 models of a TAP page, 50-100 ms on a loaded server, each time
-    the lab moved its epoch slider and each time FVBM redrew its matrices (about 3 times a
-    second while playing), for changes that were only data and text (py-spy, 16 TAP users).
-    Inside an outer freeze (or another such block) it leaves the walk to that one.
-    """
-    models = getattr(doc, "models", None)
-    if models is None or models._freeze_count > 0 or "invalidate" in vars(models):
-        yield
-        return
-    asked: list[bool] = []
-    models.invalidate = lambda: asked.append(True)  # Model.trigger's call, while we wait
-    try:
-        yield
-    finally:
-        del models.invalidate
-        if asked:
-            models.recompute()

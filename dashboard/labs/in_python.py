@@ -24,6 +24,7 @@ from typing import Any
 import panel as pn
 import param
 
+from boltzlab.dashboard.panel_compat import from_a_widget
 from boltzlab.engine import threads as engine_threads
 
 PREPARE = "prepare"  # the job key of a slow preparation (Lab.prepare_later)
@@ -89,7 +90,8 @@ class InPython(param.Parameterized):
         the lab is built, no Panel document is involved (a widget's change comes with one, a
         served session's or a notebook comm's) and not through :meth:`apply_settings` (which
         raises by itself)."""
-        return bool(self.__dict__.get("_python_settings")) and pn.state.curdoc is None and not self._given
+        return (bool(self.__dict__.get("_python_settings")) and pn.state.curdoc is None and not self._given
+                and not from_a_widget())  # (a widget set from Python: a test standing in for a click)
 
     def _settled_from_python(self) -> None:
         """After a rebuild for settings set from Python: wait for the run, and raise the

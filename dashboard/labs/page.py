@@ -4,37 +4,11 @@ and refuses a second served session; :func:`fill` makes a view's plots share the
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable
+from typing import Any
 
 import panel as pn
 
-
-class Page(pn.Column):
-    """A lab's page: a Column that starts its lab's tick wherever it is rendered.
-
-    Panel builds a component's Bokeh model when it is rendered: in a served session,
-    in a notebook cell (``lab`` as the last expression, ``pn.Column(lab)``), by
-    ``pn.serve(lab)`` or ``lab.show()``.  Each time, the page calls ``on_render(doc,
-    comm)`` first (:meth:`Lab._rendered`), so a lab trains live wherever it is shown, not
-    only in the app ``create_app`` builds; the lab starts one tick, whoever asks first.
-    """
-
-    def __init__(self, *objects: Any, **params: Any) -> None:
-        super().__init__(*objects, **params)
-        self.on_render: Callable[[Any, Any], None] | None = None
-
-    def _get_model(self, doc: Any, root: Any = None, parent: Any = None, comm: Any = None) -> Any:
-        if self.on_render is not None and self.on_render(doc, comm) is False:
-            return pn.pane.Alert(ANOTHER_SESSION, alert_type="danger")._get_model(doc, root, parent, comm)
-        return super()._get_model(doc, root, parent, comm)
-
-    def render_models(self, doc: Any, root: Any, parent: Any) -> Any:
-        """Build the page's Bokeh models for ``root`` of ``doc`` now, without ``on_render``,
-        and register them as Panel does (``self._models``): a layout that then gets this page
-        under ``root`` takes these models instead of building them.  For
-        :func:`dashboard.app.render_models`, which calls it on another thread; the caller
-        starts the tick."""
-        return super()._get_model(doc, root, parent, None)
+from boltzlab.dashboard.panel_compat import RenderHooked
 
 
 #: a lab's page asked for by a second served session (``pn.serve(lab)``: one object for every tab)
@@ -42,6 +16,20 @@ ANOTHER_SESSION = ("This lab is open in another browser tab: a lab is one sessio
                    "Serve a function that makes one per session: "
                    "`pn.serve({\"/tap\": lambda: TAPLab()})`, or `panel serve` a script that ends "
                    "with `TAPLab().servable()`.")
+
+
+class Page(RenderHooked):
+    """A lab's page: a Column that starts its lab's tick wherever it is rendered.
+
+    Panel builds a component's Bokeh model when it is rendered: in a served session,
+    in a notebook cell (``lab`` as the last expression, ``pn.Column(lab)``), by
+    ``lab.show()``.  Each time, the page calls ``on_render(doc, comm)`` first
+    (:meth:`Lab._rendered`), so a lab trains live wherever it is shown, not only in the app
+    ``create_app`` builds; the lab starts one tick, whoever asks first.  ``on_render``
+    returning False (a second served session) renders :data:`ANOTHER_SESSION` instead.
+    """
+
+    refusal = ANOTHER_SESSION
 
 
 def loop_running() -> bool:

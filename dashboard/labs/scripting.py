@@ -19,6 +19,7 @@ import numpy as np
 import panel as pn
 import param
 
+from boltzlab.dashboard.panel_compat import extension_loaded
 from boltzlab.dashboard.pins import history_columns
 from boltzlab.dashboard.runner import History
 from boltzlab.engine.checks import check_int
@@ -360,9 +361,7 @@ class Scripting:
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> Any:
         """Shown as a notebook cell's output: load Panel's notebook extension first if the
         notebook has not (``pn.extension()``), then render; the tick starts (:class:`Page`)."""
-        from panel.config import panel_extension
-
-        if not panel_extension._loaded:
+        if not extension_loaded():
             pn.extension()
         return super()._repr_mimebundle_(include, exclude)
 

@@ -6,6 +6,8 @@ from typing import Any
 
 import panel as pn
 
+from boltzlab.dashboard.panel_compat import on_each_model
+
 
 def in_browser(widget: pn.widgets.Widget, code: str, on: str, **args: Any) -> pn.widgets.Widget:
     """Run ``code`` in the browser whenever ``widget``'s Bokeh model changes its property
@@ -22,16 +24,12 @@ def in_browser(widget: pn.widgets.Widget, code: str, on: str, **args: Any) -> pn
     """
     from bokeh.models import CustomJS
 
-    make = widget._get_model
-
-    def get_model(doc, root=None, parent=None, comm=None):
-        model = make(doc, root, parent, comm)
+    def attach(model) -> None:
         callback = CustomJS(code=code, args={k: model if v is widget else v for k, v in args.items()})
         if on == "click":
             model.js_on_event("button_click", callback)
         else:
             model.js_on_change(on, callback)
-        return model
 
-    widget._get_model = get_model  # each model the widget gets, in any page, carries it
+    on_each_model(widget, attach)  # each model the widget gets, in any page, carries it
     return widget

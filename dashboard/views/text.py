@@ -22,8 +22,10 @@ from typing import Any, ClassVar, Sequence
 
 import panel as pn
 
+from boltzlab.dashboard.panel_compat import RenderedOnce, TextOnlyHTML
 
-class StaticMarkdown(pn.pane.Markdown):
+
+class StaticMarkdown(RenderedOnce):
     """A Markdown pane for fixed text (the About page, a lab's title and sentence): its HTML
     is rendered once per process, not at every page open.
 
@@ -35,24 +37,13 @@ class StaticMarkdown(pn.pane.Markdown):
     """
 
     priority: ClassVar[float] = 0  # never Panel's own choice for a string
-    _html: ClassVar[dict[tuple, dict[str, Any]]] = {}
-
-    def _transform_object(self, obj: Any) -> dict[str, Any]:
-        if not isinstance(obj, str):
-            return super()._transform_object(obj)
-        key = (obj, self.dedent, self.renderer, tuple(self.extensions), self.hard_line_break,
-               tuple(self.plugins), self.disable_anchors, repr(sorted(self.renderer_options.items())))
-        rendered = self._html.get(key)
-        if rendered is None:
-            rendered = self._html[key] = super()._transform_object(obj)
-        return dict(rendered)
 
 
 #: the cell rules of Panel's markdown.css, which a Markdown pane's tables had
 TABLE_CSS = "table, th, td { border: 1px solid; border-collapse: collapse; padding: 5px; }"
 
 
-class LiveHTML(pn.pane.HTML):
+class LiveHTML(TextOnlyHTML):
     """An HTML pane whose changes of ``object`` update only its model's text: for the step
     counter, status badges and a race's table, which change at every status refresh.
 
@@ -66,11 +57,8 @@ class LiveHTML(pn.pane.HTML):
 
     Its other parameters (styles, visibility, size, ...) update as any pane's do; only the
     change of the object skips Panel's recomputation of the stylesheets, which do not
-    depend on it.
+    depend on it (:class:`boltzlab.dashboard.panel_compat.TextOnlyHTML`).
     """
-
-    def _update(self, ref: str, model: Any) -> None:
-        model.update(text=self._transform_object(self.object)["object"])
 
 
 def escape(text: Any) -> str:

@@ -148,3 +148,10 @@ def test_a_notebook_cell_run_again_closes_the_labs_it_showed(monkeypatch):
     finally:
         lab.close()
         other.close()
+
+
+def test_a_widget_set_from_python_is_refused_on_the_page_not_raised():
+    with TAPLab(data="digits") as lab:
+        budget.set_limits(step_seconds=1e-6)
+        lab.widgets["n_hidden"].value = 500  # a click's stand-in: the page says why, nothing raised
+        assert lab.settings_msg.pane.visible

@@ -82,3 +82,77 @@ def test_the_names_the_fresh_receiver_relies_on_exist():
     panel_compat.fresh_receiver_on_reconnect(doc)
     (callback,) = doc.callbacks.js_event_callbacks["connection_lost"]
     assert "connection._receiver = new connection._receiver.constructor()" in callback.code
+
+
+def test_the_names_behind_the_page_helpers_exist():
+    """Every other internal name ``panel_compat`` relies on, with the shape it expects."""
+    import bokeh.server.contexts as contexts
+    import panel.io.document as panel_document
+    from bokeh.core.has_props import HasProps
+    from bokeh.document.models import DocumentModelManager
+    from bokeh.models import Div
+    from bokeh.server.connection import ServerConnection
+    from bokeh.server.server import BaseServer
+    from bokeh.server.session import ServerSession
+    from bokeh.server.views.ws import WSHandler
+    from panel.config import panel_extension
+    from panel.io.state import state
+    import panel as pn
+
+    assert isinstance(state._launching, set)  # a list before Panel 1.5.5
+    assert isinstance(state._thread_id_, (dict,)) or hasattr(state._thread_id_, "__setitem__")
+    assert isinstance(state._servers, dict)
+    assert hasattr(state, "_hold")
+    assert hasattr(panel_document, "_WRITE_BLOCK") and "__contains__" in dir(panel_document._WRITE_BLOCK)
+    assert "_subscribed_connections" in inspect.getsource(ServerSession.__init__)
+    assert "self._socket = socket" in inspect.getsource(ServerConnection.__init__)
+    assert "send_message" in vars(WSHandler)
+    assert "self._http = http_server" in inspect.getsource(BaseServer.__init__)
+    assert "_document" in inspect.getsource(contexts.BokehSessionContext.__init__)
+    doc = Document()
+    assert hasattr(doc.callbacks, "_held_events") and doc.models._freeze_count == 0
+    assert callable(DocumentModelManager.invalidate) and callable(DocumentModelManager.recompute)
+    assert "_property_values" in vars(Div(text="x")) or hasattr(Div(text="x"), "_property_values")
+    assert issubclass(Div, HasProps)
+    assert isinstance(panel_extension._loaded, bool)
+    for cls, name in [(pn.pane.HTML, "_update"), (pn.pane.Markdown, "_transform_object"),
+                      (pn.Column, "_get_model"), (pn.widgets.Button, "_get_model"),
+                      (pn.Column, "_models"), (pn.Column, "_cleanup")]:
+        assert hasattr(cls, name) or name in vars(cls()), (cls, name)
+
+
+def test_render_hooked_calls_on_render_and_can_refuse():
+    calls = []
+    layout = panel_compat.RenderHooked(panel_compat.TextOnlyHTML("<b>x</b>"))
+    layout.refusal = "no, thank you"
+    layout.on_render = lambda doc, comm: calls.append(doc) or len(calls) == 1
+    first = layout.get_root(Document())
+    assert first.__class__.__name__ == "Column" and len(calls) == 1
+    second = layout.get_root(Document())  # refused: the refusal's text instead
+    assert "no, thank you" in second.text
+
+
+def test_text_only_html_updates_the_text_alone():
+    pane = panel_compat.TextOnlyHTML("<b>one</b>")
+    model = pane.get_root(Document())
+    stylesheets = list(model.stylesheets)
+    pane.object = "<i>two</i>"
+    assert "two" in model.text and list(model.stylesheets) == stylesheets
+
+
+def test_from_a_widget_sees_panels_link_and_nothing_else():
+    import panel as pn
+    import panel.param
+    import param
+
+    assert "def link_widget(" in inspect.getsource(panel.param)
+
+    class Thing(param.Parameterized):
+        x = param.Integer(default=0)
+
+    thing, seen = Thing(), []
+    thing.param.watch(lambda event: seen.append(panel_compat.from_a_widget()), "x")
+    widget = pn.widgets.IntInput.from_param(thing.param.x)
+    widget.value = 3  # a widget's change (as a click's)
+    thing.x = 4  # a script's
+    assert seen == [True, False]
