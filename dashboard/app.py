@@ -18,11 +18,11 @@ import panel as pn
 from bokeh.application.handlers.handler import Handler
 from panel.io.application import Application as PanelApplication
 
-from boltzlab.dashboard.panel_compat import (SENDER, claim_loop_thread, cleanup,  # noqa: F401 - SENDER: the tests'
+from .panel_compat import (SENDER, claim_loop_thread, cleanup,  # noqa: F401 - SENDER: the tests'
                                               fresh_receiver_on_reconnect, launching, placed_models, sent_off_the_loop,
                                               servers, session_document, stop_accepting)
-from boltzlab.dashboard.views.browser_code import in_browser
-from boltzlab.dashboard.views.text import StaticMarkdown, markdown_text
+from .views.browser_code import in_browser
+from .views.text import StaticMarkdown, markdown_text
 
 TITLE = "Boltzmann Lab"
 
@@ -107,8 +107,8 @@ def create_app(only: str | None = None) -> pn.template.FastListTemplate:
     page load, and in a served session off the event loop (:func:`preparing`: the tab shows
     the lab's note until then); each built lab takes its settings from the link (``?fvbm.d=12``).
     """
-    from boltzlab.dashboard.labs import LABS
-    from boltzlab.dashboard.startup import STARTUP
+    from .labs import LABS
+    from .startup import STARTUP
 
     classes = [cls for cls in LABS if only is None or cls.key == only]
     slots = [pn.Column(name=cls.title, sizing_mode="stretch_width", margin=0) for cls in classes]
@@ -119,7 +119,7 @@ def create_app(only: str | None = None) -> pn.template.FastListTemplate:
     served = pn.state.curdoc is not None and pn.state.curdoc.session_context is not None
     args = (pn.state.session_args or {}) if served else {}
     present = presentation_toggle(labs)
-    from boltzlab.dashboard.share_control import ShareControl
+    from .share_control import ShareControl
 
     share = ShareControl(lambda: labs.get(classes[tabs.active].title) if tabs.active < len(classes) else None)
     follow = _arg(args, "follow")  # a shared run's link (issue 48): its lab opens following it
@@ -167,7 +167,7 @@ def create_app(only: str | None = None) -> pn.template.FastListTemplate:
         first = int(_arg(args, "page") or 0)
     except ValueError:
         first = 0
-    from boltzlab.dashboard.sharing import SHARES
+    from .sharing import SHARES
 
     followed = SHARES.get(follow) if follow else None
     follow_key = followed.lab_key if followed is not None else (classes[0].key if only else None)
@@ -271,8 +271,8 @@ def preparing(cls: type, make: Callable[[], Any], open_lab: Callable[[Any], None
     own loop (checked every :data:`PREPARING_PERIOD_MS`), the message that carries it to the
     browser made off the loop (:func:`sent_off_the_loop`).  If ``make`` fails, the tab says why.
     """
-    from boltzlab.dashboard.labs.base import refresh_callback
-    from boltzlab.dashboard.startup import STARTUP
+    from .labs.base import refresh_callback
+    from .startup import STARTUP
 
     play = pn.widgets.Button(label="▶ Play", color="success", disabled=True, width=90)
     note = pn.pane.Markdown("", margin=(0, 10))
@@ -466,7 +466,7 @@ def freeze_startup_heap() -> int:
     none and 20 ms with 4 TAP labs (160 ms unfrozen)."""
     import gc
 
-    from boltzlab.dashboard.labs import LABS  # noqa: F401 - their modules belong to the start too
+    from .labs import LABS  # noqa: F401 - their modules belong to the start too
 
     gc.collect()
     gc.freeze()
@@ -494,7 +494,7 @@ def _glibc():
 
 def routes() -> dict:
     """What ``serve`` serves: the app at ``/`` and each lab alone at ``/<key>``."""
-    from boltzlab.dashboard.labs import LABS
+    from .labs import LABS
 
     def page_of(key: str):
         def app() -> pn.template.FastListTemplate:  # a function: Panel would show a partial as text
@@ -652,9 +652,9 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
     the supervisor's sockets and asks for a successor once it is idle and its RSS is more than
     ``recycle_mb`` above its start's (``None``: never).
     """
-    from boltzlab.dashboard.logs import quiet_closed_connections
-    from boltzlab.dashboard.recycling import Child
-    from boltzlab.dashboard.runner import SLOTS
+    from .logs import quiet_closed_connections
+    from .recycling import Child
+    from .runner import SLOTS
 
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 0):
         raise ValueError(f"The 'workers' parameter of serve must be an int >= 0 or None. Got {workers!r}.")
@@ -672,14 +672,14 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
         raise ValueError("num_procs > 1 needs workers=0 (the worker processes do the training; one "
                          "server process can drive many sessions).")
     SLOTS.set_limit(max_training)
-    from boltzlab.dashboard import budget
+    from . import budget
 
     budget.set_limits(step_seconds=max_step_seconds, isomap_rows=max_isomap_rows)
     quiet_closed_connections()
     mmap_big_blocks()
     collect_when_quiet()
-    from boltzlab.dashboard.labs.fvbm_setup import warm_default_data
-    from boltzlab.dashboard.startup import STARTUP, say
+    from .labs.fvbm_setup import warm_default_data
+    from .startup import STARTUP, say
 
     local: dict = {}  # the local cluster and its backend, once started
     first, then = [], []
@@ -687,14 +687,14 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
     if child is not None:
         child.listen()  # from now on, a supervisor gone stops this server
     if dask_scheduler is not None:  # first: an unreachable scheduler fails before anything starts
-        from boltzlab.dashboard.distributed import scheduler_security, use_dask
+        from .distributed import scheduler_security, use_dask
 
         use_dask(dask_scheduler, security=scheduler_security(
             dask_scheduler, ca_file=dask_tls_ca_file, cert=dask_tls_cert, key=dask_tls_key,
             insecure=dask_insecure))
     elif workers:
         def start_workers() -> None:  # meanwhile the server answers and the kernels compile
-            from boltzlab.dashboard.distributed import use_local_cluster
+            from .distributed import use_local_cluster
 
             say(f"starting {workers} worker process{'es' if workers > 1 else ''} (a local Dask cluster)")
             local["cluster"], local["backend"] = use_local_cluster(workers, warm=False)
@@ -736,7 +736,7 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
         # (issue 48): the page reconnects (Panel), the session outlives a 30 s drop, and a
         # page open all day may still reconnect with its token (see SURVIVES_SECONDS)
         pn.config.reconnect = True
-        from boltzlab.dashboard.panel_compat import reconnect_with_binary_arrays
+        from .panel_compat import reconnect_with_binary_arrays
 
         reconnect_with_binary_arrays()  # (BokehJS 3.9.2 drops a reconnect's binary arrays)
         kwargs.setdefault("unused_session_lifetime_milliseconds", SURVIVES_SECONDS * 1000)
@@ -748,7 +748,7 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
     finally:
         STARTUP.stop()
         if "backend" in local:
-            from boltzlab.dashboard.distributed import stop_local_cluster
+            from .distributed import stop_local_cluster
 
             VISITORS.when_idle = None
             stop_local_cluster(local["cluster"], local["backend"])

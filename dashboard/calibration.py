@@ -8,7 +8,7 @@ them, since every lab's setup asks it.
 
 from __future__ import annotations
 
-from boltzlab.dashboard.budget import (BOUND_PROBLEMS, EXACT_UNITS, bound_step, cd_epoch, frankwolfe_step, fvbm_step,
+from .budget import (BOUND_PROBLEMS, EXACT_UNITS, bound_step, cd_epoch, frankwolfe_step, fvbm_step,
                               tap_step)
 
 
@@ -34,8 +34,8 @@ def calibrate() -> list[tuple[str, float, float]]:
     import numpy as np
     from threadpoolctl import threadpool_limits
 
-    from boltzlab import engine
-    from boltzlab.dashboard.labs import bound_setup, frankwolfe_setup, tap_setup
+    from .. import engine
+    from .labs import bound_setup, frankwolfe_setup, tap_setup
 
     engine.warm_up()
     rows = []
@@ -56,7 +56,7 @@ def calibrate() -> list[tuple[str, float, float]]:
             estimate = tap_step(n_visible=nv, n_hidden=nh, chains=k, batch=m, batches=batches, eval_rows=min(n, k),
                                 exact=min(nv, nh) <= EXACT_UNITS, sweeps=sweeps)
             add(f"TAP {data} Nh={nh} K={k} M={m} (mean sweeps {sweeps:.1f})", seconds, estimate)
-        from boltzlab.engine import fvbm, fvbm_bound
+        from ..engine import fvbm, fvbm_bound
 
         for d, n in ((20, 20000), (30, 20000), (30, 60000)):  # uniform rows: about n distinct
             X = np.where(np.random.default_rng(d).random((n, d)) < 0.5, -1.0, 1.0)

@@ -14,9 +14,9 @@ import re
 import sys
 from pathlib import Path
 
-from boltzlab.dashboard.budget import DEFAULT_ISOMAP_ROWS, DEFAULT_STEP_SECONDS
-from boltzlab.dashboard.progress import TerminalProgress
-from boltzlab.dashboard.serve_login import (  # noqa: F401 - check_basic_auth_file, LOGIN_ENV: part of the CLI's names
+from .budget import DEFAULT_ISOMAP_ROWS, DEFAULT_STEP_SECONDS
+from .progress import TerminalProgress
+from .serve_login import (  # noqa: F401 - check_basic_auth_file, LOGIN_ENV: part of the CLI's names
     LOGIN_ENV, _encrypt_oauth_tokens, _login_options, _login_pages_under, _serving_for_supervisor, _url_prefix,
     check_basic_auth_file)
 
@@ -78,7 +78,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return _error(f"{', '.join(tls)}: for an external cluster (--dask-scheduler); the local cluster "
                       "makes its own credentials.")
     if args.lessons is not None:  # a teacher's lessons, all checked now or the server never starts
-        from boltzlab.dashboard.lessons import use_folder
+        from .lessons import use_folder
 
         try:
             found = use_folder(args.lessons)
@@ -100,13 +100,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # the options are good: say so before the imports of a few seconds (a start that talks)
         print(f"boltzlab serve: starting Boltzmann Lab {_version()}", file=sys.stderr, flush=True)
         if recycle:  # this process holds the port; the server runs in a child it can replace
-            from boltzlab.dashboard.recycling import supervise
+            from .recycling import supervise
 
             secret = {"PANEL_COOKIE_SECRET": auth["cookie_secret"]} \
                 if "cookie_secret" in auth and args.cookie_secret is None else {}  # a random one: shared
             return supervise(args.argv, args.port, args.address, env=secret)
-    from boltzlab.dashboard.app import serve
-    from boltzlab.dashboard.distributed import DaskUnavailable
+    from .app import serve
+    from .distributed import DaskUnavailable
 
     try:
         serve(
@@ -127,7 +127,7 @@ def cmd_warmup(args: argparse.Namespace) -> int:
     """Compile every kernel into numba's cache, in parallel processes (deploy scripts, images)."""
     import time
 
-    from boltzlab.engine.warmup import GROUPS, cache_location, compile_kernels
+    from ..engine.warmup import GROUPS, cache_location, compile_kernels
 
     print(f"boltzlab warmup: compiling {len(GROUPS)} kernel groups into numba's cache ({cache_location()}); "
           "a first run takes a minute or two, a warm cache seconds", file=sys.stderr, flush=True)
@@ -150,8 +150,8 @@ FVBM_LABELS = {"bslm": "BSLM", "ga": "GA", "bound": "bound MM + SQUAREM", "lbfgs
 
 
 def cmd_fit_fvbm(args: argparse.Namespace) -> int:
-    from boltzlab.engine.data import check_mple_exists, drop_columns, load_fvbm_csv
-    from boltzlab.engine.fvbm import FVBMTrainer, log_pseudo_likelihood, newton_polish
+    from ..engine.data import check_mple_exists, drop_columns, load_fvbm_csv
+    from ..engine.fvbm import FVBMTrainer, log_pseudo_likelihood, newton_polish
 
     if args.mu is not None and args.algorithm in ("bound", "lbfgs"):
         return _error(f"--mu is the step of --algorithm ga and does not apply to --algorithm {args.algorithm}.")
@@ -187,7 +187,7 @@ def cmd_fit_fvbm(args: argparse.Namespace) -> int:
         mu = args.mu if args.mu is not None else 1.0
         trainer = FVBMTrainer(data.X, algorithm=args.algorithm, mu=mu, **common)
     else:
-        from boltzlab.engine.fvbm_bound import BoundMPLETrainer, LBFGSMPLETrainer
+        from ..engine.fvbm_bound import BoundMPLETrainer, LBFGSMPLETrainer
 
         trainer = (BoundMPLETrainer(data.X, accelerate=True, **common) if args.algorithm == "bound"
                    else LBFGSMPLETrainer(data.X, **common))
@@ -229,7 +229,7 @@ def cmd_fit_fvbm(args: argparse.Namespace) -> int:
         return _error(trainer.message, 4)
     tests = None
     if args.se:
-        from boltzlab.engine.fvbm import wald_tests
+        from ..engine.fvbm import wald_tests
 
         try:
             tests = wald_tests(data.X, b, M)
@@ -295,7 +295,7 @@ def _finite_json(result: dict) -> dict:
 
 
 def cmd_reproduce_fvbm(args: argparse.Namespace) -> int:
-    from boltzlab.engine.experiments import fvbm_simulation as experiment
+    from ..engine.experiments import fvbm_simulation as experiment
 
     settings = experiment.Settings.quick() if args.quick else experiment.Settings()
     settings.variance = args.variance
@@ -307,7 +307,7 @@ def cmd_reproduce_fvbm(args: argparse.Namespace) -> int:
         result = experiment.run(settings, progress=log)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
-    from boltzlab.dashboard.reports import write_fvbm_figure
+    from .reports import write_fvbm_figure
 
     png, html = write_fvbm_figure(result, out / "fvbm_figure1")
     result["figure_png"], result["figure_html"] = str(png), str(html)
@@ -350,8 +350,8 @@ def _reproduce_with_figures(experiment, args: argparse.Namespace, overrides: dic
 
 
 def cmd_reproduce_tap(args: argparse.Namespace) -> int:
-    from boltzlab.dashboard.reports import write_tap_figures
-    from boltzlab.engine.experiments import tap_mnist as experiment
+    from .reports import write_tap_figures
+    from ..engine.experiments import tap_mnist as experiment
 
     overrides = {"hidden": args.hidden, "epochs": args.epochs, "n_test": args.n_test, "n_eval": args.n_eval,
                  "learning_rate": args.learning_rate, "ais_runs": args.ais_runs}
@@ -368,7 +368,7 @@ def cmd_reproduce_tap(args: argparse.Namespace) -> int:
 
 def cmd_reproduce_frankwolfe_digits(args: argparse.Namespace) -> int:
     """`reproduce frankwolfe --data digits`: exact log-likelihoods, a table (no figures)."""
-    from boltzlab.engine.experiments import frankwolfe_digits as experiment
+    from ..engine.experiments import frankwolfe_digits as experiment
 
     overrides = {"hidden": args.hidden, "reg_grid": args.reg_grid, "bias_lr_grid": args.bias_lr_grid}
     return _reproduce_with_figures(
@@ -378,8 +378,8 @@ def cmd_reproduce_frankwolfe_digits(args: argparse.Namespace) -> int:
 
 
 def cmd_reproduce_frankwolfe(args: argparse.Namespace) -> int:
-    from boltzlab.dashboard.reports import write_frankwolfe_figures
-    from boltzlab.engine.experiments import frankwolfe_mnist as experiment
+    from .reports import write_frankwolfe_figures
+    from ..engine.experiments import frankwolfe_mnist as experiment
 
     if args.data == "digits":
         return cmd_reproduce_frankwolfe_digits(args)
@@ -397,7 +397,7 @@ def cmd_reproduce_frankwolfe(args: argparse.Namespace) -> int:
 
 
 def cmd_reproduce_bound(args: argparse.Namespace) -> int:
-    from boltzlab.engine.experiments import bound_tables as experiment
+    from ..engine.experiments import bound_tables as experiment
 
     try:
         with TerminalProgress("reproduce bound") as log:
@@ -426,7 +426,7 @@ def _json_safe(value):
 
 
 def cmd_bench_fvbm(args: argparse.Namespace) -> int:
-    from boltzlab.engine.experiments import bench_fvbm
+    from ..engine.experiments import bench_fvbm
 
     with TerminalProgress(f"bench {args.family}", quiet_lines=True) as bar:  # a bar on a terminal, else silent
         result = bench_fvbm.run(min_seconds=args.seconds, threads=args.threads, progress=bar)
@@ -447,7 +447,7 @@ def cmd_bench_fvbm(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_rbm(args: argparse.Namespace) -> int:
-    from boltzlab.engine.experiments import bench_rbm
+    from ..engine.experiments import bench_rbm
 
     with TerminalProgress(f"bench {args.family}", quiet_lines=True) as bar:
         result = bench_rbm.run(hidden=tuple(args.hidden), repeats=args.repeats, ais_runs=args.ais_runs,
@@ -466,7 +466,7 @@ def cmd_bench_rbm(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_tap(args: argparse.Namespace) -> int:
-    from boltzlab.engine.experiments import bench_tap
+    from ..engine.experiments import bench_tap
 
     threads = None if args.threads == 0 else args.threads
     with TerminalProgress(f"bench {args.family}", quiet_lines=True) as bar:
@@ -496,7 +496,7 @@ def cmd_bench_tap(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_frankwolfe(args: argparse.Namespace) -> int:
-    from boltzlab.engine.experiments import bench_frankwolfe
+    from ..engine.experiments import bench_frankwolfe
 
     with TerminalProgress(f"bench {args.family}", quiet_lines=True) as bar:  # the line too: on a terminal only
         bar(f"timing CD-{args.cd_k} epochs and Frank-Wolfe insertions at Nh = {', '.join(map(str, args.hidden))} "
@@ -523,7 +523,7 @@ def cmd_bench_frankwolfe(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_bound(args: argparse.Namespace) -> int:
-    from boltzlab.engine.experiments import bench_bound
+    from ..engine.experiments import bench_bound
 
     with TerminalProgress(f"bench {args.family}", quiet_lines=True) as bar:
         result = bench_bound.run(n_bits=args.bits, repeats=args.repeats, progress=bar)

@@ -39,8 +39,8 @@ import types
 import weakref
 from typing import Any, Callable, Mapping
 
-from boltzlab.dashboard.runner import Build, BuildRefused
-from boltzlab.engine.stepping import Record, Trainer
+from .runner import Build, BuildRefused
+from ..engine.stepping import Record, Trainer
 
 #: ``(done, status, message)``; ``status``/``message`` are ``None`` when the trainer has
 #: no such attribute (the runner then uses its own defaults, as for a local trainer).
@@ -253,7 +253,7 @@ _LOCAL = frozenset({"done", "status", "message", "steps", "trainer_class"})
 def _steps_fairly(actor: TrainerActor, k: int) -> tuple[list[Record], Status]:
     """A playing batch on the run's fair share of the machine's cores (issue 25:
     :func:`boltzlab.engine.threads.fair_share`, counted over every worker process)."""
-    from boltzlab.engine import threads as engine_threads
+    from ..engine import threads as engine_threads
 
     if actor._player is None:
         actor._player = engine_threads.Player()
@@ -620,7 +620,7 @@ class DaskBackend:
 
     def close(self) -> None:
         """Release every actor handed out and disconnect (and stop being the hooks' target)."""
-        from boltzlab.dashboard import jobs, runner
+        from . import jobs, runner
 
         self.closing = True
         # a server stopped during its first seconds: let the warm-up in flight finish (a
@@ -645,7 +645,7 @@ def _warm_up_plugin() -> Any:
         idempotent = True  # registered again (another server on the same cluster): not re-run
 
         async def setup(self, worker: Any) -> None:
-            from boltzlab import engine
+            from .. import engine
 
             # off the worker's event loop (a first compile takes a minute), but awaited: a
             # worker that joins runs its plugins before it takes tasks
@@ -657,7 +657,7 @@ def _warm_up_plugin() -> Any:
 def install(backend: DaskBackend) -> DaskBackend:
     """Make every Runner (:data:`boltzlab.dashboard.runner.BACKEND`) and every analysis job
     (:data:`boltzlab.dashboard.jobs.EXECUTOR`) use ``backend``.  ``backend.close()`` undoes it."""
-    from boltzlab.dashboard import jobs, runner
+    from . import jobs, runner
 
     runner.BACKEND = backend
     jobs.EXECUTOR = backend.submit

@@ -33,13 +33,13 @@ import numpy as np
 import panel as pn
 import param
 
-from boltzlab.dashboard.panel_compat import explicit_values
-from boltzlab.dashboard.pins import MAX_PINS, Pin
-from boltzlab.dashboard.runner import History
-from boltzlab.dashboard.views import StatusBadge
-from boltzlab.dashboard.views.browser_code import in_browser
-from boltzlab.engine.archive import ArchiveSpec, Member, NotAnArchive, read_npz
-from boltzlab.engine.stepping import MAX_CHECKPOINT_BYTES
+from .panel_compat import explicit_values
+from .pins import MAX_PINS, Pin
+from .runner import History
+from .views import StatusBadge
+from .views.browser_code import in_browser
+from ..engine.archive import ArchiveSpec, Member, NotAnArchive, read_npz
+from ..engine.stepping import MAX_CHECKPOINT_BYTES
 
 CHECKPOINT_VERSION = 1
 MAX_TEXT = 200  # characters in a text setting read from a URL or a checkpoint

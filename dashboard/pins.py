@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from boltzlab.dashboard.runner import History
+from .runner import History
 
 MAX_PINS = 4  # a fifth pin drops the oldest (and the page says so)
 MAX_LABEL = 40  # characters of a pin's label

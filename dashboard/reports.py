@@ -251,8 +251,8 @@ def write_tap_figure4(result: dict, stem: Path, n_hidden: int | None = None) -> 
     """Fig. 4: the receptive fields (columns of W) of the largest model, ranked by spread
     (l_0.1 quasi-norm, most localized first) and by mean activation over the training
     digits (most active first).  Reads the model saved by the experiment; None if absent."""
-    from boltzlab.engine.images import tile_images
-    from boltzlab.engine.tap_analysis import rank_receptive_fields
+    from ..engine.images import tile_images
+    from ..engine.tap_analysis import rank_receptive_fields
 
     saved = {int(m["n_hidden"]): m.get("npz") for m in result["models"] if m.get("npz")}
     if not saved:

@@ -24,7 +24,7 @@ from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from boltzlab.engine.stepping import ACTIVE_STATUSES, Record, Trainer
+from ..engine.stepping import ACTIVE_STATUSES, Record, Trainer
 
 TrainerFactory = Callable[[], Mapping[str, Trainer]]
 
@@ -771,7 +771,7 @@ def _steps_fairly(runner: Runner, name: str, trainer: Trainer, k: int) -> list[R
     its worker."""
     if getattr(trainer, "_actor", None) is not None or type(trainer).__name__.startswith("Remote"):
         return list(trainer.steps(k))
-    from boltzlab.engine import threads as engine_threads
+    from ..engine import threads as engine_threads
 
     players = runner.__dict__.setdefault("_players", {})
     player = players.get(name)
@@ -790,7 +790,7 @@ def play_or_tell(runner: Runner) -> str | None:
     except ServerBusy as exc:
         import panel as pn
 
-        from boltzlab.dashboard.views.text import escape
+        from .views.text import escape
 
         if pn.state.notifications is not None:  # a notification renders HTML
             pn.state.notifications.warning(escape(exc), duration=8000)

@@ -179,6 +179,6 @@ def _serving_for_supervisor() -> bool:
     its notes said there: :mod:`boltzlab.dashboard.recycling`)."""
     import os
 
-    from boltzlab.dashboard.recycling import ENV_SOCKETS
+    from .recycling import ENV_SOCKETS
 
     return bool(os.environ.get(ENV_SOCKETS))

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import panel as pn
 
-from boltzlab.dashboard.views.text import escape
+from .views.text import escape
 
 LINK_CSS = ("font-size: 2.6em; font-weight: bold; word-break: break-all; font-family: ui-monospace, monospace; "
             "padding: 0.3em 0; color: #1f3a5f")

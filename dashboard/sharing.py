@@ -23,9 +23,9 @@ import threading
 from collections import deque
 from typing import Any, Mapping
 
-from boltzlab.dashboard.labtools import Checkpoint, write_checkpoint
-from boltzlab.dashboard.runner import History, TrainerState
-from boltzlab.engine.stepping import Record
+from .labtools import Checkpoint, write_checkpoint
+from .runner import History, TrainerState
+from ..engine.stepping import Record
 
 CODE_BYTES = 12  # a code's random bytes: 96 bits, 16 URL-safe characters
 MAX_LOG = 4_000  # Records kept for followers that lag (one that lags more replays the history)

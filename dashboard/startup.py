@@ -19,8 +19,8 @@ import threading
 import time
 from typing import Callable, Iterable
 
-from boltzlab.dashboard.recycling import say
-from boltzlab.engine.warmup import GROUPS, compile_kernels, warm_group
+from .recycling import say
+from ..engine.warmup import GROUPS, compile_kernels, warm_group
 
 #: the compiling processes run at this niceness: the server answers first
 COMPILE_NICENESS = 10

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from boltzlab.dashboard.runner import Build
+from .runner import Build
 
 MIN_VALUES, MAX_VALUES = 2, 4
 

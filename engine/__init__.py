@@ -14,6 +14,6 @@ import os as _os
 _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 _os.environ.setdefault("GOMP_SPINCOUNT", "1000")
 
-from boltzlab.engine.warmup import warm_up
+from .warmup import warm_up
 
 __all__ = ["warm_up"]

@@ -33,8 +33,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from boltzlab.engine.checks import check_float, check_int
-from boltzlab.engine.kernels import bound as kernels
+from .checks import check_float, check_int
+from .kernels import bound as kernels
 
 #: Largest |Omega| that :func:`chain_features` enumerates.
 MAX_ENUMERATED = 2**20

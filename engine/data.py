@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 
 # the MPLE's existence check lives beside the model it is about; named here too (its old home)
-from boltzlab.engine.fvbm import FVBM, check_data, check_mple_exists  # noqa: F401
-from boltzlab.engine.resources import assets_dir
+from .fvbm import FVBM, check_data, check_mple_exists  # noqa: F401
+from .resources import assets_dir
 
 ASSETS = assets_dir()  # the bundled data (package data: engine.resources)
 MAX_CSV_BYTES = 50 * 1024 * 1024

@@ -96,10 +96,10 @@ from typing import Any, Literal, Mapping
 import numpy as np
 import scipy.optimize
 
-from boltzlab.engine.checks import check_choice, check_float, check_int, check_seed, derived_seed
-from boltzlab.engine.kernels import frankwolfe as fwk
-from boltzlab.engine.kernels import rbm as rbm_kernels
-from boltzlab.engine.rbm import (
+from .checks import check_choice, check_float, check_int, check_seed, derived_seed
+from .kernels import frankwolfe as fwk
+from .kernels import rbm as rbm_kernels
+from .rbm import (
     AIS_SCHEDULE_DEFAULT,
     AIS_SCHEDULE_LIVE,
     MAX_EXACT_UNITS,
@@ -111,8 +111,8 @@ from boltzlab.engine.rbm import (
     check_dtype_matches,
     log_partition_exact,
 )
-from boltzlab.engine.stepping import Record, as_scalar
-from boltzlab.engine.threads import single_blas
+from .stepping import Record, as_scalar
+from .threads import single_blas
 
 #: Exact expectations enumerate the 2^Nv visible states: allowed up to this many visibles ...
 MAX_EXACT_EXPECTATION_UNITS = 16

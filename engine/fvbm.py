@@ -19,9 +19,9 @@ import scipy.optimize
 import scipy.sparse
 import scipy.special
 
-from boltzlab.engine.checks import check_int
-from boltzlab.engine.kernels import fvbm as kernels
-from boltzlab.engine.stepping import Record, as_scalar
+from .checks import check_int
+from .kernels import fvbm as kernels
+from .stepping import Record, as_scalar
 
 MAX_EXACT_D = 20  # 2^20 states: exact log Z, log-likelihood and sampling stay cheap
 DECREASE_TOLERANCE = 1e-11  # relative: a log-PL drop smaller than this is rounding

@@ -64,8 +64,8 @@ from typing import Any, Literal, Mapping
 
 import numpy as np
 
-from boltzlab.engine.checks import check_int
-from boltzlab.engine.fvbm import (
+from .checks import check_int
+from .fvbm import (
     DECREASE_TOLERANCE,
     FVBM,
     MAX_EXACT_D,
@@ -75,8 +75,8 @@ from boltzlab.engine.fvbm import (
     exact_log_likelihood,
     parameter_mse,
 )
-from boltzlab.engine.kernels import fvbm_bound as kernels
-from boltzlab.engine.stepping import Record, as_scalar
+from .kernels import fvbm_bound as kernels
+from .stepping import Record, as_scalar
 
 STATUSES = ("running", "converged", "max_sweeps", "diverged")
 BOUND_LABEL = "Bound (Jebara–Choromanska)"
@@ -489,7 +489,7 @@ def race_to_mple(X: np.ndarray, *, grad_tol: float = 1e-6, mus: tuple[float, ...
     Only the calls to ``steps`` are timed; the gradient check after each iteration is
     not.  Rows: method, iterations, seconds, log_pl, grad_norm, reached, monotone.
     """
-    from boltzlab.engine.fvbm import FVBMTrainer, log_pl_gradient, pack_theta
+    from .fvbm import FVBMTrainer, log_pl_gradient, pack_theta
 
     X = check_data(X, "race_to_mple")
     max_sweeps = check_int("max_sweeps", max_sweeps, "race_to_mple", minimum=1)
@@ -541,7 +541,7 @@ def format_race(rows: list[dict]) -> str:
 if __name__ == "__main__":  # python -m boltzlab.engine.fvbm_bound [d n seed variance max_seconds]
     import sys
 
-    from boltzlab.engine.data import simulate_fvbm
+    from .data import simulate_fvbm
 
     d, n, seed = (int(a) for a in (sys.argv[1:4] if len(sys.argv) > 3 else (20, 16000, 4)))
     variance = float(sys.argv[4]) if len(sys.argv) > 4 else 0.2

@@ -35,8 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-from boltzlab.engine.archive import ArchiveSpec, Member, NotAnArchive, read_npz
-from boltzlab.engine.resources import assets_dir
+from .archive import ArchiveSpec, Member, NotAnArchive, read_npz
+from .resources import assets_dir
 
 ASSETS = assets_dir()  # the bundled data (package data: engine.resources)
 MNIST_ASSET = ASSETS / "mnist_binary.npz"

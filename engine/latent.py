@@ -75,10 +75,10 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import scipy.special
 
-from boltzlab.engine.checks import check_int
-from boltzlab.engine.kernels import majorize as kernels
-from boltzlab.engine.majorize import KroneckerCurvature, _check_labels, _check_theta
-from boltzlab.engine.optimizers import (
+from .checks import check_int
+from .kernels import majorize as kernels
+from .majorize import KroneckerCurvature, _check_labels, _check_theta
+from .optimizers import (
     ConjugateGradientTrainer,
     IterativeTrainer,
     LBFGSTrainer,
@@ -87,8 +87,8 @@ from boltzlab.engine.optimizers import (
     check_float,
     shifted_cholesky_solve,
 )
-from boltzlab.engine.progress import advancer
-from boltzlab.engine.stepping import Record, as_scalar
+from .progress import advancer
+from .stepping import Record, as_scalar
 
 FEATURES = ("linear", "quadratic")
 
@@ -607,7 +607,7 @@ def latent_table(problems: Sequence[str] = LATENT_PROBLEMS, ms: Sequence[int] = 
     seconds_all (all starts), status, monotone, init, n_train, n_test, reg.
     """
     reg = dict(LATENT_REG, **(reg or {}))
-    from boltzlab.engine.majorize import warm_up_majorize
+    from .majorize import warm_up_majorize
 
     warm_up_majorize()  # load numba's cache (class_bounds) before any step is timed
     rows: list[dict[str, Any]] = []

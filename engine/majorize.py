@@ -66,11 +66,11 @@ from typing import Any, Mapping, NamedTuple, Sequence
 import numpy as np
 import scipy.special
 
-from boltzlab.engine.bound import LowRankBound
-from boltzlab.engine.checks import check_int
-from boltzlab.engine.fvbm import FVBM, check_data, pack_theta, states_to_spins, unpack_theta
-from boltzlab.engine.kernels import majorize as kernels
-from boltzlab.engine.optimizers import (
+from .bound import LowRankBound
+from .checks import check_int
+from .fvbm import FVBM, check_data, pack_theta, states_to_spins, unpack_theta
+from .kernels import majorize as kernels
+from .optimizers import (
     TABLE1_EPSILON,
     ConjugateGradientTrainer,
     IterativeTrainer,
@@ -82,8 +82,8 @@ from boltzlab.engine.optimizers import (
     scipy_reference,
     shifted_cholesky_solve,
 )
-from boltzlab.engine.progress import advancer
-from boltzlab.engine.stepping import Record
+from .progress import advancer
+from .stepping import Record
 
 #: Largest d of FVBMLikelihood (2^16 states: one Algorithm-1 pass ~0.2 s).
 MAX_FVBM_D = 16
@@ -751,7 +751,7 @@ def make_objective(problem: str, *, reg: float | None = None, seed: int = 0, **k
     _no_extra(kw, owner, ("d", "n", "source"))
     source = kw.get("source", "simulated")
     if source == "senate":
-        from boltzlab.engine.data import senate
+        from .data import senate
 
         S = senate().X
     elif source == "simulated":

@@ -44,8 +44,8 @@ import numpy as np
 import scipy.linalg
 import scipy.optimize
 
-from boltzlab.engine.checks import check_int
-from boltzlab.engine.stepping import Record, as_scalar
+from .checks import check_int
+from .stepping import Record, as_scalar
 
 #: J may rise by this much, relative to max(1, |J|), before a step counts as an increase.
 MONOTONE_RTOL = 1e-12

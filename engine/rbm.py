@@ -21,10 +21,10 @@ from typing import Any, Literal, Mapping
 
 import numpy as np
 
-from boltzlab.engine.checks import check_choice, check_float, check_int, check_seed, derived_seed
-from boltzlab.engine.kernels import rbm as kernels
-from boltzlab.engine.stepping import Record, as_scalar
-from boltzlab.engine.threads import single_blas
+from .checks import check_choice, check_float, check_int, check_seed, derived_seed
+from .kernels import rbm as kernels
+from .stepping import Record, as_scalar
+from .threads import single_blas
 
 MAX_EXACT_UNITS = 20  # the smaller layer is enumerated: 2^20 states
 

@@ -41,10 +41,10 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import Bunch, check_random_state
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from boltzlab.engine import fvbm as fvbm_engine
-from boltzlab.engine.checks import check_choice, check_float, check_int
-from boltzlab.engine.kernels import rbm as rbm_kernels
-from boltzlab.engine.rbm import (
+from . import fvbm as fvbm_engine
+from .checks import check_choice, check_float, check_int
+from .kernels import rbm as rbm_kernels
+from .rbm import (
     AIS_SCHEDULE_DEFAULT,
     AIS_SCHEDULE_LIVE,
     MAX_EXACT_UNITS,
@@ -53,9 +53,9 @@ from boltzlab.engine.rbm import (
     base_rate_biases,
     log_partition_exact,
 )
-from boltzlab.engine.rbm import RBM as EngineRBM
-from boltzlab.engine.tap import DEFAULT_MAX_ITER, DEFAULT_TOL, TAPTrainer
-from boltzlab.engine.threads import single_blas
+from .rbm import RBM as EngineRBM
+from .tap import DEFAULT_MAX_ITER, DEFAULT_TOL, TAPTrainer
+from .threads import single_blas
 
 __all__ = ["RBM", "TAPRBM", "FVBM"]
 

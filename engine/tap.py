@@ -26,9 +26,9 @@ from typing import Any, Literal, Mapping
 
 import numpy as np
 
-from boltzlab.engine.checks import check_choice, check_float, check_int, check_seed
-from boltzlab.engine.kernels import tap as kernels
-from boltzlab.engine.rbm import (
+from .checks import check_choice, check_float, check_int, check_seed
+from .kernels import tap as kernels
+from .rbm import (
     MAX_EXACT_UNITS,
     _check_params,
     base_rate_biases,
@@ -37,8 +37,8 @@ from boltzlab.engine.rbm import (
     check_dtype_matches,
     log_partition_exact,
 )
-from boltzlab.engine.stepping import Record, as_scalar
-from boltzlab.engine.threads import single_blas
+from .stepping import Record, as_scalar
+from .threads import single_blas
 
 PRIOR_CODES = {
     "bernoulli": kernels.BERNOULLI,

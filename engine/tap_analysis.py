@@ -41,8 +41,8 @@ from scipy.sparse import SparseEfficiencyWarning
 from scipy.special import expit, logit
 from sklearn.manifold import Isomap
 
-from boltzlab.engine.checks import check_choice, check_float, check_int
-from boltzlab.engine.rbm import check_binary
+from .checks import check_choice, check_float, check_int
+from .rbm import check_binary
 
 #: The channel log-odds |log((1 - p) / p)| is clipped to this (it is infinite at p = 0 or 1).
 #: Large enough to overrule any clipped prior (|logit| <= 13.8): sigm(-36) ~ 2e-16.
@@ -527,7 +527,7 @@ def tap_denoiser(W: np.ndarray, b_vis: np.ndarray, b_hid: np.ndarray, *, damping
     magnetizations a_v = <x_i>.  Chains that do not converge within ``max_iter`` sweeps
     return their last iterate.
     """
-    from boltzlab.engine import tap  # deferred: tap imports the kernels, this module stays light
+    from . import tap  # deferred: tap imports the kernels, this module stays light
 
     def denoise(Y: np.ndarray, p: float) -> np.ndarray:
         Y = np.asarray(Y, dtype=np.float64)

@@ -33,8 +33,8 @@ GROUPS: dict[str, tuple[str, str]] = {
 
 def warm_up_fvbm() -> None:
     """Run the FVBM kernels once on a tiny problem."""
-    from boltzlab.engine.fvbm import FVBM, FVBMTrainer, exact_log_likelihood
-    from boltzlab.engine.kernels import fvbm as kernels
+    from .fvbm import FVBM, FVBMTrainer, exact_log_likelihood
+    from .kernels import fvbm as kernels
 
     model = FVBM.random(3, 0)
     X = model.sample(16, 1)

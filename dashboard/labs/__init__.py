@@ -5,10 +5,10 @@ line here; the app gives it a tab, its own path (``/<key>``), URL settings, pres
 checkpoints and presentation mode, and ``tests/dashboard/test_lab_contract.py`` checks it.
 """
 
-from boltzlab.dashboard.labs.bound import BoundLab
-from boltzlab.dashboard.labs.frankwolfe import FrankWolfeLab
-from boltzlab.dashboard.labs.fvbm import FVBMLab
-from boltzlab.dashboard.labs.tap import TAPLab
+from .bound import BoundLab
+from .frankwolfe import FrankWolfeLab
+from .fvbm import FVBMLab
+from .tap import TAPLab
 
 LABS = [FVBMLab, TAPLab, FrankWolfeLab, BoundLab]
 

@@ -43,22 +43,22 @@ from typing import Any, Callable, ClassVar, Iterator, Mapping
 import panel as pn
 import param
 
-from boltzlab.dashboard.jobs import Jobs
-from boltzlab.dashboard.labs.compare import CompareTools
-from boltzlab.dashboard.labs.comparing import Comparing
-from boltzlab.dashboard.labs.following import Following
-from boltzlab.dashboard.labs.holding import graph_frozen, held  # noqa: F401 - the labs import them from here
-from boltzlab.dashboard.labs.in_python import PREPARE, READ_ONLY, InPython, served
-from boltzlab.dashboard.labs.page import Page, fill, loop_running
-from boltzlab.dashboard.panel_compat import notebook_held
-from boltzlab.dashboard.labs.scripting import Scripting
-from boltzlab.dashboard.labs.teaching import LessonTools, Teaching
-from boltzlab.dashboard.labtools import LabTools, Preset, check_setting, parse_setting
-from boltzlab.dashboard.pins import Pins
-from boltzlab.dashboard.runner import Runner, play_or_tell
-from boltzlab.dashboard.views import StatusBadge
-from boltzlab.dashboard.views.text import LiveHTML, StaticMarkdown, escape
-from boltzlab.engine.stepping import Record
+from ..jobs import Jobs
+from .compare import CompareTools
+from .comparing import Comparing
+from .following import Following
+from .holding import graph_frozen, held  # noqa: F401 - the labs import them from here
+from .in_python import PREPARE, READ_ONLY, InPython, served
+from .page import Page, fill, loop_running
+from ..panel_compat import notebook_held
+from .scripting import Scripting
+from .teaching import LessonTools, Teaching
+from ..labtools import LabTools, Preset, check_setting, parse_setting
+from ..pins import Pins
+from ..runner import Runner, play_or_tell
+from ..views import StatusBadge
+from ..views.text import LiveHTML, StaticMarkdown, escape
+from ...engine.stepping import Record
 
 RADIO = dict(color="primary", variant="outline")
 UPLOAD_JOB = "upload"  # the job key of reading an uploaded file (kept when a new run starts)

@@ -29,15 +29,15 @@ from bokeh.plotting import figure
 from matplotlib import colormaps
 from matplotlib.colors import to_hex
 
-from boltzlab.dashboard import budget
-from boltzlab.dashboard.labs import bound_setup as setup
-from boltzlab.dashboard.labs.base import Lab, by_run, speed_setting
-from boltzlab.dashboard.labtools import Preset
-from boltzlab.dashboard.views import StatusBadge
-from boltzlab.dashboard.views.beside import PIN_TITLE, Beside, Figure
-from boltzlab.dashboard.views.pinned import PinLayer
-from boltzlab.dashboard.views.text import TABLE_CSS, LiveHTML, escape, html_table
-from boltzlab.engine import majorize
+from .. import budget
+from . import bound_setup as setup
+from .base import Lab, by_run, speed_setting
+from ..labtools import Preset
+from ..views import StatusBadge
+from ..views.beside import PIN_TITLE, Beside, Figure
+from ..views.pinned import PinLayer
+from ..views.text import TABLE_CSS, LiveHTML, escape, html_table
+from ...engine import majorize
 
 #: Table 1 live: (title, alignment) of each column
 TABLE_COLUMNS = [("method", ""), ("steps", "right"), ("J − J*", "right"), ("‖∇J‖", "right"),

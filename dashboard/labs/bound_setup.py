@@ -22,7 +22,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from boltzlab.engine import bound
+from ...engine import bound
 
 MODELS = {
     "log-linear: 6 outcomes, d = 2": "loglinear",
@@ -240,7 +240,7 @@ def race_objective(problem: str, reg: float, seed: int):
 
 @lru_cache(maxsize=8)
 def _race_objective(problem: str, reg: float, seed: int):
-    from boltzlab.engine import majorize
+    from ...engine import majorize
 
     return majorize.make_objective(problem, reg=reg, seed=seed)
 
@@ -254,7 +254,7 @@ def race_size(problem: str, reg: float, seed: int) -> dict:
 def race_reference(problem: str, reg: float, seed: int) -> dict:
     """J* = min J, the reference the race's curves J - J* are drawn against (scipy L-BFGS-B
     polished by Newton): from tens of milliseconds (wine) to seconds (digits)."""
-    from boltzlab.engine import majorize
+    from ...engine import majorize
 
     ref = majorize.scipy_reference(race_objective(problem, reg, seed))
     return {"value": float(ref.value), "grad_norm": float(ref.grad_norm), "seconds": float(ref.seconds)}
@@ -278,7 +278,7 @@ class RaceBuild:
     def trainer(self, method: str):
         with self._lock:
             if self._trainers is None:
-                from boltzlab.engine import majorize
+                from ...engine import majorize
 
                 problem, reg, seed = self.key
                 self._trainers = majorize.make_race(problem, reg=reg, seed=seed, max_iter=RACE_MAX_ITER,
@@ -337,7 +337,7 @@ class RaceTrainer:
 
 def build_race(key: tuple[str, float, int]) -> dict[str, RaceTrainer]:
     """The race's ``{method: trainer}`` in Table 1's order, built where they first step."""
-    from boltzlab.engine import majorize
+    from ...engine import majorize
 
     build = RaceBuild(key)
     return {method: RaceTrainer(build, method) for method in majorize.RACE_METHODS}

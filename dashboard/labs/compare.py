@@ -17,12 +17,12 @@ import numpy as np
 import panel as pn
 from bokeh.core.properties import value as text_value
 
-from boltzlab.dashboard.labtools import setting_text
-from boltzlab.dashboard.pins import Pin
-from boltzlab.dashboard.runner import History
-from boltzlab.dashboard.sweeps import run_name
-from boltzlab.dashboard.views import StatusBadge
-from boltzlab.dashboard.views.text import TABLE_CSS, LiveHTML, html_table
+from ..labtools import setting_text
+from ..pins import Pin
+from ..runner import History
+from ..sweeps import run_name
+from ..views import StatusBadge
+from ..views.text import TABLE_CSS, LiveHTML, html_table
 
 
 class CompareTools:

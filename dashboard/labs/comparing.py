@@ -12,11 +12,11 @@ from typing import Any, Callable
 
 import param
 
-from boltzlab.dashboard import budget
-from boltzlab.dashboard.labs.holding import held
-from boltzlab.dashboard.labtools import setting_text
-from boltzlab.dashboard.pins import MAX_PINS, Pin, settings_difference
-from boltzlab.dashboard.sweeps import MAX_VALUES, MIN_VALUES, combined
+from .. import budget
+from .holding import held
+from ..labtools import setting_text
+from ..pins import MAX_PINS, Pin, settings_difference
+from ..sweeps import MAX_VALUES, MIN_VALUES, combined
 
 
 class Comparing:

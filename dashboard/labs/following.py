@@ -14,11 +14,11 @@ from typing import Any
 
 import panel as pn
 
-from boltzlab.dashboard import sharing
-from boltzlab.dashboard.labs.holding import graph_frozen, held
-from boltzlab.dashboard.labtools import setting_text
-from boltzlab.dashboard.views import StatusBadge
-from boltzlab.dashboard.views.text import LiveHTML
+from .. import sharing
+from .holding import graph_frozen, held
+from ..labtools import setting_text
+from ..views import StatusBadge
+from ..views.text import LiveHTML
 
 FOLLOW_TEXT = ("### Following a live run\n"
                "You see the teacher's run as it trains: the figures, the tab in view and the narration "

@@ -21,18 +21,18 @@ import panel as pn
 import param
 from bokeh.models import ColumnDataSource, Label, Span
 
-from boltzlab.dashboard import budget
-from boltzlab.dashboard.labs.base import RADIO, Lab, held, label, speed_setting
-from boltzlab.dashboard.labs.frankwolfe_setup import (CD_EPOCHS, CD_K, DATASETS, DEFAULTS, EVALUATIONS, SAMPLE_CHAINS,
+from .. import budget
+from .base import RADIO, Lab, held, label, speed_setting
+from .frankwolfe_setup import (CD_EPOCHS, CD_K, DATASETS, DEFAULTS, EVALUATIONS, SAMPLE_CHAINS,
                                                       cd_factory,
                                              fw_curves, fw_factory, log_likelihood_of, train_log_likelihood)
-from boltzlab.dashboard.labs.image_data import ImageData, describe_images, image_width_setting
-from boltzlab.dashboard.labtools import Preset
-from boltzlab.dashboard.runner import Runner, play_or_tell
-from boltzlab.dashboard.views import LiveCurve, StatusBadge
-from boltzlab.dashboard.views.beside import PIN_TITLE, Beside
-from boltzlab.dashboard.views.image_grid import ImageGrid
-from boltzlab.engine.stepping import Record
+from .image_data import ImageData, describe_images, image_width_setting
+from ..labtools import Preset
+from ..runner import Runner, play_or_tell
+from ..views import LiveCurve, StatusBadge
+from ..views.beside import PIN_TITLE, Beside
+from ..views.image_grid import ImageGrid
+from ...engine.stepping import Record
 
 SPEEDS = {"1 unit/s": 1.0, "2 units/s": 2.0, "5 units/s": 5.0, "as fast as possible": None}
 DEFAULT_DATA = "mnist"

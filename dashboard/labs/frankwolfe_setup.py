@@ -13,11 +13,11 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from boltzlab.dashboard.runner import Build
-from boltzlab.engine import frankwolfe, rbm
-from boltzlab.engine.kernels import rbm as rbm_kernels
-from boltzlab.dashboard.labs.image_setup import DATASETS, UPLOAD, DataRef, images_of
-from boltzlab.engine.stepping import Record
+from ..runner import Build
+from ...engine import frankwolfe, rbm
+from ...engine.kernels import rbm as rbm_kernels
+from .image_setup import DATASETS, UPLOAD, DataRef, images_of
+from ...engine.stepping import Record
 
 __all__ = ["DATASETS"]  # re-exported for the lab
 EVALUATIONS = {"auto: exact while cheap, then AIS": "auto", "exact": "exact",

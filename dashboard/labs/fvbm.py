@@ -15,14 +15,14 @@ import panel as pn
 import param
 from bokeh.models import ColumnDataSource
 
-from boltzlab.dashboard.labs.base import RADIO, Lab, NotReady, by_run, held, label, speed_setting
-from boltzlab.dashboard.labs.fvbm_setup import (BOUND_LABEL, DEFAULT_DATA, LBFGS_LABEL, SQUAREM_LABEL, DataSet, check_work,
+from .base import RADIO, Lab, NotReady, by_run, held, label, speed_setting
+from .fvbm_setup import (BOUND_LABEL, DEFAULT_DATA, LBFGS_LABEL, SQUAREM_LABEL, DataSet, check_work,
                                        guaranteed_by_label, load_data, parse_mus, simulated_data,
                                        trainer_factory, uploaded_data)
-from boltzlab.dashboard.labtools import Preset
-from boltzlab.dashboard.views import Heatmap, LiveCurve, StatusBadge
-from boltzlab.dashboard.views.beside import PIN_TITLE, Beside
-from boltzlab.dashboard.views.text import TABLE_CSS, LiveHTML, escape, html_table
+from ..labtools import Preset
+from ..views import Heatmap, LiveCurve, StatusBadge
+from ..views.beside import PIN_TITLE, Beside
+from ..views.text import TABLE_CSS, LiveHTML, escape, html_table
 
 SUMMARY_COLUMNS = [("run", ""), ("sweep", ""), ("log-PL", ""), ("gap to MPLE", ""), ("status", "")]  # "Who won"
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",

@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from boltzlab.dashboard import budget
-from boltzlab.dashboard.runner import Build
-from boltzlab.engine import data as fvbm_data
-from boltzlab.engine import fvbm, fvbm_bound
+from .. import budget
+from ..runner import Build
+from ...engine import data as fvbm_data
+from ...engine import fvbm, fvbm_bound
 
 EXACT_LIMIT = 20
 DEFAULT_DATA = {"d": 10, "n": 16000, "seed": 1}

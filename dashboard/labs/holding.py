@@ -9,7 +9,7 @@ from typing import Callable
 
 import panel as pn
 
-from boltzlab.dashboard.panel_compat import graph_frozen  # noqa: F401 - the labs import it from here
+from ..panel_compat import graph_frozen  # noqa: F401 - the labs import it from here
 
 
 def held(method: Callable) -> Callable:

@@ -23,12 +23,12 @@ from typing import Any
 import panel as pn
 import param
 
-from boltzlab.dashboard.labs.base import UPLOAD_JOB, NotReady, held
-from boltzlab.dashboard.views import StatusBadge
-from boltzlab.engine import images as engine_images
-from boltzlab.dashboard.labs.image_setup import (DATASETS, UPLOAD, DataRef, cache_key, describe_images,
+from .base import UPLOAD_JOB, NotReady, held
+from ..views import StatusBadge
+from ...engine import images as engine_images
+from .image_setup import (DATASETS, UPLOAD, DataRef, cache_key, describe_images,
                                                  fingerprint_of, images_of)
-from boltzlab.engine.images import ImageSet, load_images, read_upload, with_width
+from ...engine.images import ImageSet, load_images, read_upload, with_width
 
 __all__ = ["DATASETS", "UPLOAD", "DataRef", "ImageData", "cache_key", "describe_images", "fingerprint_of",
            "image_width_setting", "images_of"]

@@ -13,7 +13,7 @@ import functools
 import html
 from typing import Union
 
-from boltzlab.engine.images import ImageSet, fingerprint, load_images
+from ...engine.images import ImageSet, fingerprint, load_images
 
 UPLOAD = "upload"
 DATASETS = {"MNIST 28×28": "mnist", "8×8 digits": "digits", "Upload": UPLOAD}

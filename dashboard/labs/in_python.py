@@ -24,8 +24,8 @@ from typing import Any
 import panel as pn
 import param
 
-from boltzlab.dashboard.panel_compat import from_a_widget
-from boltzlab.engine import threads as engine_threads
+from ..panel_compat import from_a_widget
+from ...engine import threads as engine_threads
 
 PREPARE = "prepare"  # the job key of a slow preparation (Lab.prepare_later)
 

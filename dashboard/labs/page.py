@@ -8,7 +8,7 @@ from typing import Any
 
 import panel as pn
 
-from boltzlab.dashboard.panel_compat import RenderHooked
+from ..panel_compat import RenderHooked
 
 
 #: a lab's page asked for by a second served session (``pn.serve(lab)``: one object for every tab)

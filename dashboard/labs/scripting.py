@@ -19,11 +19,11 @@ import numpy as np
 import panel as pn
 import param
 
-from boltzlab.dashboard.panel_compat import extension_loaded
-from boltzlab.dashboard.pins import history_columns
-from boltzlab.dashboard.runner import History
-from boltzlab.engine.checks import check_int
-from boltzlab.engine.stepping import Record
+from ..panel_compat import extension_loaded
+from ..pins import history_columns
+from ..runner import History
+from ...engine.checks import check_int
+from ...engine.stepping import Record
 
 UPLOADED = "upload"  # the value of a data setting that means a user's file (FVBM's source, TAP's data)
 

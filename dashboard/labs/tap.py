@@ -24,21 +24,21 @@ import param
 from bokeh.models import ColumnDataSource, HoverTool, LassoSelectTool, TapTool
 from bokeh.plotting import figure
 
-from boltzlab.dashboard.labs.base import RADIO, Lab, held, label, speed_setting
-from boltzlab.dashboard.labs.image_data import UPLOAD, ImageData, image_width_setting
-from boltzlab.dashboard.labs.tap_setup import (DATASETS, EXACT_LIMIT, SAMPLE_CHAINS, SAMPLE_SWEEPS, History,
+from .base import RADIO, Lab, held, label, speed_setting
+from .image_data import UPLOAD, ImageData, image_width_setting
+from .tap_setup import (DATASETS, EXACT_LIMIT, SAMPLE_CHAINS, SAMPLE_SWEEPS, History,
                                                check_work, data_embedding, denoise_curve,
                                       denoise_digit, describe_images, isomap_rows,
                                       solution_embedding)
-from boltzlab.dashboard.labs.tap_setup import trainer_factory as build_trainers
-from boltzlab.dashboard.labtools import Preset
-from boltzlab.dashboard.views import LiveCurve, StatusBadge
-from boltzlab.dashboard.views.histogram import HistogramSlices
-from boltzlab.dashboard.views.beside import PIN_TITLE, Beside
-from boltzlab.dashboard.views.image_grid import ImageGrid
-from boltzlab.dashboard.views.pinned import PinLayer
-from boltzlab.dashboard.views.scatter import EmbeddingScatter
-from boltzlab.engine import tap_analysis
+from .tap_setup import trainer_factory as build_trainers
+from ..labtools import Preset
+from ..views import LiveCurve, StatusBadge
+from ..views.histogram import HistogramSlices
+from ..views.beside import PIN_TITLE, Beside
+from ..views.image_grid import ImageGrid
+from ..views.pinned import PinLayer
+from ..views.scatter import EmbeddingScatter
+from ...engine import tap_analysis
 
 # one step trains a few mini-batches (about 1/8 of an epoch) and then evaluates
 SPEEDS = {"1 step/s": 1.0, "5 steps/s": 5.0, "as fast as possible": None}

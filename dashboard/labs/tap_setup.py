@@ -17,12 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from boltzlab.dashboard import budget
-from boltzlab.dashboard.runner import Build
-from boltzlab.engine import rbm, tap, tap_analysis
-from boltzlab.dashboard.labs.image_setup import DATASETS, DataRef, cache_key, describe_images, images_of
-from boltzlab.engine.images import ImageSet, load_images
-from boltzlab.engine.stepping import Record
+from .. import budget
+from ..runner import Build
+from ...engine import rbm, tap, tap_analysis
+from .image_setup import DATASETS, DataRef, cache_key, describe_images, images_of
+from ...engine.images import ImageSet, load_images
+from ...engine.stepping import Record
 
 __all__ = ["DATASETS", "DataRef", "ImageSet", "describe_images", "load_images"]  # re-exported for the lab
 STEPS_PER_EPOCH = 8  # evaluations per epoch in the lab: each costs about one mini-batch (more for ground truth)

@@ -23,8 +23,8 @@ from typing import Any, Mapping
 
 import panel as pn
 
-from boltzlab.dashboard.lessons.model import CATALOGUE, Lesson, LessonStep
-from boltzlab.dashboard.views.text import LiveHTML, escape, text_html
+from ..lessons.model import CATALOGUE, Lesson, LessonStep
+from ..views.text import LiveHTML, escape, text_html
 
 PLACEHOLDER = "Choose a lesson…"
 NEXT_LABEL = "Lesson ▸"

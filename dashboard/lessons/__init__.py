@@ -18,8 +18,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from boltzlab.dashboard.lessons.model import CATALOGUE, Lesson, LessonStep
-from boltzlab.dashboard.lessons.reading import TABS, LessonError, load, load_dir
+from .model import CATALOGUE, Lesson, LessonStep
+from .reading import TABS, LessonError, load, load_dir
 
 __all__ = ["LESSONS", "Lesson", "LessonError", "LessonStep", "TABS", "add", "builtin_folder", "for_lab", "load",
            "load_dir", "use_folder"]

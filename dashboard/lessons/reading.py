@@ -28,8 +28,8 @@ from typing import Any
 
 import yaml
 
-from boltzlab.dashboard.labtools import setting_text
-from boltzlab.dashboard.lessons.model import ACTIONS, Lesson, LessonStep
+from ..labtools import setting_text
+from .model import ACTIONS, Lesson, LessonStep
 
 MAX_FILE_BYTES = 64 * 1024
 MAX_STEPS = 40
@@ -116,7 +116,7 @@ def load_dir(folder: str | Path, taken: list[Lesson] = ()) -> list[Lesson]:
 
 def lab_classes() -> dict[str, type]:
     """The lab classes by key (imported when first needed: the labs import the lessons' model)."""
-    from boltzlab.dashboard.labs import LABS
+    from ..labs import LABS
 
     return {cls.key: cls for cls in LABS}
 
@@ -312,7 +312,7 @@ class _Reader:
         return {"pin": label.strip()}
 
     def action_sweep(self, node: Any, lab: _Defaults, cls: type, what: str) -> dict[str, Any]:
-        from boltzlab.dashboard.sweeps import MAX_VALUES, MIN_VALUES
+        from ..sweeps import MAX_VALUES, MIN_VALUES
 
         keys = self.mapping(node, f"{what}: 'sweep'", ("setting", "values"))
         if "setting" not in keys or "values" not in keys:

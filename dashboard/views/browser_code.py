@@ -6,7 +6,7 @@ from typing import Any
 
 import panel as pn
 
-from boltzlab.dashboard.panel_compat import on_each_model
+from ..panel_compat import on_each_model
 
 
 def in_browser(widget: pn.widgets.Widget, code: str, on: str, **args: Any) -> pn.widgets.Widget:

@@ -18,7 +18,7 @@ from bokeh.plotting import figure
 from matplotlib import colormaps
 from matplotlib.colors import to_hex
 
-from boltzlab.engine.images import tile_images
+from ...engine.images import tile_images
 
 DIVERGING = [to_hex(c) for c in colormaps["RdBu_r"](np.linspace(0, 1, 256))]
 GRAYS = [to_hex(c) for c in colormaps["gray_r"](np.linspace(0, 1, 256))]  # 0 white, 1 black

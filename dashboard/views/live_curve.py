@@ -193,7 +193,7 @@ class LiveCurve:
     def add_pins(self, legend_cols: int = 2):
         """Make this figure show pinned runs (:class:`~boltzlab.dashboard.views.pinned.PinLayer`,
         on the left axis): at build time, before the page is shown."""
-        from boltzlab.dashboard.views.pinned import PinLayer
+        from .pinned import PinLayer
 
         self.pin_layer = PinLayer(self.figure, legend_cols=legend_cols)
         self.figure.y_range.renderers = self._left + self._extra_left()

@@ -22,7 +22,7 @@ import numpy as np
 from bokeh.core.properties import value
 from bokeh.models import ColumnDataSource, Legend, LegendItem
 
-from boltzlab.dashboard.pins import MAX_PINS
+from ..pins import MAX_PINS
 
 #: one colour per pin slot, muted and distinct from the runs' own palettes (tab10), dark
 #: enough for a projector at the width and alpha below

@@ -8,7 +8,7 @@ import re
 
 import panel as pn
 
-from boltzlab.dashboard.views.text import LiveHTML, text_html
+from .text import LiveHTML, text_html
 
 LEVELS = {  # background, border, text
     "ok": ("#e6f4ea", "#34a853", "#1e4620"),

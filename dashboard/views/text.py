@@ -22,7 +22,7 @@ from typing import Any, ClassVar, Sequence
 
 import panel as pn
 
-from boltzlab.dashboard.panel_compat import RenderedOnce, TextOnlyHTML
+from ..panel_compat import RenderedOnce, TextOnlyHTML
 
 
 class StaticMarkdown(RenderedOnce):

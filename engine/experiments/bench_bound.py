@@ -32,8 +32,8 @@ from typing import Callable
 
 import numpy as np
 
-from boltzlab.engine.bound import compute_bound, log_partition
-from boltzlab.engine.progress import Reporter
+from ..bound import compute_bound, log_partition
+from ..progress import Reporter
 
 GOAL_SECONDS = 1.0
 

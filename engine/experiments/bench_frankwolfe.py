@@ -31,7 +31,7 @@ from typing import Callable
 
 import numpy as np
 
-from boltzlab.engine.progress import Reporter
+from ..progress import Reporter
 
 
 def run(hidden: tuple[int, ...] = (100, 300, 500), *, insertions: int = 3, repeats: int = 2, cd_k: int = 10,
@@ -65,7 +65,7 @@ def run(hidden: tuple[int, ...] = (100, 300, 500), *, insertions: int = 3, repea
     if len(passes) > 1:
         from threadpoolctl import threadpool_limits
 
-        from boltzlab.engine import threads as engine_threads
+        from .. import threads as engine_threads
 
         out = {}
         for count in passes:
@@ -86,9 +86,9 @@ def _measure(hidden: tuple[int, ...], *, insertions: int, repeats: int, cd_k: in
              learning_rate: float, samples: int, bias_steps: int, bias_tol: float, bias_lr: float,
              gibbs_steps: int, reg: float, cd_epochs: int, burn_in: int, seed: int, say: Reporter) -> dict:
     """:func:`run` on the threads it is given (one pass), advancing ``say`` as it goes."""
-    from boltzlab.engine.frankwolfe import FrankWolfeTrainer
-    from boltzlab.engine.images import mnist
-    from boltzlab.engine.rbm import RBMTrainer
+    from ..frankwolfe import FrankWolfeTrainer
+    from ..images import mnist
+    from ..rbm import RBMTrainer
 
     V = np.asarray(mnist().X_train, dtype=np.float64)
     rows = []

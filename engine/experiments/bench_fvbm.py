@@ -14,9 +14,9 @@ from typing import Callable
 
 import numpy as np
 
-from boltzlab.engine.data import simulate_fvbm
-from boltzlab.engine.fvbm import FVBMTrainer
-from boltzlab.engine.progress import Reporter
+from ..data import simulate_fvbm
+from ..fvbm import FVBMTrainer
+from ..progress import Reporter
 
 GOAL_MS_PER_SWEEP = 20.0
 
@@ -65,7 +65,7 @@ def run(n: int = 16_000, d: int = 20, seed: int = 0, min_seconds: float = 3.0, t
     """
     from threadpoolctl import threadpool_limits
 
-    from boltzlab.engine import threads as engine_threads
+    from .. import threads as engine_threads
 
     counts = sorted({1, int(threads)})
     passes = 2 if len(counts) > 1 else 1

@@ -12,9 +12,9 @@ from typing import Callable
 import numpy as np
 from numba import njit, prange
 
-from boltzlab.engine.kernels.common import col_block, col_blocks, matmul
-from boltzlab.engine.kernels.rbm import weight_blocks
-from boltzlab.engine.progress import Reporter
+from ..kernels.common import col_block, col_blocks, matmul
+from ..kernels.rbm import weight_blocks
+from ..progress import Reporter
 
 DTYPES = ("float32", "float64")
 
@@ -78,8 +78,8 @@ def _floor_seconds(n_visible: int, n_hidden: int, batch_size: int, n_batches: in
 
     from threadpoolctl import threadpool_limits
 
-    from boltzlab.engine import threads as engine_threads
-    from boltzlab.engine.kernels.rbm import RECON_ROWS
+    from .. import threads as engine_threads
+    from ..kernels.rbm import RECON_ROWS
 
     rng = np.random.default_rng(0)
     V = (rng.random((batch_size, n_visible)) < 0.3).astype(dtype)
@@ -149,9 +149,9 @@ def run(hidden: tuple[int, ...] = (100, 500), *, batch_size: int = 100, learning
     """
     from sklearn.neural_network import BernoulliRBM
 
-    from boltzlab.engine import rbm as rbm_module
-    from boltzlab.engine.images import mnist
-    from boltzlab.engine.kernels.rbm import RECON_ROWS
+    from .. import rbm as rbm_module
+    from ..images import mnist
+    from ..kernels.rbm import RECON_ROWS
 
     if ais_schedule not in ("default", "live"):
         raise ValueError(f"The 'ais_schedule' parameter of bench rbm must be 'default' or 'live'. Got {ais_schedule!r}.")
@@ -169,7 +169,7 @@ def run(hidden: tuple[int, ...] = (100, 500), *, batch_size: int = 100, learning
 
     from threadpoolctl import threadpool_limits
 
-    from boltzlab.engine import threads as engine_threads
+    from .. import threads as engine_threads
 
     def limits(count):
         return threadpool_limits(limits=count), engine_threads.using(count)

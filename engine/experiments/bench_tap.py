@@ -19,9 +19,9 @@ import numpy as np
 import scipy.special
 from numba import njit, prange
 
-from boltzlab.engine.kernels.common import matmul
-from boltzlab.engine.kernels.common import col_block, col_blocks
-from boltzlab.engine.progress import Reporter
+from ..kernels.common import matmul
+from ..kernels.common import col_block, col_blocks
+from ..progress import Reporter
 
 
 def numpy_tap_sweeps(W: np.ndarray, b_vis: np.ndarray, b_hid: np.ndarray, init_vis: np.ndarray,
@@ -85,7 +85,7 @@ def _best_of(fn, repeats: int) -> float:
 
 def _trained_rbm(n_hidden: int, V: np.ndarray, epochs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A briefly trained RBM: ``epochs`` of PCD-1 (engine.rbm.RBMTrainer) on the MNIST subset."""
-    from boltzlab.engine.rbm import RBMTrainer
+    from ..rbm import RBMTrainer
 
     trainer = RBMTrainer(V, n_hidden, step_unit="epoch", evaluate="none", max_epochs=epochs, seed=0)
     trainer.run()
@@ -155,9 +155,9 @@ def run(hidden: tuple[int, ...] = (100, 500), K: int = 100, *, n_sweeps: int = 4
     import scipy.linalg  # noqa: F401 -- load scipy's OpenBLAS (numba's np.dot calls it) before limiting
     from threadpoolctl import threadpool_limits
 
-    from boltzlab.engine import tap
-    from boltzlab.engine import threads as engine_threads
-    from boltzlab.engine.images import mnist
+    from .. import tap
+    from .. import threads as engine_threads
+    from ..images import mnist
 
     counts = [None] if threads is None else sorted({1, int(threads)})
     say = Reporter(progress)

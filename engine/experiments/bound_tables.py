@@ -27,8 +27,8 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from boltzlab.engine import latent, majorize
-from boltzlab.engine.progress import Reporter
+from .. import latent, majorize
+from ..progress import Reporter
 
 QUICK_PROBLEMS = ("wine", "breast_cancer")
 #: Table-2 settings (engine.latent.latent_table keywords).

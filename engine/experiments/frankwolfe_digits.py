@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Callable
 
 import numpy as np
-from boltzlab.engine.progress import Reporter
+from ..progress import Reporter
 
 PAPER_REG_GRID = (1.0, 0.5, 0.1, 0.05, 0.01)  # lambda (§4)
 PAPER_LR_GRID = (0.05, 0.02, 0.01, 0.005)  # eta of FW and the learning rate of CD (§4)
@@ -93,7 +93,7 @@ def make_settings(quick: bool = False, seed: int = 0, **overrides: Any) -> Digit
 
 def _exact_log_likelihoods(W, b_vis, b_hid, splits: dict[str, np.ndarray]) -> dict[str, float]:
     """Mean log p(v) of every split with the exact log Z (enumerated once for all splits)."""
-    from boltzlab.engine.rbm import RBM, log_partition_exact
+    from ..rbm import RBM, log_partition_exact
 
     rbm = RBM(np.asarray(W, np.float64), np.asarray(b_vis, np.float64), np.asarray(b_hid, np.float64))
     log_z = log_partition_exact(rbm.W, rbm.b_vis, rbm.b_hid)
@@ -102,7 +102,7 @@ def _exact_log_likelihoods(W, b_vis, b_hid, splits: dict[str, np.ndarray]) -> di
 
 def _grow_fw(X_train, splits, s: DigitsSettings, reg: float, bias_lr: float, exact: bool) -> dict:
     """One FW path to max(hidden) units; exact log-likelihoods at every size of ``hidden``."""
-    from boltzlab.engine.frankwolfe import FrankWolfeTrainer
+    from ..frankwolfe import FrankWolfeTrainer
 
     trainer = FrankWolfeTrainer(X_train, max_hidden=max(s.hidden), samples=s.samples, reg=reg, bias_lr=bias_lr,
                                 bias_steps=s.bias_steps, bias_tol=s.bias_tol, evaluate="none", seed=s.seed,
@@ -124,7 +124,7 @@ def _grow_fw(X_train, splits, s: DigitsSettings, reg: float, bias_lr: float, exa
 
 def _cd_runs(X_train, splits, s: DigitsSettings, n: int, say) -> dict:
     """CD-k from random starts over learning rates and seeds; the best (lr, seed, epoch) by validation."""
-    from boltzlab.engine.rbm import RBMTrainer
+    from ..rbm import RBMTrainer
 
     best: dict[str, Any] | None = None
     for lr in s.cd_learning_rates:
@@ -158,7 +158,7 @@ def run(quick: bool = False, output_dir=None, seed: int = 0, progress: Callable[
     path), ``fw_minus_exact`` and ``goal_met`` (sampled within ``goal_nats`` of exact at every
     size), ``seconds``.  ``output_dir`` is accepted for the CLI's sake and unused.
     """
-    from boltzlab.engine.images import digits
+    from ..images import digits
 
     say = Reporter(progress)
     s = make_settings(quick, seed, **overrides)

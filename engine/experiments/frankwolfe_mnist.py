@@ -107,8 +107,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from boltzlab.engine.checks import derived_seed
-from boltzlab.engine.progress import Reporter
+from ..checks import derived_seed
+from ..progress import Reporter
 
 #: Claim 1: the selected size is "appropriate" when its test log-likelihood is within this
 #: many nats of the best along the FW path (also: the stopping rule "missed" an overfit
@@ -124,7 +124,7 @@ AIS_SCHEDULES = ("live", "medium", "default")
 
 
 def _ais_schedule(name: str) -> np.ndarray:
-    from boltzlab.engine.rbm import AIS_SCHEDULE_DEFAULT, AIS_SCHEDULE_LIVE, _schedule
+    from ..rbm import AIS_SCHEDULE_DEFAULT, AIS_SCHEDULE_LIVE, _schedule
 
     if name == "live":
         return AIS_SCHEDULE_LIVE
@@ -292,7 +292,7 @@ class _Evaluator:
         self.seconds = 0.0
 
     def __call__(self, W: np.ndarray, b_vis: np.ndarray, b_hid: np.ndarray) -> dict[str, float]:
-        from boltzlab.engine.rbm import RBM, ais_log_partition
+        from ..rbm import RBM, ais_log_partition
 
         t0 = time.perf_counter()
         if not (np.all(np.isfinite(W)) and np.all(np.isfinite(b_vis)) and np.all(np.isfinite(b_hid))):
@@ -336,7 +336,7 @@ class _Classifier:
         return self._fit(self.X_train, self.X_test)
 
     def features(self, W: np.ndarray, b_vis: np.ndarray, b_hid: np.ndarray) -> dict[str, Any]:
-        from boltzlab.engine.rbm import RBM, hidden_features
+        from ..rbm import RBM, hidden_features
 
         if not (np.all(np.isfinite(W)) and np.all(np.isfinite(b_hid))):
             return {"error": math.nan, "converged": False, "seconds": 0.0}
@@ -407,9 +407,9 @@ def _save(out: Path | None, name: str, params: tuple[np.ndarray, np.ndarray, np.
 
 
 def _run(s: Settings, output_dir: str | Path | None, say: Callable[[str], None]) -> dict:
-    from boltzlab.engine.frankwolfe import FrankWolfeTrainer
-    from boltzlab.engine.images import mnist
-    from boltzlab.engine.rbm import RBMTrainer, base_rate_biases
+    from ..frankwolfe import FrankWolfeTrainer
+    from ..images import mnist
+    from ..rbm import RBMTrainer, base_rate_biases
 
     data = mnist(np.float64)
     X_train, y_train = data.X_train[: s.n_train], data.y_train[: s.n_train]

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from boltzlab.engine.data import check_mple_exists, simulate_fvbm
-from boltzlab.engine.fvbm import FVBMTrainer, mple, parameter_mse, sandwich_covariance
-from boltzlab.engine.progress import Reporter
+from ..data import check_mple_exists, simulate_fvbm
+from ..fvbm import FVBMTrainer, mple, parameter_mse, sandwich_covariance
+from ..progress import Reporter
 
 PAPER_MSE = {5: 2.09e-6, 10: 5.96e-7, 15: 4.64e-7, 20: 2.89e-7}
 

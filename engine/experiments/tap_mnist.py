@@ -67,7 +67,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-from boltzlab.engine.progress import Reporter
+from ..progress import Reporter
 
 PS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5)
 #: Fig. 5, bands: the final epoch's free energies are called bimodal when a 2-component
@@ -179,8 +179,8 @@ def run(quick: bool = False, output_dir: str | Path | None = None, seed: int = 0
 
 
 def _run(s: Settings, output_dir: str | Path | None, say: Reporter) -> dict:
-    from boltzlab.engine import rbm, tap, tap_analysis
-    from boltzlab.engine.images import mnist
+    from .. import rbm, tap, tap_analysis
+    from ..images import mnist
 
     data = mnist(np.float64)
     X_train = data.X_train

@@ -37,7 +37,7 @@ import math
 import numpy as np
 from numba import njit
 
-from boltzlab.engine.kernels.common import logaddexp, sigmoid
+from .common import logaddexp, sigmoid
 
 #: |r| below which c(r) = tanh(r/2)/(2r) is evaluated by its series 1/4 - r^2/48 + r^4/480.
 SERIES_R = 1e-4

@@ -30,8 +30,8 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from boltzlab.engine.kernels.common import even_blocks
-from boltzlab.engine.kernels.rbm import (_advance, _draw_row, _draw_row_at, _sample_fields_into, _sample_row_at, _sigmoid_row,
+from .common import even_blocks
+from .rbm import (_advance, _draw_row, _draw_row_at, _sample_fields_into, _sample_row_at, _sigmoid_row,
                                          _uniform, gibbs_chains, new_state, parallel_here, sigmoid, softplus)
 
 

@@ -37,7 +37,7 @@ import math
 import numpy as np
 from numba import njit
 
-from boltzlab.engine.kernels.bound import (
+from .bound import (
     absorb_rank_one,
     bound_coefficient,
     junction_tree_chain,

@@ -28,7 +28,7 @@ import math
 import numpy as np
 from numba import get_num_threads, njit, prange
 
-from boltzlab.engine.kernels.common import (F32, _fdiv, col_block, col_blocks, exp_nonpositive, matmul, sigmoid,
+from .common import (F32, _fdiv, col_block, col_blocks, exp_nonpositive, matmul, sigmoid,
                                             sigmoid32, softplus)
 
 LOG2 = math.log(2.0)
