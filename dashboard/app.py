@@ -637,7 +637,7 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
     as ``tls://host:8786``) runs every session's trainers as actors on that Dask cluster,
     reached with the client certificate ``dask_tls_cert``/``dask_tls_key`` signed by
     ``dask_tls_ca_file`` (or Dask's TLS configuration); a plain ``tcp://`` scheduler is
-    refused unless ``dask_insecure`` (:func:`boltzlab.dashboard.distributed.scheduler_security`).
+    refused unless ``dask_insecure`` (:func:`boltzlab.dashboard.cluster.scheduler_security`).
     Raises ``boltzlab.dashboard.distributed.DaskUnavailable`` if the scheduler does not answer.
     Without ``dask_scheduler``, ``workers`` says where they run (and the labs' analyses):
     a local Dask cluster of that many worker processes, started in the background while the
@@ -687,14 +687,14 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
     if child is not None:
         child.listen()  # from now on, a supervisor gone stops this server
     if dask_scheduler is not None:  # first: an unreachable scheduler fails before anything starts
-        from .distributed import scheduler_security, use_dask
+        from .cluster import scheduler_security, use_dask
 
         use_dask(dask_scheduler, security=scheduler_security(
             dask_scheduler, ca_file=dask_tls_ca_file, cert=dask_tls_cert, key=dask_tls_key,
             insecure=dask_insecure))
     elif workers:
         def start_workers() -> None:  # meanwhile the server answers and the kernels compile
-            from .distributed import use_local_cluster
+            from .cluster import use_local_cluster
 
             say(f"starting {workers} worker process{'es' if workers > 1 else ''} (a local Dask cluster)")
             local["cluster"], local["backend"] = use_local_cluster(workers, warm=False)
@@ -748,7 +748,7 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
     finally:
         STARTUP.stop()
         if "backend" in local:
-            from .distributed import stop_local_cluster
+            from .cluster import stop_local_cluster
 
             VISITORS.when_idle = None
             stop_local_cluster(local["cluster"], local["backend"])

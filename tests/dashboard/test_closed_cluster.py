@@ -22,7 +22,7 @@ import psutil
 import pytest
 from distributed import Security
 
-from boltzlab.dashboard.distributed import (
+from boltzlab.dashboard.cluster import (
     LOCAL_CONNECT_SECONDS,
     InsecureScheduler,
     scheduler_security,

@@ -21,7 +21,8 @@ import pytest
 
 from boltzlab import engine
 from boltzlab.dashboard import runner as runner_module
-from boltzlab.dashboard.distributed import DaskBackend, DaskUnavailable, Fetched, RemoteTrainer, use_dask
+from boltzlab.dashboard.cluster import use_dask
+from boltzlab.dashboard.distributed import DaskBackend, DaskUnavailable, Fetched, RemoteTrainer
 from boltzlab.dashboard.labs.fvbm_setup import load_data, monotone_guaranteed, trainer_factory
 from boltzlab.engine.fvbm import FVBMTrainer
 from boltzlab.engine.stepping import Record, Trainer

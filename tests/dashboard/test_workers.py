@@ -26,12 +26,12 @@ import psutil  # noqa: E402
 
 from boltzlab.dashboard import jobs  # noqa: E402
 from boltzlab.dashboard import runner as runner_module  # noqa: E402
+from boltzlab.dashboard.cluster import start_local_cluster  # noqa: E402
 from boltzlab.dashboard.distributed import (  # noqa: E402
     THREADS_PER_WORKER,
     DaskBackend,
     WorkerLost,
     install,
-    start_local_cluster,
 )
 from boltzlab.dashboard.runner import Runner  # noqa: E402
 from boltzlab.engine.stepping import Record  # noqa: E402
@@ -535,7 +535,7 @@ def test_stopping_the_cluster_is_one_info_line_even_when_a_nanny_kills_its_worke
     """serve's end (stop_local_cluster): a worker process still busy 4 s after its nanny asked
     it to exit is killed, with a WARNING that reads as a crash; routine at a stop, so dropped
     (the log's one line is INFO)."""
-    from boltzlab.dashboard.distributed import stop_local_cluster
+    from boltzlab.dashboard.cluster import stop_local_cluster
 
     class Seen(logging.Filter):  # first in line: what the nanny logged, before any filter
         def __init__(self) -> None:
