@@ -189,14 +189,6 @@ def _bernoulli_into(P, state, out):
 
 
 @njit(cache=True, nogil=True)
-def _bernoulli(P, state):
-    """A 0/1 sample of independent Bernoulli(P) entries, in P's dtype."""
-    out = np.empty(P.shape, P.dtype)
-    _bernoulli_into(P, state, out)
-    return out
-
-
-@njit(cache=True, nogil=True)
 def _sample_row_at(x, bias, base, out, S):
     """:func:`_sample_row` from the stream position ``base`` (the state is not advanced)."""
     if out.itemsize == 4:
@@ -227,14 +219,6 @@ def _sample_fields_into(X, bias, state, out, S):
     """out <- a 0/1 sample of Bernoulli(sigmoid(X + bias)) entries (out may be X); S: scratch."""
     for r in range(X.shape[0]):
         _sample_row(X[r], bias, state, out[r], S)
-
-
-@njit(cache=True, nogil=True)
-def _sample_fields(X, bias, state):
-    """A 0/1 sample of Bernoulli(sigmoid(X + bias)) entries, (n, m), in X's dtype."""
-    out = np.empty(X.shape, X.dtype)
-    _sample_fields_into(X, bias, state, out, scratch(X.shape[1]))
-    return out
 
 
 @njit(cache=True, nogil=True)
