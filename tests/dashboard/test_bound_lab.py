@@ -305,3 +305,25 @@ def test_each_majorization_step_shows_its_bound_and_the_next_iterate(make_lab):
     assert lab.step_fig.title.text.startswith("The bound at step 2")
     lab._reset()
     assert lab.step_src.data["s"] == [] and lab.step_hint.visible
+
+
+def test_the_step_markers_sit_on_theta_t_and_on_qs_minimum(make_lab):
+    """Issue 46 item 5 (g): the step view's two markers are θₜ on J (where Q touches J, the
+    race's J of the previous iterate) and θₜ₊₁ on Q at its minimum (Q's minimiser, s = 1),
+    which lies above J there unless the bound is tight; read from the drawn curves."""
+    lab = make_lab()
+    run(lab, 3)
+    s = np.asarray(lab.step_src.data["s"])
+    J, Q = np.asarray(lab.step_src.data["J"]), np.asarray(lab.step_src.data["Q"])
+    marks = lab.step_marks.data
+    (s_t, s_next), (y_t, y_next) = marks["s"], marks["y"]
+    assert s_t == s[int(np.argmin(abs(s)))] and s_next == s[int(np.argmin(abs(s - 1)))]
+    race_J = lab._raw["Bound majorization"]["J"]
+    assert y_t == pytest.approx(race_J[-2], rel=1e-10)  # θₜ: J of the iterate the step started from
+    assert y_t == pytest.approx(J[int(np.argmin(abs(s)))], rel=1e-12)
+    assert y_next == pytest.approx(Q.min(), rel=1e-12)  # θₜ₊₁ is marked on Q, at its minimum
+    assert y_next == pytest.approx(Q[int(np.argmin(abs(s - 1)))], rel=1e-12)
+    assert y_next <= y_t  # the bound's minimum is no higher than where it touched J
+    gap = Q[int(np.argmin(abs(s - 1)))] - J[int(np.argmin(abs(s - 1)))]
+    assert gap > 1e-9 * abs(J).max()  # here the bound is not tight at θₜ₊₁: the marker is on Q, not J
+    assert len(marks["color"]) == 2 and marks["color"][0] != marks["color"][1]

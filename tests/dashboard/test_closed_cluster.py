@@ -123,6 +123,27 @@ def test_the_local_cluster_waits_for_a_busy_peer():
         cluster.close()
 
 
+def _http_port(dask_worker) -> int:
+    return dask_worker.http_server.port
+
+
+def test_the_local_clusters_http_servers_answer_only_health():
+    """The fast check of the HTTP routes (issue 46 item 5 (j)): the scheduler's and every
+    worker's HTTP server of :func:`start_local_cluster` answer ``/health`` and 404 on Dask's
+    pages (the slow test above finds the same from outside a running ``serve``)."""
+    cluster, backend = start_local_cluster(1, warm=False)
+    try:
+        ports = [cluster.scheduler.http_server.port, *backend.client.run(_http_port).values()]
+        assert len(ports) == 2 and len(set(ports)) == 2, ports
+        for port in ports:
+            assert http_status(f"http://127.0.0.1:{port}/health") == 200, port
+            for page in DASK_PAGES:
+                assert http_status(f"http://127.0.0.1:{port}{page}") == 404, (port, page)
+    finally:
+        backend.close()
+        cluster.close()
+
+
 @pytest.mark.slow
 def test_no_port_of_serve_lets_another_process_run_code():
     proc, base = start_server("--workers", "2", env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))

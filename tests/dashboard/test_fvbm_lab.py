@@ -56,12 +56,12 @@ def test_default_state_is_simulated_bslm_paused(lab):
 
 def test_step_adds_exactly_one_point_and_stays_monotone(lab):
     lab._step()
-    lab.runner.wait_idle()
+    assert lab.runner.wait_idle(60)
     pump(lab)
     assert n_points(lab) == 1
     assert lab.counter_pane.object == "Sweep 1"
     lab._step()
-    lab.runner.wait_idle()
+    assert lab.runner.wait_idle(60)
     pump(lab)
     assert n_points(lab) == 2
     ys = lab.logpl.sources["BSLM/log_pl"].data["y"]
@@ -77,7 +77,7 @@ def test_play_pause_and_reset(lab):
     lab._play()
     pump(lab, until=lambda: n_points(lab) >= 30)
     lab._pause()
-    lab.runner.wait_idle()
+    assert lab.runner.wait_idle(60)
     pump(lab)
     count = n_points(lab)
     assert count >= 30
@@ -118,7 +118,7 @@ def test_good_upload_switches_data(lab):
     assert lab.heat_est.labels == ["p", "q", "r", "s"]
     assert not lab.mse.view.visible and not lab.heat_true.view.visible  # no truth
     lab._step()
-    lab.runner.wait_idle()
+    assert lab.runner.wait_idle(60)
     pump(lab)
     assert n_points(lab) == 1
 
@@ -208,7 +208,7 @@ def test_heatmap_shows_the_latest_estimate_of_a_converged_trainer(lab):
     lab._play()
     pump(lab, until=lambda: lab.runner.states["BSLM"].status == "converged")
     lab._pause()
-    lab.runner.wait_idle()
+    assert lab.runner.wait_idle(60)
     pump(lab)
     assert lab.runner.states["BSLM"].status == "converged"
     assert lab.heat_pick.value == "BSLM"
@@ -239,7 +239,7 @@ def test_legends_sit_outside_the_plot_area_and_hide_lines_on_click(lab):
 def test_first_decrease_is_listed_only_once_marked(lab):
     assert not lab.decrease_item.visible
     lab._step()
-    lab.runner.wait_idle()
+    assert lab.runner.wait_idle(60)
     pump(lab)
     assert not lab.decrease_item.visible  # BSLM never decreases
     lab.widgets["source"].value = "senate"
@@ -248,7 +248,7 @@ def test_first_decrease_is_listed_only_once_marked(lab):
     assert not lab.decrease_item.visible
     for _ in range(3):
         lab._step()
-        lab.runner.wait_idle()
+        assert lab.runner.wait_idle(60)
     pump(lab)
     assert lab._first_decrease and lab.decrease_item.visible
     assert len(lab.decrease_source.data["x"]) == 1
@@ -269,7 +269,7 @@ def test_no_mple_shows_a_short_warning_no_target_and_still_trains(lab):
     for curve in (lab.logpl, lab.loglik):
         assert len(curve._target.data["x"]) == 0 and not curve._target_item.visible
     lab._step()
-    lab.runner.wait_idle()
+    assert lab.runner.wait_idle(60)
     pump(lab)
     assert n_points(lab) == 1 and lab.counter_pane.object == "Sweep 1"
     assert "<td>–</td>" in lab.summary_table.object  # no gap to a target that does not exist
@@ -295,7 +295,7 @@ def test_race_runs_the_bound_and_lbfgs_beside_bslm(lab):
     pump(lab, until=lambda: all(lab.runner.states[n].status == "converged"
                                 for n in (BOUND_LABEL, SQUAREM_LABEL, LBFGS_LABEL)))
     lab._pause()
-    lab.runner.wait_idle()
+    assert lab.runner.wait_idle(60)
     pump(lab)
     for name in (BOUND_LABEL, SQUAREM_LABEL, LBFGS_LABEL):
         assert lab.runner.states[name].status == "converged"

@@ -3,6 +3,7 @@ the exported script, run headless in a fresh interpreter, makes the same Records
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -65,3 +66,52 @@ def test_the_page_shows_the_script_and_offers_it_as_a_file():
         assert "lab = FVBMLab(d=6)" in lab.python_script()
     finally:
         lab.close()
+
+
+#: each lab's learning rate (its step size) at a value that is no round decimal: the script
+#: must carry every bit of it (issue 46 item 5 (h))
+LEARNING_RATES = [
+    (TAPLab, dict(data="digits", n_hidden=6, K=10), "gamma", math.nextafter(0.05, 1.0)),
+    (TAPLab, dict(data="digits", n_hidden=6, K=10), "gamma", 0.1 + 0.2),
+    (FVBMLab, dict(d=6, algorithm="ga"), "mu", math.nextafter(1.5, 0.0)),
+    (FVBMLab, dict(d=6, algorithm="ga"), "mu", 1 / 3),
+    (FrankWolfeLab, dict(data="digits", max_hidden=4), "bias_lr", 1 / 7),
+]
+#: the trainer's name for each learning-rate setting
+TRAINER_ATTRIBUTE = {"gamma": "learning_rate", "mu": "mu", "bias_lr": "bias_lr"}
+
+
+def construction(script: str) -> str:
+    """The script's lines up to its first ``lab.run``: the lab made and set, not stepped."""
+    lines = script.splitlines()
+    return "\n".join(lines[:next(i for i, line in enumerate(lines) if line.startswith("lab.run("))])
+
+
+@pytest.mark.parametrize("by_keywords", [True, False], ids=["keywords", "changed"])
+@pytest.mark.parametrize("cls, settings, name, value", LEARNING_RATES,
+                         ids=[f"{c.__name__}-{n}-{v!r}" for c, _, n, v in LEARNING_RATES])
+def test_an_exported_learning_rate_is_the_runs_to_the_last_bit(cls, settings, name, value, by_keywords):
+    """The exported script's lab has the run's learning rate exactly (keywords, or changed after
+    the lab was made, as in the page), and so do the trainers it builds."""
+    if by_keywords:
+        lab = cls(**settings, **{name: value})
+    else:
+        lab = cls(**settings)
+        lab.apply_settings({name: value})
+    try:
+        script = lab.python_script(steps=1)
+        reached = lab.run_settings()
+    finally:
+        lab.close()
+    assert reached[name] == value
+    namespace: dict = {"__name__": "__main__"}
+    exec(compile(construction(script), "<script>", "exec"), namespace)
+    remade = namespace["lab"]
+    try:
+        assert remade.run_settings() == reached, script
+        assert getattr(remade, name) == value and float(getattr(remade, name)).hex() == value.hex(), script
+        assert remade.runner.wait_started(120)
+        [trainer] = remade.runner.trainers.values()
+        assert getattr(trainer, TRAINER_ATTRIBUTE[name]) == value, script
+    finally:
+        remade.close()

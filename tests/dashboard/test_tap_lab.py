@@ -334,3 +334,38 @@ def test_while_playing_the_histograms_are_drawn_only_in_view(lab, monkeypatch):
     playing["now"] = False
     lab._update_epoch_widgets()  # paused: drawn whatever the tab
     assert not lab._histograms_stale and drawn == [1, 1]
+
+
+def test_the_labs_denoiser_works_on_the_noisy_digit_it_shows():
+    """Issue 46 item 5 (i): the Denoising tab's tiles, read back from the drawn grid: the clean
+    held-out digit, that digit through the binary symmetric channel, and TAP's posterior mean
+    computed from the *noisy* digit (a second code path: Algorithm 1 with the channel field
+    of eq. 47 started at the noisy digit, on the lab's current model), not from the clean one."""
+    from boltzlab.engine import tap
+    from boltzlab.engine.images import load_images
+
+    lab = TAPLab(data="digits", n_hidden=8, K=20, seed=0)
+    try:
+        lab.panel()
+        steps(lab, 3)
+        index, p = 4, 0.3
+        lab.denoise_index.value = index
+        lab.denoise_p.value = p  # each change submits the digit's job; the newest is drawn
+        assert lab.jobs.wait(180)
+        tick(lab)
+        assert lab.denoise_grid.n_tiles == 5
+        h, w = lab.denoise_grid.image_shape
+        image = np.asarray(lab.denoise_grid.source.data["image"][0])[::-1]  # top row first
+        tiles = [image[:h, j * (w + 1): j * (w + 1) + w].ravel() for j in range(5)]
+        clean, noisy, tap_mean = tiles[0], tiles[1], tiles[2]
+        x = load_images("digits").X_test[index].astype(float)
+        np.testing.assert_array_equal(clean, x)
+        np.testing.assert_array_equal(noisy, tap_analysis.binary_symmetric_channel(x[None], p, seed=index)[0])
+        assert np.any(noisy != clean)  # p = 0.3 flips some of its 64 pixels
+        W, b_vis, b_hid = (np.asarray(lab._last[k], dtype=float) for k in ("W", "b_vis", "b_hid"))
+        Y = noisy[None]
+        field = np.log((1 - p) / p) * (2 * Y - 1)  # eq. 47: log-odds of the channel, +-
+        ref = tap.tap_fixed_points(W, b_vis, b_hid, Y, field_vis=field, damping=max(0.5, lab.damping), max_iter=2000)
+        np.testing.assert_allclose(tap_mean, np.clip(ref.a_vis[0], 0, 1), rtol=0, atol=1e-9)
+    finally:
+        lab.close()

@@ -141,8 +141,15 @@ def test_a_step_click_runs_above_playing_runs(make_runner):
     assert run.wait_idle(120.0)
     played = [record["nice"] for _, record in run.drain()]
     base = os.getpriority(os.PRIO_PROCESS, 0)  # the suite may itself run under nice (then so do workers)
-    assert clicked["nice"] == max(base, WORKER_NICENESS) < PLAY_NICENESS
-    assert played and set(played) == {PLAY_NICENESS}, played
+    # a click runs at the workers' niceness (or the suite's own, if that is already higher); a
+    # played step runs at PLAY_NICENESS, which is never below the click's.  Under `nice -n 19`
+    # both are 19: a niceness already at the top cannot go higher, so strictly-below is only
+    # asserted when there is room for it.
+    assert clicked["nice"] == max(base, WORKER_NICENESS), (clicked, base)
+    assert clicked["nice"] <= PLAY_NICENESS
+    if max(base, WORKER_NICENESS) < PLAY_NICENESS:
+        assert clicked["nice"] < PLAY_NICENESS
+    assert played and set(played) == {max(base, PLAY_NICENESS)}, played
 
 
 @pytest.fixture

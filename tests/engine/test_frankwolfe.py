@@ -722,3 +722,38 @@ def test_bench_runs_and_reports_ratios():
         assert r["fw_seconds_to_grow_estimate"] > 0 and r["fw_fixed10_seconds_per_insertion"] > 0
         assert 0 <= r["fw_bias_updates"] <= 2
     assert "ratio" in bench_frankwolfe.format_table(result)
+
+
+def _softplus_np(x):
+    return np.logaddexp(0.0, x)
+
+
+@pytest.mark.parametrize("fit_alpha", [False, True])
+def test_an_insertion_mixes_q_with_step_one_over_t(fit_alpha):
+    """Issue 46 item 5 (c): at an insertion q_t = (1 - 1/t) q_{t-1} + (1/t) delta(w*_t) (§3.1,
+    Algorithm 1) with alpha_t = t, or with a fitted alpha alpha_{t-1} t / (t - 1): every unit
+    keeps its coefficient alpha q_i and the new one gets the same.  With no eq. 10 updates the
+    free energy after the step is, in plain NumPy, the one before minus that coefficient times
+    the new unit's softplus; the coefficients are those of a reference built from the records."""
+    V = proto_data(200, 6, 3, 11)
+    trainer = FW.FrankWolfeTrainer(V, max_hidden=5, reg=0.1, bias_steps=0, exact_expectations=True,
+                                   fit_alpha=fit_alpha, alpha_lr=0.0, evaluate="exact")
+    trainer.step()
+    trainer.step()
+    if fit_alpha:
+        trainer.alpha = 2.7  # as a fitted alpha would be: not the number of units
+    coef_before = trainer.coefficients.copy()
+    W_before, _, c_before = (a.copy() for a in trainer.params)
+    F_before = trainer.free_energy(V.astype(np.float64))
+    record = trainer.step()
+    assert record["removed_unit"] == -1 and trainer.n_hidden == 3
+    per_unit = 2.7 / 2 if fit_alpha else 1.0
+    np.testing.assert_allclose(coef_before, per_unit, rtol=1e-12)
+    np.testing.assert_allclose(trainer.coefficients, per_unit, rtol=1e-12)  # old units and the new one
+    assert record["alpha"] == pytest.approx(per_unit * 3, rel=1e-12)
+    W, _, c = trainer.params
+    np.testing.assert_array_equal(W[:, :2], W_before)
+    np.testing.assert_array_equal(c[:2], c_before)
+    new = _softplus_np(V @ record["new_unit"] + record["new_hidden_bias"])
+    np.testing.assert_allclose(trainer.free_energy(V.astype(np.float64)), F_before - per_unit * new,
+                               rtol=1e-10, atol=1e-10)

@@ -193,3 +193,35 @@ def test_a_pickled_object_array_is_never_unpickled(capsys):
 def test_a_file_over_the_upload_limit_is_refused_before_it_is_read():
     with pytest.raises(ValueError, match="at most 50 MB"):
         read_upload(b"0" * (im.MAX_UPLOAD_BYTES + 1), "huge.csv")
+
+
+# issue 46 item 5 (a): the values docs/tap.md promises to refuse ("values 0/1, or anything in
+# [0, 1]"), each alone in an otherwise valid file, in both formats.  NaN compares false with
+# everything, so a check written as "below 0 or above 1" would let it through.
+OUT_OF_RANGE = [np.nan, np.inf, -np.inf, -1e-9, 1.000001, 2.0, -1.0]
+
+
+@pytest.mark.parametrize("value", OUT_OF_RANGE, ids=repr)
+def test_every_value_outside_0_1_is_refused_in_an_npz(value):
+    X = np.full((30, 16), 0.25)
+    X[7, 5] = value
+    with pytest.raises(ValueError, match=r"must hold values in \[0, 1\].*row 7 \(0-based\), pixel column 5"):
+        read_upload(npz(X=X), "one-bad.npz")
+    with pytest.raises(ValueError, match=r"row 7 \(0-based\), pixel column 5"):
+        read_upload(npz(X=X.astype(np.float32)), "one-bad32.npz")
+
+
+@pytest.mark.parametrize("token", ["nan", "NaN", "inf", "-inf", "-1e-9", "1.000001", "2", "-0.5"])
+def test_every_value_outside_0_1_is_refused_in_a_csv(token):
+    rows = ["0.25,0.75,0,1"] * 30
+    rows[11] = f"0.25,0.75,{token},1"
+    with pytest.raises(ValueError, match=rf"Line 12, column 3 of the image file holds '{token}'"):
+        read_upload(("\n".join(rows) + "\n").encode(), "one-bad.csv")
+
+
+def test_the_ends_of_0_1_are_accepted_and_thresholded_like_numpy():
+    X = np.random.default_rng(3).random((30, 16))
+    X[0, :4] = [0.0, 1.0, 0.5, np.nextafter(0.5, 1)]
+    data = read_upload(npz(X=X), "edges.npz")
+    got = np.concatenate([data.X_train, data.X_valid, data.X_test])
+    assert sorted(map(bytes, got.astype(np.uint8))) == sorted(map(bytes, (X > 0.5).astype(np.uint8)))
