@@ -19,8 +19,8 @@ from bokeh.application.handlers.handler import Handler
 from panel.io.application import Application as PanelApplication
 
 from .panel_compat import (SENDER, claim_loop_thread, cleanup,  # noqa: F401 - SENDER: the tests'
-                                              fresh_receiver_on_reconnect, launching, placed_models, sent_off_the_loop,
-                                              servers, session_document, stop_accepting)
+                           fresh_receiver_on_reconnect, launching, placed_models, sent_off_the_loop,
+                           servers, session_document, stop_accepting)
 from .views.browser_code import in_browser
 from .views.text import StaticMarkdown, markdown_text
 

@@ -9,7 +9,7 @@ them, since every lab's setup asks it.
 from __future__ import annotations
 
 from .budget import (BOUND_PROBLEMS, EXACT_UNITS, bound_step, cd_epoch, frankwolfe_step, fvbm_step,
-                              tap_step)
+                     tap_step)
 
 
 def _timed(trainer, steps: int = 3) -> tuple[float, list]:

@@ -24,8 +24,8 @@ from bokeh.models import ColumnDataSource, Label, Span
 from .. import budget
 from .base import RADIO, Lab, held, label, speed_setting
 from .frankwolfe_setup import (CD_EPOCHS, CD_K, DATASETS, DEFAULTS, EVALUATIONS, SAMPLE_CHAINS,
-                                                      cd_factory,
-                                             fw_curves, fw_factory, log_likelihood_of, train_log_likelihood)
+                               cd_factory,
+                               fw_curves, fw_factory, log_likelihood_of, train_log_likelihood)
 from .image_data import ImageData, describe_images, image_width_setting
 from ..labtools import Preset
 from ..runner import Runner, play_or_tell

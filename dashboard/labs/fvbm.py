@@ -17,8 +17,8 @@ from bokeh.models import ColumnDataSource
 
 from .base import RADIO, Lab, NotReady, by_run, held, label, speed_setting
 from .fvbm_setup import (BOUND_LABEL, DEFAULT_DATA, LBFGS_LABEL, SQUAREM_LABEL, DataSet, check_work,
-                                       guaranteed_by_label, load_data, parse_mus, simulated_data,
-                                       trainer_factory, uploaded_data)
+                         guaranteed_by_label, load_data, parse_mus, simulated_data,
+                         trainer_factory, uploaded_data)
 from ..labtools import Preset
 from ..views import Heatmap, LiveCurve, StatusBadge
 from ..views.beside import PIN_TITLE, Beside

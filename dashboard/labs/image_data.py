@@ -27,7 +27,7 @@ from .base import UPLOAD_JOB, NotReady, held
 from ..views import StatusBadge
 from ...engine import images as engine_images
 from .image_setup import (DATASETS, UPLOAD, DataRef, cache_key, describe_images,
-                                                 fingerprint_of, images_of)
+                          fingerprint_of, images_of)
 from ...engine.images import ImageSet, load_images, read_upload, with_width
 
 __all__ = ["DATASETS", "UPLOAD", "DataRef", "ImageData", "cache_key", "describe_images", "fingerprint_of",

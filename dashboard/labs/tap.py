@@ -27,9 +27,9 @@ from bokeh.plotting import figure
 from .base import RADIO, Lab, held, label, speed_setting
 from .image_data import UPLOAD, ImageData, image_width_setting
 from .tap_setup import (DATASETS, EXACT_LIMIT, SAMPLE_CHAINS, SAMPLE_SWEEPS, History,
-                                               check_work, data_embedding, denoise_curve,
-                                      denoise_digit, describe_images, isomap_rows,
-                                      solution_embedding)
+                        check_work, data_embedding, denoise_curve,
+                        denoise_digit, describe_images, isomap_rows,
+                        solution_embedding)
 from .tap_setup import trainer_factory as build_trainers
 from ..labtools import Preset
 from ..views import LiveCurve, StatusBadge

@@ -32,7 +32,7 @@ from numba import njit, prange
 
 from .common import even_blocks
 from .rbm import (_advance, _draw_row, _draw_row_at, _sample_fields_into, _sample_row_at, _sigmoid_row,
-                                         _uniform, gibbs_chains, new_state, parallel_here, sigmoid, softplus)
+                  _uniform, gibbs_chains, new_state, parallel_here, sigmoid, softplus)
 
 
 @njit(cache=True, nogil=True)

@@ -29,7 +29,7 @@ import numpy as np
 from numba import get_num_threads, njit, prange
 
 from .common import (F32, _fdiv, col_block, col_blocks, exp_nonpositive, matmul, sigmoid,
-                                            sigmoid32, softplus)
+                     sigmoid32, softplus)
 
 LOG2 = math.log(2.0)
 GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # splitmix64's increment

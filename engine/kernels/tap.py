@@ -62,8 +62,8 @@ import numpy as np
 from numba import get_num_threads, njit, prange
 
 from .common import (COL_BLOCK, COL_UNIT, F32, HALF_32, ONE_32, ZERO_32, _fdiv,  # noqa: F401
-                                            col_block, col_blocks, even_blocks, exp_nonpositive, exp_nonpositive32, logaddexp,
-                                            matmul, sigmoid32)
+                     col_block, col_blocks, even_blocks, exp_nonpositive, exp_nonpositive32, logaddexp,
+                     matmul, sigmoid32)
 from ..threads import small_gemm_rows
 
 BERNOULLI = 0
