@@ -332,8 +332,7 @@ class FrankWolfeLab(Lab):
         for curve in (self.ll_curve, self.inner_curve):  # pinned runs: test log-lik., eq. 9's J(w*)
             curve.add_pins()
         self.fork_line = self.cd_curve.add_hline(None, color="#555", text="Frank-Wolfe at the fork")
-        self.cd_curve._empty.text = "Pause, then “Train CD from here”"  # not ▶ Play: a workaround,
-        # LiveCurve has no public setter for its empty-plot text
+        self.cd_curve.placeholder.reset("Pause, then “Train CD from here”")  # not ▶ Play: CD waits for a fork
         self.select_status = StatusBadge("Stopping rule (§4): not fired yet", "idle", one_line=True)
 
     def main_view(self) -> pn.viewable.Viewable:

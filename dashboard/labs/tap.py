@@ -460,7 +460,7 @@ class TAPLab(Lab):
         finally:
             self._quiet = False
         for view, text in self._idle_text.items():
-            view._empty.text = text
+            view.placeholder.reset(text)
         self.hist.update({})
         self.embedding.update(None)
         self.data_embedding.update(None)
@@ -476,9 +476,8 @@ class TAPLab(Lab):
         nothing (a live refit keeps the previous picture unlabelled)."""
         if not always and len(view.source.data["x"]):
             return
-        self._idle_text.setdefault(view, view._empty.text)
-        view._empty.text = text
-        view._empty.visible = True
+        self._idle_text.setdefault(view, view.placeholder.text)
+        view.placeholder.say(text)
 
     def on_steps_asked(self) -> None:
         """Play or Step: until the first step's TAP solutions are in, Figs. 6-7 say that their
@@ -491,9 +490,8 @@ class TAPLab(Lab):
 
     def _failed(self, view: Any, exc: BaseException) -> None:
         """A job's error, said in the view that waited for it (instead of failing the tick)."""
-        self._idle_text.setdefault(view, view._empty.text)
-        view._empty.text = f"Could not compute this: {type(exc).__name__}: {exc}"[:120]
-        view._empty.visible = True
+        self._idle_text.setdefault(view, view.placeholder.text)
+        view.placeholder.say(f"Could not compute this: {type(exc).__name__}: {exc}"[:120])
 
     def pin_layers(self) -> dict:
         return self._pin_layers
@@ -855,7 +853,7 @@ class TAPLab(Lab):
         # replace (not stream): a clear and a stream in one hold reached the browser as an append
         for key, name in (("tap", "mcc_tap"), ("ope", "mcc_ope"), ("nn", "mcc_1nn")):
             self.mcc_curve.sources[key].data = {"x": list(curve["p"]), "y": list(curve[name])}
-        self.mcc_curve._empty.visible = False
+        self.mcc_curve.placeholder.hide()
         self.mcc_curve.figure.title.text = f"MCC vs p, {rows} test digits, epoch {epoch:.2f} (Fig. 8)"
         self._show_denoising()
 

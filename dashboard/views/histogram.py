@@ -9,9 +9,11 @@ from typing import Mapping
 import numpy as np
 import panel as pn
 import scipy.stats
-from bokeh.models import ColumnDataSource, HoverTool, Label, Legend, LegendItem
+from bokeh.models import ColumnDataSource, HoverTool, Legend, LegendItem
 from bokeh.palettes import Category10_10
 from bokeh.plotting import figure
+
+from .placeholder import Placeholder
 
 
 def density_curve(values: np.ndarray, grid: np.ndarray) -> np.ndarray:
@@ -84,9 +86,7 @@ class HistogramSlices:
         self.legend = Legend(items=[], location="left", orientation="horizontal", click_policy="hide", ncols=2,
                              label_text_font_size="9pt", border_line_alpha=0.0, background_fill_alpha=0.0)
         fig.add_layout(self.legend, "below")
-        self._empty = Label(x=10, y=10, x_units="screen", y_units="screen", text=empty_text,
-                            text_color="#888", text_font_size="12pt")
-        fig.add_layout(self._empty)
+        self.placeholder = Placeholder(fig, empty_text)
         self._hover = HoverTool(renderers=[], tooltips=[("", "@label"), (x_label, "@left{0,0.[000]} to @right{0,0.[000]}"),
                                                         (y_label, "@top{0.[0000]}"), ("values in bin", "@count")])
         fig.add_tools(self._hover)
@@ -127,7 +127,7 @@ class HistogramSlices:
                 s.data = self._no_bars()
             for s in self._lines:
                 s.data = {"x": [], "y": []}
-            self._empty.visible = True
+            self.placeholder.show()
             return
         for k, (label, (bars, line)) in enumerate(zip(slices, drawing(slices, self.bins))):
             self._bars[k].data = dict(bars)
@@ -138,4 +138,4 @@ class HistogramSlices:
             self._bars[k].data = self._no_bars()
             self._lines[k].data = {"x": [], "y": []}
             self.legend.items[k].visible = False
-        self._empty.visible = False
+        self.placeholder.hide()

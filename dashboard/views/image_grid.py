@@ -13,12 +13,13 @@ import math
 
 import numpy as np
 import panel as pn
-from bokeh.models import ColorBar, ColumnDataSource, HoverTool, Label, LinearColorMapper
+from bokeh.models import ColorBar, ColumnDataSource, HoverTool, LinearColorMapper
 from bokeh.plotting import figure
 from matplotlib import colormaps
 from matplotlib.colors import to_hex
 
 from ...engine.images import tile_images
+from .placeholder import Placeholder
 
 DIVERGING = [to_hex(c) for c in colormaps["RdBu_r"](np.linspace(0, 1, 256))]
 GRAYS = [to_hex(c) for c in colormaps["gray_r"](np.linspace(0, 1, 256))]  # 0 white, 1 black
@@ -71,9 +72,7 @@ class ImageGrid:
         fig.axis.visible = False
         fig.grid.visible = False
         fig.title.text_font_size = "11pt"
-        self._empty = Label(x=10, y=10, x_units="screen", y_units="screen", text=empty_text,
-                            text_color="#888", text_font_size="12pt")
-        fig.add_layout(self._empty)
+        self.placeholder = Placeholder(fig, empty_text)
         self.figure = fig
         self.pane = pn.pane.Bokeh(fig, sizing_mode="stretch_width" if width is None else None)
         self.view = pn.Column(self.pane, sizing_mode="stretch_width" if width is None else None, margin=0)
@@ -96,7 +95,7 @@ class ImageGrid:
             self.source.data = {"image": [np.full((1, 1), np.nan)], "x": [0], "y": [0], "dw": [1], "dh": [1]}
             self.box.data = dict(NO_BOXES)
             self.tiles.data = {"x": [], "y": [], "w": [], "h": [], "label": [], "peak": []}
-            self._empty.visible = True
+            self.placeholder.show()
             self.n_tiles = 0
             self._index = np.zeros(0, dtype=int)
             return
@@ -112,7 +111,7 @@ class ImageGrid:
         h, w = tiled.shape
         # Bokeh draws row 0 at the bottom: flip so the first tile is top-left
         self.source.data = {"image": [tiled[::-1].copy()], "x": [0], "y": [0], "dw": [w], "dh": [h]}
-        self._empty.visible = False
+        self.placeholder.hide()
         self.n_tiles, self.n_cols = n, n_cols
         th, tw = self._tile_shape(columns.shape[0])
         rows, cols = np.divmod(np.arange(n), n_cols)

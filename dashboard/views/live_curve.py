@@ -14,6 +14,8 @@ from bokeh.models import (BasicTickFormatter, ColumnDataSource, DataRange1d, Hov
                           LegendItem, LinearAxis, Span)
 from bokeh.plotting import figure
 
+from .placeholder import Placeholder
+
 
 class LiveCurve:
     """A figure of named lines, with an optional second y-axis on the right.
@@ -72,11 +74,7 @@ class LiveCurve:
                              border_line_alpha=0.0, background_fill_alpha=0.0)
         fig.add_layout(self.legend, "below")
         self.figure = fig
-        self._empty_text = empty_text
-        self._empty = Label(x=10, y=10, x_units="screen", y_units="screen",
-                            text=empty_text, text_color="#888",
-                            text_font_size="12pt")
-        fig.add_layout(self._empty)
+        self.placeholder = Placeholder(fig, empty_text)
         self.pane = pn.pane.Bokeh(fig, sizing_mode="stretch_width")
         # show/hide this wrapper, not the pane (toggling a Bokeh pane's `visible` fails)
         self.view = pn.Column(self.pane, sizing_mode="stretch_width", margin=0)
@@ -160,14 +158,12 @@ class LiveCurve:
             self._x_max = float(x[-1])
             if self._target_value is not None:
                 self._draw_target()
-        if self._empty.visible:
-            self._empty.visible = False
+        self.placeholder.hide()
 
     def say(self, text: str) -> None:
         """Write ``text`` where the empty plot says "Press ▶ Play", until the next point
         comes (e.g. a line that waits for its first value while another already draws)."""
-        self._empty.text = text
-        self._empty.visible = True
+        self.placeholder.say(text)
 
     def add_hline(self, value: float | None, *, color: str = "#444", dash: str = "dashed",
                   axis: str = "left", text: str = "") -> HLine:
@@ -181,8 +177,7 @@ class LiveCurve:
             source.data = {"x": np.zeros(0), "y": np.zeros(0)}
         for marker in self._markers.values():
             marker.visible = True
-        self._empty.text = self._empty_text
-        self._empty.visible = True
+        self.placeholder.reset()
         self._x_max = 1.0
         self._draw_target()
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import panel as pn
-from bokeh.models import BasicTickFormatter, ColorBar, ColumnDataSource, HoverTool, Label, LinearColorMapper, NoOverlap
+from bokeh.models import BasicTickFormatter, ColorBar, ColumnDataSource, HoverTool, LinearColorMapper, NoOverlap
 from bokeh.palettes import Viridis256
 from bokeh.plotting import figure
+
+from .placeholder import Placeholder
 
 
 class EmbeddingScatter:
@@ -44,9 +46,7 @@ class EmbeddingScatter:
         # overlap are skipped
         fig.xaxis.major_label_policy = NoOverlap()
         fig.yaxis.major_label_policy = NoOverlap()
-        self._empty = Label(x=10, y=10, x_units="screen", y_units="screen", text=empty_text,
-                            text_color="#888", text_font_size="12pt")
-        fig.add_layout(self._empty)
+        self.placeholder = Placeholder(fig, empty_text)
         self.figure = fig
         self.pane = pn.pane.Bokeh(fig, sizing_mode="stretch_width")
         self.view = pn.Column(self.pane, sizing_mode="stretch_width", margin=0)
@@ -58,7 +58,7 @@ class EmbeddingScatter:
             self.source.data = {"x": [], "y": [], "value": [], "label": []}
             self.overlay.data = {"x": [], "y": [], "label": []}
             self.figure.legend.visible = False
-            self._empty.visible = True
+            self.placeholder.show()
             return
         xy = np.asarray(xy, dtype=float)
         values = np.zeros(len(xy)) if values is None else np.asarray(values, dtype=float)
@@ -77,4 +77,4 @@ class EmbeddingScatter:
         else:
             self.overlay.data = {"x": [], "y": [], "label": []}
             self.figure.legend.visible = False
-        self._empty.visible = False
+        self.placeholder.hide()

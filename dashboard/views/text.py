@@ -20,7 +20,6 @@ import html
 import re
 from typing import Any, ClassVar, Sequence
 
-import panel as pn
 
 from ..panel_compat import RenderedOnce, TextOnlyHTML
 

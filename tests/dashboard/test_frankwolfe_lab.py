@@ -176,7 +176,7 @@ def test_next_step_says_how_eq10_ended(lab):
 def test_fig1_says_when_the_log_likelihood_comes_while_only_the_units_line_draws(lab):
     lab.widgets["data"].value = "digits"
     lab.widgets["eval_every"].value = 3
-    placeholder = lab.ll_curve._empty
+    placeholder = lab.ll_curve.placeholder.label
     assert placeholder.visible and placeholder.text == "Press ▶ Play to start"
     steps(lab, 1)
     assert lab.ll_curve.n_points("units") == 1 and lab.ll_curve.n_points("train") == 0

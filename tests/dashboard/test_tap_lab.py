@@ -170,7 +170,7 @@ def test_the_tick_only_submits_the_heavy_analyses(lab, monkeypatch):
     assert tap_setup.solution_embedding in submitted and tap_setup.data_embedding in submitted
     assert lab.ll_curve.n_points("ll") == 2 and lab.fields.n_tiles == 6  # cheap views: drawn at once
     for view in (lab.embedding, lab.data_embedding):
-        assert len(view.source.data["x"]) == 0 and view._empty.visible and "Computing" in view._empty.text
+        assert len(view.source.data["x"]) == 0 and view.placeholder.shown and "Computing" in view.placeholder.text
     fits = submitted.count(tap_setup.solution_embedding)
     steps(lab, 1)  # a newer snapshot while a fit is in flight: it waits for that fit
     assert submitted.count(tap_setup.solution_embedding) == fits and lab.busy()
@@ -178,10 +178,10 @@ def test_the_tick_only_submits_the_heavy_analyses(lab, monkeypatch):
     lab.denoise_p.value = 0.2
     assert tap_setup.denoise_curve in submitted and tap_setup.denoise_digit in submitted
     assert lab.mcc_curve.n_points("tap") == 0 and lab.denoise_grid.n_tiles == 0
-    assert lab.mcc_curve._empty.text == COMPUTING and lab.denoise_grid._empty.text == COMPUTING
+    assert lab.mcc_curve.placeholder.text == COMPUTING and lab.denoise_grid.placeholder.text == COMPUTING
     lab._reset()  # a new run: the views forget "Computing…" and the jobs are dropped
-    assert "Press ▶ Play" in lab.embedding._empty.text and not lab.jobs.running()
-    assert lab.mcc_curve._empty.text == "Press Compute MCC vs p"  # its own button fills it, not ▶ Play
+    assert "Press ▶ Play" in lab.embedding.placeholder.text and not lab.jobs.running()
+    assert lab.mcc_curve.placeholder.text == "Press Compute MCC vs p"  # its own button fills it, not ▶ Play
 
 
 def test_the_isomap_views_say_what_they_wait_for_once_the_run_has_started(lab, monkeypatch):
@@ -193,9 +193,9 @@ def test_the_isomap_views_say_what_they_wait_for_once_the_run_has_started(lab, m
     views = (lab.embedding, lab.data_embedding)
 
     def said():
-        return [view._empty.text for view in views if view._empty.visible] + [lab.isomap_note.object]
+        return [view.placeholder.text for view in views if view.placeholder.shown] + [lab.isomap_note.object]
 
-    assert all("Press ▶ Play" in view._empty.text and view._empty.visible for view in views)
+    assert all("Press ▶ Play" in view.placeholder.text and view.placeholder.shown for view in views)
     lab._step()  # the first step's Records are not drawn yet: no tick has run
     assert said() == [tap_lab.ISOMAP_WAITING] * 2 + [tap_lab.ISOMAP_WAITING_NOTE]
     assert lab.runner.wait_idle(120)
@@ -205,7 +205,7 @@ def test_the_isomap_views_say_what_they_wait_for_once_the_run_has_started(lab, m
     assert said() == [tap_lab.ISOMAP_COMPUTING] * 2 + [tap_lab.ISOMAP_COMPUTING_NOTE]
     assert "Isomap" in tap_lab.ISOMAP_COMPUTING and "Isomap of the TAP solutions" in tap_lab.ISOMAP_COMPUTING_NOTE
     lab._reset()
-    assert all("Press ▶ Play" in view._empty.text and view._empty.visible for view in views)
+    assert all("Press ▶ Play" in view.placeholder.text and view.placeholder.shown for view in views)
     assert lab.isomap_note.object == ""
     lab._play()  # Play says it too
     assert said() == [tap_lab.ISOMAP_WAITING] * 2 + [tap_lab.ISOMAP_WAITING_NOTE]
@@ -254,7 +254,7 @@ def test_a_failed_analysis_is_said_in_its_view_and_training_goes_on(lab, monkeyp
     lab.apply_settings(SMALL)
     steps(lab, 1)
     assert lab.jobs.wait(120)  # the error goes to the view, not out of the tick
-    assert "no map today" in lab.embedding._empty.text and lab.embedding._empty.visible
+    assert "no map today" in lab.embedding.placeholder.text and lab.embedding.placeholder.shown
     assert len(lab.data_embedding.source.data["x"]) == 1000  # the other analysis is drawn
     steps(lab, 1)
     assert lab.runner.states["TAP"].steps == 2 and lab.ll_curve.n_points("ll") == 2

@@ -17,7 +17,7 @@ def test_image_grid_draws_the_tiles_top_left_first_and_outlines_the_highlight():
     image = grid.source.data["image"][0]
     expected = tile_images(W[:, [4, 3, 2, 1, 0]], n_cols=3, pad=1, normalize="each")
     np.testing.assert_array_equal(image[::-1], expected)  # flipped back: row 0 on top
-    assert grid.n_tiles == 5 and not grid._empty.visible
+    assert grid.n_tiles == 5 and not grid.placeholder.shown
     # column 2 is the third tile: grid row 0, column 2 -> x from 10 to 14, top edge at the top
     box = grid.box.data
     assert box["left"] == [9.5] and box["right"] == [14.5]
@@ -25,7 +25,7 @@ def test_image_grid_draws_the_tiles_top_left_first_and_outlines_the_highlight():
     grid.update(W, limit=2)
     assert grid.n_tiles == 2 and grid.box.data["left"] == []
     grid.update(None)
-    assert grid._empty.visible and grid.n_tiles == 0
+    assert grid.placeholder.shown and grid.n_tiles == 0
 
 
 def test_image_grid_rejects_an_unknown_kind():
@@ -43,7 +43,7 @@ def test_embedding_scatter_colours_by_value_and_shows_the_overlay_legend():
     view.update(xy[:1], values=np.array([2.0]))  # one point: a non-empty colour range
     assert view.mapper.high > view.mapper.low and not view.figure.legend.visible
     view.update(None)
-    assert view._empty.visible and len(view.source.data["x"]) == 0
+    assert view.placeholder.shown and len(view.source.data["x"]) == 0
 
 
 def test_histogram_slices_are_densities_with_kdes():
