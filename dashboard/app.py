@@ -718,7 +718,7 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
     Without ``dask_scheduler``, ``workers`` says where they run (and the labs' analyses):
     a local Dask cluster of that many worker processes, started in the background while the
     server already answers (:mod:`boltzlab.dashboard.startup`; a failure there is said on stderr and
-    on the labs' pages) and closed when the server stops (``None``: one per core; the same
+    on the labs' pages) and closed when the server stops (``None``: one per CPU it may use; the same
     actor path as ``dask_scheduler``), or
     ``0``: threads of this process (development, tests).  ``ValueError`` for ``workers``
     with ``dask_scheduler``, or worker processes with ``num_procs`` > 1.
@@ -742,7 +742,9 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
         raise ValueError("The Dask TLS settings and dask_insecure are for an external scheduler "
                          "(dask_scheduler); the local cluster makes its own credentials.")
     if dask_scheduler is None and workers is None:
-        workers = os.cpu_count() or 1
+        from boltzlab.dashboard.startup import default_worker_count
+
+        workers = default_worker_count()  # the CPUs this process may use (cgroup, affinity)
     if num_procs != 1 and workers:
         # forked server processes would inherit a Dask client whose connection thread is gone
         raise ValueError("num_procs > 1 needs workers=0 (the worker processes do the training; one "

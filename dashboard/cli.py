@@ -628,8 +628,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "run code in its workers; a warning is logged)")
     serve.add_argument("--workers", type=_number(int, 0, inclusive=True), default=None, metavar="N",
                        help="run the trainers and the analyses in N worker processes of a local Dask cluster "
-                            "that serve starts and stops (default: one per core); 0: in threads of the server "
-                            "process (development, tests)")
+                            "that serve starts and stops (default: one per CPU it may use, cgroup limits "
+                            "included); 0: in threads of the server process (development, tests)")
     serve.add_argument("--recycle-mb", type=_number(float, 0, inclusive=True), default=RECYCLE_MB, metavar="MB",
                        help="when nobody has used the server for a few seconds and its memory is more than MB "
                             "above what it was at its start, a fresh server process takes over on the same port "
@@ -645,7 +645,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "the first `boltzlab serve` (and every worker) loads them in seconds.  Set NUMBA_CACHE_DIR "
                     "to the same folder for warmup and serve if the package's own folder is not writable.")
     warmup.add_argument("--processes", type=_positive_int, default=None, metavar="N",
-                        help="compile in N processes (default: one per core)")
+                        help="compile in N processes (default: one per CPU it may use)")
     warmup.set_defaults(func=cmd_warmup)
     fit = sub.add_parser("fit", help="fit a model to a data file")
     fit_sub = fit.add_subparsers(dest="family", metavar="FAMILY", required=True)

@@ -26,6 +26,16 @@ from boltzlab.engine.warmup import GROUPS, compile_kernels, warm_group
 COMPILE_NICENESS = 10
 
 
+def default_worker_count() -> int:
+    """How many worker processes ``serve`` starts by default: one per CPU this process may use,
+    ``dask.system.CPU_COUNT`` (the least of the machine's CPUs, the process's CPU affinity and
+    its cgroup's CPU quota, read once at Dask's import).  ``os.cpu_count()`` counts the host's:
+    a container limited to 2 CPUs on a 64-core node would start 64 workers (issue 49)."""
+    import dask.system
+
+    return max(1, int(dask.system.CPU_COUNT))
+
+
 class Startup:
     """What this server process has prepared: the kernel groups loaded here (thread-safe).
 

@@ -129,8 +129,8 @@ def compile_kernels(groups: Iterable[str] | None = None, processes: int | None =
                     niceness: int = 0, skip_cached: bool = True,
                     on_done: Callable[[str, float, int, int], None] | None = None) -> dict[str, float]:
     """Compile the kernel groups into numba's cache in ``processes`` parallel processes
-    (``None``: one per core, at most one per group), first groups first; returns the
-    seconds each took.  ``on_done(group, seconds, k, n)`` is called in this process as the
+    (``None``: one per usable CPU, :func:`usable_cpus`, at most one per group), first groups
+    first; returns the seconds each took.  ``on_done(group, seconds, k, n)`` is called in this process as the
     k-th of n groups is done.  The processes are spawned (never forked: the caller may hold
     threads and sockets) and run at ``niceness`` above this process.
 
@@ -154,7 +154,7 @@ def compile_kernels(groups: Iterable[str] | None = None, processes: int | None =
     if not names:
         return seconds
     total = len(seconds) + len(names)
-    processes = max(1, min(processes or os.cpu_count() or 1, len(names)))
+    processes = max(1, min(processes or usable_cpus(), len(names)))
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(processes, mp_context=context, initializer=die_with_parent,
                              initargs=(os.getpid(),)) as pool:
@@ -167,6 +167,17 @@ def compile_kernels(groups: Iterable[str] | None = None, processes: int | None =
                 if on_done is not None:
                     on_done(name, taken, len(seconds), total)
     return seconds
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may use: ``dask.system.CPU_COUNT`` (the machine's, its affinity's
+    and its cgroup's quota, the least), else ``os.cpu_count()``: a container given 2 CPUs on a
+    64-core node compiles in 2 processes, not 7."""
+    try:
+        import dask.system
+    except ImportError:  # (dask is a dependency of boltzlab, not of every use of the engine)
+        return os.cpu_count() or 1
+    return max(1, int(dask.system.CPU_COUNT))
 
 
 def cache_location() -> str:
