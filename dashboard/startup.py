@@ -78,8 +78,12 @@ class Startup:
     def stop(self) -> None:
         """The server is stopping: a start still under way is cut short by it (the worker
         processes or the kernels' loading fail as the loop and the cluster close), and that is
-        not said as a failure."""
+        not said as a failure.  The kernels' compile processes are ended now: a first start's
+        compilations would otherwise hold the server's exit for minutes."""
+        from boltzlab.engine.warmup import stop_compiling
+
         self.stopping = True
+        stop_compiling()
 
     def _failed(self, what: str) -> None:
         if not self.stopping:

@@ -125,6 +125,35 @@ def _compile_child(name: str, niceness: int) -> tuple[str, float]:
     return name, warm_group(name)
 
 
+#: the process pools of :func:`compile_kernels` now compiling (:func:`stop_compiling` ends them)
+_COMPILING: set = set()
+
+
+def stop_compiling() -> int:
+    """End the processes of every :func:`compile_kernels` now running in this process (the
+    server is stopping); how many.  That ``compile_kernels`` then raises (the pool is broken)
+    and returns within a second or so instead of waiting for the compilations to finish.
+
+    A numba compilation cannot be interrupted in its process (it runs in C with the GIL held),
+    and a stop of ``serve`` during a first start used to wait for them: the server and its
+    compile processes were measured still running 60 s after a SIGTERM (issue 49).  A group
+    cut short leaves no half-written cache entry that counts: numba writes each entry to a
+    temporary file and renames it, and the group's marker (:func:`is_cached`) is written only
+    after the whole group is done."""
+    ended = 0
+    for pool in list(_COMPILING):
+        # the pool's worker processes: the standard library's ProcessPoolExecutor keeps them in
+        # _processes (pid -> multiprocessing.Process; read in CPython 3.11's
+        # concurrent/futures/process.py), with no public way to end them there; missing, the
+        # processes still end with this one (die_with_parent)
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
+            if process.is_alive():
+                process.terminate()  # SIGTERM: a compile process has Python's default, to end at once
+                ended += 1
+        pool.shutdown(wait=False, cancel_futures=True)
+    return ended
+
+
 def compile_kernels(groups: Iterable[str] | None = None, processes: int | None = None, *,
                     niceness: int = 0, skip_cached: bool = True,
                     on_done: Callable[[str, float, int, int], None] | None = None) -> dict[str, float]:
@@ -158,14 +187,18 @@ def compile_kernels(groups: Iterable[str] | None = None, processes: int | None =
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(processes, mp_context=context, initializer=die_with_parent,
                              initargs=(os.getpid(),)) as pool:
-        pending = {pool.submit(_compile_child, name, niceness) for name in names}  # FIFO: first groups first
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                name, taken = future.result()
-                seconds[name] = taken
-                if on_done is not None:
-                    on_done(name, taken, len(seconds), total)
+        _COMPILING.add(pool)
+        try:
+            pending = {pool.submit(_compile_child, name, niceness) for name in names}  # FIFO: first groups first
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    name, taken = future.result()  # (stop_compiling: BrokenProcessPool or CancelledError)
+                    seconds[name] = taken
+                    if on_done is not None:
+                        on_done(name, taken, len(seconds), total)
+        finally:
+            _COMPILING.discard(pool)
     return seconds
 
 
