@@ -576,8 +576,26 @@ def routes() -> dict:
 
 def applications(admin: bool = False) -> dict:
     """:func:`routes` as the Bokeh applications ``serve`` gives Panel: each session's page
-    built off the event loop (:class:`PageApplication`)."""
-    return {path: PageApplication(PageHandler(make), admin=admin) for path, make in routes().items()}
+    built off the event loop (:class:`PageApplication`); with ``admin``, Panel's admin page at
+    ``/admin`` as Panel itself adds it (``build_applications``), behind the allow-list's gate."""
+    apps = {path: PageApplication(PageHandler(make), admin=admin) for path, make in routes().items()}
+    if admin:
+        from bokeh.application.handlers.function import FunctionHandler
+        from panel.io.admin import admin_panel
+
+        apps["/admin"] = GatedApplication(FunctionHandler(admin_panel))
+    return apps
+
+
+class GatedApplication(PanelApplication):
+    """Panel's application, whose sessions made or opened through ``autoload.js`` or the
+    websocket are refused to a user off the allow-list (:func:`boltzlab.dashboard.allow_list.refuse_outsiders`)."""
+
+    def process_request(self, request: Any) -> dict:
+        from boltzlab.dashboard.allow_list import refuse_outsiders
+
+        refuse_outsiders(request)
+        return super().process_request(request)
 
 
 class PageHandler(Handler):
@@ -615,7 +633,7 @@ class PageHandler(Handler):
 _FILLED: "weakref.WeakSet" = weakref.WeakSet()
 
 
-class PageApplication(PanelApplication):
+class PageApplication(GatedApplication):
     """Panel's application, with a new session's document filled on :data:`BUILDER`.
 
     Bokeh makes a session (at a page's ``GET``) by awaiting ``on_session_created`` and then
@@ -705,7 +723,8 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
           workers: int | None = None, max_step_seconds: float | None = None,
           max_isomap_rows: int | None = None, dask_tls_ca_file: str | None = None,
           dask_tls_cert: str | None = None, dask_tls_key: str | None = None,
-          dask_insecure: bool = False, recycle_mb: float | None = None, **kwargs):
+          dask_insecure: bool = False, recycle_mb: float | None = None,
+          allowed_users: frozenset[str] | None = None, admin_users: frozenset[str] | None = None, **kwargs):
     """Serve the app at ``/`` with a ``/liveness`` endpoint (blocks until stopped).
 
     ``max_training`` caps the runs that train at once in this process (each further ▶ Play
@@ -726,7 +745,9 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
     (:func:`boltzlab.dashboard.budget.set_limits`; ``None``: as it is, by default 2 s and 500 rows).
     Run by ``boltzlab serve``'s supervisor (:mod:`boltzlab.dashboard.recycling`), it serves on
     the supervisor's sockets and asks for a successor once it is idle and its RSS is more than
-    ``recycle_mb`` above its start's (``None``: never).
+    ``recycle_mb`` above its start's (``None``: never).  ``allowed_users``: the only users a
+    login lets in; ``admin_users``: the only ones who may open the admin page (``None``: every
+    user; :mod:`boltzlab.dashboard.allow_list`).
     """
     from boltzlab.dashboard.logs import quiet_closed_connections
     from boltzlab.dashboard.recycling import Child
@@ -749,6 +770,9 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
         # forked server processes would inherit a Dask client whose connection thread is gone
         raise ValueError("num_procs > 1 needs workers=0 (the worker processes do the training; one "
                          "server process can drive many sessions).")
+    from boltzlab.dashboard.allow_list import install
+
+    install(allowed_users, admin_users, prefix=kwargs.get("prefix") or "")
     SLOTS.set_limit(max_training)
     from boltzlab.dashboard import budget
 
@@ -820,7 +844,8 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
         kwargs.setdefault("unused_session_lifetime_milliseconds", SURVIVES_SECONDS * 1000)
         kwargs.setdefault("check_unused_sessions_milliseconds", 10_000)
         kwargs.setdefault("session_token_expiration", TOKEN_SECONDS)
-        return pn.serve(applications(admin=bool(kwargs.get("admin"))), port=port, address=address, show=show,
+        admin = bool(kwargs.pop("admin", False))  # (applications adds the admin page, gated)
+        return pn.serve(applications(admin=admin), port=port, address=address, show=show,
                         websocket_origin=allow_websocket_origin, liveness=True, title=TITLE,
                         **extra, **kwargs)
     finally:

@@ -56,8 +56,11 @@ _positive_int = _number(int, 1, inclusive=True)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from boltzlab.dashboard.allow_list import allow_list_options
+
     try:
         auth = _login_options(args)
+        auth.update(allow_list_options(args))
     except ValueError as exc:
         return _error(str(exc))
     key = auth.pop("oauth_encryption_key", None)
@@ -613,6 +616,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--admin", action="store_true",
                        help="add Panel's admin page at /admin (every session, the server's logs); refused "
                             "without a login (--basic-auth or --oauth-provider)")
+    from boltzlab.dashboard.allow_list import add_arguments as add_allow_list_arguments
+
+    add_allow_list_arguments(serve)
     serve.add_argument("--dask-scheduler", metavar="ADDRESS", default=None,
                        help="where trainers run: as actors on the Dask cluster of this scheduler, e.g. "
                             "tls://10.0.0.5:8786, reached with the --dask-tls-* files or Dask's TLS "
