@@ -180,7 +180,8 @@ def create_app(only: str | None = None) -> pn.template.FastListTemplate:
     template = Template(
         title=TITLE if only is None else f"{TITLE}: {classes[0].title}", main=[tabs],
         header_background="#1f3a5f", accent_base_color="#1f77b4", main_layout=None,
-        theme_toggle=False, busy_indicator=None, font_url="", header=[present, share.toggle], design=Fast,
+        theme_toggle=False, busy_indicator=None, font_url="", header=[present, share.toggle, *logout_link()],
+        design=Fast,
         font="system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif")
     if served:
         pn.state.on_session_destroyed(session_closed)
@@ -688,6 +689,20 @@ def _arg(args: dict, key: str) -> str | None:
         value = value[-1] if value else None
     # a link's bytes need not be UTF-8 (?page=%ff): replaced, never a crash of the page
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def logout_link() -> list:
+    """The header's "Log out" link (Panel's ``/logout``, under the prefix) with the user's name,
+    in a served session with a login (``--basic-auth`` or ``--oauth-provider``); else none."""
+    import html
+
+    doc = pn.state.curdoc
+    user = pn.state.user if doc is not None and doc.session_context is not None else None
+    if not user:
+        return []
+    href = html.escape(f"{pn.state.base_url or '/'}logout", quote=True)
+    return [pn.pane.HTML(f'<a class="boltzlab-logout" href="{href}" style="color: white;" title="Log out">'
+                         f'{html.escape(user)} · Log out</a>', margin=(20, 10), stylesheets=[])]
 
 
 def presentation_toggle(labs: dict) -> pn.widgets.Toggle:
