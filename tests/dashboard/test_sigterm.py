@@ -142,3 +142,36 @@ def test_sigterm_on_a_warm_server_stops_everything(tmp_path):
     print(f"\nSIGTERM on a warm server: every process gone in {took:.2f} s ({len(tree.seen)} processes)")
     assert not left, f"still running {took:.0f} s after SIGTERM: {left}"
     assert took < STOP_BOUND_SECONDS, f"took {took:.1f} s"
+
+
+def test_stop_compiling_ends_a_compilation_under_way(tmp_path, monkeypatch):
+    """In one process: ``compile_kernels`` (a fresh cache, so it compiles) raises soon after
+    ``stop_compiling``, its processes gone, instead of returning minutes later."""
+    import threading
+
+    from boltzlab.engine import warmup
+
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))  # the spawned compile processes read it
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["seconds"] = warmup.compile_kernels(["tap", "frankwolfe"], processes=2, skip_cached=False)
+        except BaseException as exc:  # noqa: BLE001 - what the test looks at
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    me = psutil.Process()
+    assert wait_for(lambda: len(warmup._COMPILING) == 1 and len(me.children()) >= 2, timeout=120.0)
+    compilers = [p for p in me.children() if p.pid in set(next(iter(warmup._COMPILING))._processes)]
+    t0 = time.monotonic()
+    assert warmup.stop_compiling() == 2
+    thread.join(60.0)
+    took = time.monotonic() - t0
+    assert not thread.is_alive() and "error" in outcome and "seconds" not in outcome
+    assert wait_for(lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in compilers),
+                    timeout=60.0)
+    assert not warmup._COMPILING
+    print(f"\ncompile_kernels returned {took:.2f} s after stop_compiling ({type(outcome['error']).__name__})")
+    assert took < STOP_BOUND_SECONDS
