@@ -53,6 +53,7 @@ class Startup:
         self.finished = threading.Event()
         self.finished.set()
         self.stopping = False  # set by stop(): what fails from then on is the stop's doing
+        self._stop = threading.Event()  # stop()'s, for compile_kernels: no compilation starts after it
 
     def ready(self, groups: Iterable[str] | None) -> bool:
         """Whether every group of ``groups`` (``None``: all) is loaded in this process, and
@@ -73,6 +74,7 @@ class Startup:
         with self._lock:
             self._started, self._ready, self._compiled, self.error = True, set(), 0, None
             self._first_done, self.stopping = False, False
+            self._stop.clear()
             self.finished.clear()
 
     def stop(self) -> None:
@@ -83,6 +85,7 @@ class Startup:
         from boltzlab.engine.warmup import stop_compiling
 
         self.stopping = True
+        self._stop.set()
         stop_compiling()
 
     def _failed(self, what: str) -> None:
@@ -95,7 +98,7 @@ class Startup:
 
     def run(self, processes: int | None = None, *, first: Iterable[Callable[[], None]] = (),
             when: Iterable[tuple[tuple[str, ...], Callable[[], None]]] = (),
-            then: Iterable[Callable[[], None]] = ()) -> None:
+            then: Iterable[Callable[[], None]] = (), _reset: bool = True) -> None:
         """Compile every group in ``processes`` parallel processes (``None``: one per core)
         and load each here as it is done; blocks.  ``first``: called in a thread of their
         own meanwhile (e.g. start the worker processes), no lab is ready before they are
@@ -103,7 +106,8 @@ class Startup:
         loaded, before they count as ready (e.g. a lab's default data); ``then``: called once
         everything is loaded (e.g. warm the workers).  Progress goes to stderr; a failure is
         kept in :attr:`error` and re-raised."""
-        self._reset()
+        if _reset:  # (not from start(), which reset already: a stop() since then must stand)
+            self._reset()
         t0 = time.perf_counter()
         failed: list[BaseException] = []
 
@@ -139,7 +143,7 @@ class Startup:
         try:
             say(f"preparing the numerical kernels ({len(GROUPS)} groups): a first start compiles them "
                 f"(a minute or two), later starts load them in seconds")
-            compile_kernels(processes=processes, niceness=COMPILE_NICENESS, on_done=done)
+            compile_kernels(processes=processes, niceness=COMPILE_NICENESS, on_done=done, stop=self._stop)
             starter.join()
             if failed:
                 raise failed[0]
@@ -160,7 +164,7 @@ class Startup:
 
         def run() -> None:
             try:
-                self.run(processes, **kwargs)
+                self.run(processes, _reset=False, **kwargs)
             except BaseException:  # noqa: BLE001 - already said and kept in self.error
                 pass
 

@@ -175,3 +175,21 @@ def test_stop_compiling_ends_a_compilation_under_way(tmp_path, monkeypatch):
     assert not warmup._COMPILING
     print(f"\ncompile_kernels returned {took:.2f} s after stop_compiling ({type(outcome['error']).__name__})")
     assert took < STOP_BOUND_SECONDS
+
+
+def test_a_stop_before_the_pool_starts_no_compilation(tmp_path, monkeypatch):
+    """A SIGTERM in a first start's first second, before the compile processes exist: the
+    start's stop event makes compile_kernels end its pool as soon as it has one."""
+    import threading
+
+    from boltzlab.engine import warmup
+
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    stop = threading.Event()
+    stop.set()
+    t0 = time.monotonic()
+    with pytest.raises(Exception) as err:
+        warmup.compile_kernels(["tap", "frankwolfe"], processes=2, skip_cached=False, stop=stop)
+    assert time.monotonic() - t0 < STOP_BOUND_SECONDS and not warmup._COMPILING
+    print(f"\ncompile_kernels with its stop already set: {type(err.value).__name__} "
+          f"after {time.monotonic() - t0:.2f} s")
