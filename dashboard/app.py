@@ -182,7 +182,8 @@ def create_app(only: str | None = None) -> pn.template.FastListTemplate:
     template = Template(
         title=TITLE if only is None else f"{TITLE}: {classes[0].title}", main=[tabs],
         header_background="#1f3a5f", accent_base_color="#1f77b4", main_layout=None,
-        theme_toggle=False, busy_indicator=None, font_url="", header=[present, share.toggle], design=Fast,
+        theme_toggle=False, busy_indicator=None, font_url="", header=[present, share.toggle, *logout_link()],
+        design=Fast,
         font="system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif")
     if served:
         pn.state.on_session_destroyed(session_closed)
@@ -506,8 +507,26 @@ def routes() -> dict:
 
 def applications(admin: bool = False) -> dict:
     """:func:`routes` as the Bokeh applications ``serve`` gives Panel: each session's page
-    built off the event loop (:class:`PageApplication`)."""
-    return {path: PageApplication(PageHandler(make), admin=admin) for path, make in routes().items()}
+    built off the event loop (:class:`PageApplication`); with ``admin``, Panel's admin page at
+    ``/admin`` as Panel itself adds it (``build_applications``), behind the allow-list's gate."""
+    apps = {path: PageApplication(PageHandler(make), admin=admin) for path, make in routes().items()}
+    if admin:
+        from bokeh.application.handlers.function import FunctionHandler
+        from panel.io.admin import admin_panel
+
+        apps["/admin"] = GatedApplication(FunctionHandler(admin_panel))
+    return apps
+
+
+class GatedApplication(PanelApplication):
+    """Panel's application, whose sessions made or opened through ``autoload.js`` or the
+    websocket are refused to a user off the allow-list (:func:`boltzlab.dashboard.allow_list.refuse_outsiders`)."""
+
+    def process_request(self, request: Any) -> dict:
+        from .allow_list import refuse_outsiders
+
+        refuse_outsiders(request)
+        return super().process_request(request)
 
 
 class PageHandler(Handler):
@@ -541,7 +560,7 @@ class PageHandler(Handler):
 _FILLED: "weakref.WeakSet" = weakref.WeakSet()
 
 
-class PageApplication(PanelApplication):
+class PageApplication(GatedApplication):
     """Panel's application, with a new session's document filled on :data:`BUILDER`.
 
     Bokeh makes a session (at a page's ``GET``) by awaiting ``on_session_created`` and then
@@ -596,6 +615,20 @@ def _arg(args: dict, key: str) -> str | None:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
+def logout_link() -> list:
+    """The header's "Log out" link (Panel's ``/logout``, under the prefix) with the user's name,
+    in a served session with a login (``--basic-auth`` or ``--oauth-provider``); else none."""
+    import html
+
+    doc = pn.state.curdoc
+    user = pn.state.user if doc is not None and doc.session_context is not None else None
+    if not user:
+        return []
+    href = html.escape(f"{pn.state.base_url or '/'}logout", quote=True)
+    return [pn.pane.HTML(f'<a class="boltzlab-logout" href="{href}" style="color: white;" title="Log out">'
+                         f'{html.escape(user)} · Log out</a>', margin=(20, 10), stylesheets=[])]
+
+
 def presentation_toggle(labs: dict) -> pn.widgets.Toggle:
     """The header's presentation-mode switch: text, controls and the plots' titles, axes
     and legends grow for a projector, every lab shows a large *Next step* button that says
@@ -629,7 +662,8 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
           workers: int | None = None, max_step_seconds: float | None = None,
           max_isomap_rows: int | None = None, dask_tls_ca_file: str | None = None,
           dask_tls_cert: str | None = None, dask_tls_key: str | None = None,
-          dask_insecure: bool = False, recycle_mb: float | None = None, **kwargs):
+          dask_insecure: bool = False, recycle_mb: float | None = None,
+          allowed_users: frozenset[str] | None = None, admin_users: frozenset[str] | None = None, **kwargs):
     """Serve the app at ``/`` with a ``/liveness`` endpoint (blocks until stopped).
 
     ``max_training`` caps the runs that train at once in this process (each further ▶ Play
@@ -642,7 +676,7 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
     Without ``dask_scheduler``, ``workers`` says where they run (and the labs' analyses):
     a local Dask cluster of that many worker processes, started in the background while the
     server already answers (:mod:`boltzlab.dashboard.startup`; a failure there is said on stderr and
-    on the labs' pages) and closed when the server stops (``None``: one per core; the same
+    on the labs' pages) and closed when the server stops (``None``: one per CPU it may use; the same
     actor path as ``dask_scheduler``), or
     ``0``: threads of this process (development, tests).  ``ValueError`` for ``workers``
     with ``dask_scheduler``, or worker processes with ``num_procs`` > 1.
@@ -650,7 +684,9 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
     (:func:`boltzlab.dashboard.budget.set_limits`; ``None``: as it is, by default 2 s and 500 rows).
     Run by ``boltzlab serve``'s supervisor (:mod:`boltzlab.dashboard.recycling`), it serves on
     the supervisor's sockets and asks for a successor once it is idle and its RSS is more than
-    ``recycle_mb`` above its start's (``None``: never).
+    ``recycle_mb`` above its start's (``None``: never).  ``allowed_users``: the only users a
+    login lets in; ``admin_users``: the only ones who may open the admin page (``None``: every
+    user; :mod:`boltzlab.dashboard.allow_list`).
     """
     from .logs import quiet_closed_connections
     from .recycling import Child
@@ -666,11 +702,16 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
         raise ValueError("The Dask TLS settings and dask_insecure are for an external scheduler "
                          "(dask_scheduler); the local cluster makes its own credentials.")
     if dask_scheduler is None and workers is None:
-        workers = os.cpu_count() or 1
+        from .startup import default_worker_count
+
+        workers = default_worker_count()  # the CPUs this process may use (cgroup, affinity)
     if num_procs != 1 and workers:
         # forked server processes would inherit a Dask client whose connection thread is gone
         raise ValueError("num_procs > 1 needs workers=0 (the worker processes do the training; one "
                          "server process can drive many sessions).")
+    from .allow_list import install
+
+    install(allowed_users, admin_users, prefix=kwargs.get("prefix") or "")
     SLOTS.set_limit(max_training)
     from . import budget
 
@@ -742,7 +783,8 @@ def serve(port: int = 5006, address: str | None = None, num_procs: int = 1,
         kwargs.setdefault("unused_session_lifetime_milliseconds", SURVIVES_SECONDS * 1000)
         kwargs.setdefault("check_unused_sessions_milliseconds", 10_000)
         kwargs.setdefault("session_token_expiration", TOKEN_SECONDS)
-        return pn.serve(applications(admin=bool(kwargs.get("admin"))), port=port, address=address, show=show,
+        admin = bool(kwargs.pop("admin", False))  # (applications adds the admin page, gated)
+        return pn.serve(applications(admin=admin), port=port, address=address, show=show,
                         websocket_origin=allow_websocket_origin, liveness=True, title=TITLE,
                         **extra, **kwargs)
     finally:

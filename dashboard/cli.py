@@ -56,8 +56,11 @@ _positive_int = _number(int, 1, inclusive=True)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from .allow_list import allow_list_options
+
     try:
         auth = _login_options(args)
+        auth.update(allow_list_options(args))
     except ValueError as exc:
         return _error(str(exc))
     key = auth.pop("oauth_encryption_key", None)
@@ -613,6 +616,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--admin", action="store_true",
                        help="add Panel's admin page at /admin (every session, the server's logs); refused "
                             "without a login (--basic-auth or --oauth-provider)")
+    from .allow_list import add_arguments as add_allow_list_arguments
+
+    add_allow_list_arguments(serve)
     serve.add_argument("--dask-scheduler", metavar="ADDRESS", default=None,
                        help="where trainers run: as actors on the Dask cluster of this scheduler, e.g. "
                             "tls://10.0.0.5:8786, reached with the --dask-tls-* files or Dask's TLS "
@@ -628,8 +634,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "run code in its workers; a warning is logged)")
     serve.add_argument("--workers", type=_number(int, 0, inclusive=True), default=None, metavar="N",
                        help="run the trainers and the analyses in N worker processes of a local Dask cluster "
-                            "that serve starts and stops (default: one per core); 0: in threads of the server "
-                            "process (development, tests)")
+                            "that serve starts and stops (default: one per CPU it may use, cgroup limits "
+                            "included); 0: in threads of the server process (development, tests)")
     serve.add_argument("--recycle-mb", type=_number(float, 0, inclusive=True), default=RECYCLE_MB, metavar="MB",
                        help="when nobody has used the server for a few seconds and its memory is more than MB "
                             "above what it was at its start, a fresh server process takes over on the same port "
@@ -645,7 +651,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "the first `boltzlab serve` (and every worker) loads them in seconds.  Set NUMBA_CACHE_DIR "
                     "to the same folder for warmup and serve if the package's own folder is not writable.")
     warmup.add_argument("--processes", type=_positive_int, default=None, metavar="N",
-                        help="compile in N processes (default: one per core)")
+                        help="compile in N processes (default: one per CPU it may use)")
     warmup.set_defaults(func=cmd_warmup)
     fit = sub.add_parser("fit", help="fit a model to a data file")
     fit_sub = fit.add_subparsers(dest="family", metavar="FAMILY", required=True)

@@ -253,7 +253,9 @@ def stop_local_cluster(cluster: Any, backend: DaskBackend) -> None:
 
 
 def use_local_cluster(n_workers: int | None = None, **kwargs: Any) -> tuple[Any, DaskBackend]:
-    """:func:`start_local_cluster` (``None``: one worker per core) and :func:`install` it."""
-    cluster, backend = start_local_cluster((os.cpu_count() or 1) if n_workers is None else n_workers, **kwargs)
+    """:func:`start_local_cluster` (``None``: one worker per CPU this process may use) and :func:`install` it."""
+    from .startup import default_worker_count
+
+    cluster, backend = start_local_cluster(default_worker_count() if n_workers is None else n_workers, **kwargs)
     install(backend)
     return cluster, backend

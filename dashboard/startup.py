@@ -26,6 +26,16 @@ from ..engine.warmup import GROUPS, compile_kernels, warm_group
 COMPILE_NICENESS = 10
 
 
+def default_worker_count() -> int:
+    """How many worker processes ``serve`` starts by default: one per CPU this process may use,
+    ``dask.system.CPU_COUNT`` (the least of the machine's CPUs, the process's CPU affinity and
+    its cgroup's CPU quota, read once at Dask's import).  ``os.cpu_count()`` counts the host's:
+    a container limited to 2 CPUs on a 64-core node would start 64 workers (issue 49)."""
+    import dask.system
+
+    return max(1, int(dask.system.CPU_COUNT))
+
+
 class Startup:
     """What this server process has prepared: the kernel groups loaded here (thread-safe).
 
@@ -43,6 +53,7 @@ class Startup:
         self.finished = threading.Event()
         self.finished.set()
         self.stopping = False  # set by stop(): what fails from then on is the stop's doing
+        self._stop = threading.Event()  # stop()'s, for compile_kernels: no compilation starts after it
 
     def ready(self, groups: Iterable[str] | None) -> bool:
         """Whether every group of ``groups`` (``None``: all) is loaded in this process, and
@@ -63,13 +74,19 @@ class Startup:
         with self._lock:
             self._started, self._ready, self._compiled, self.error = True, set(), 0, None
             self._first_done, self.stopping = False, False
+            self._stop.clear()
             self.finished.clear()
 
     def stop(self) -> None:
         """The server is stopping: a start still under way is cut short by it (the worker
         processes or the kernels' loading fail as the loop and the cluster close), and that is
-        not said as a failure."""
+        not said as a failure.  The kernels' compile processes are ended now: a first start's
+        compilations would otherwise hold the server's exit for minutes."""
+        from ..engine.warmup import stop_compiling
+
         self.stopping = True
+        self._stop.set()
+        stop_compiling()
 
     def _failed(self, what: str) -> None:
         if not self.stopping:
@@ -81,7 +98,7 @@ class Startup:
 
     def run(self, processes: int | None = None, *, first: Iterable[Callable[[], None]] = (),
             when: Iterable[tuple[tuple[str, ...], Callable[[], None]]] = (),
-            then: Iterable[Callable[[], None]] = ()) -> None:
+            then: Iterable[Callable[[], None]] = (), _reset: bool = True) -> None:
         """Compile every group in ``processes`` parallel processes (``None``: one per core)
         and load each here as it is done; blocks.  ``first``: called in a thread of their
         own meanwhile (e.g. start the worker processes), no lab is ready before they are
@@ -89,7 +106,8 @@ class Startup:
         loaded, before they count as ready (e.g. a lab's default data); ``then``: called once
         everything is loaded (e.g. warm the workers).  Progress goes to stderr; a failure is
         kept in :attr:`error` and re-raised."""
-        self._reset()
+        if _reset:  # (not from start(), which reset already: a stop() since then must stand)
+            self._reset()
         t0 = time.perf_counter()
         failed: list[BaseException] = []
 
@@ -125,7 +143,7 @@ class Startup:
         try:
             say(f"preparing the numerical kernels ({len(GROUPS)} groups): a first start compiles them "
                 f"(a minute or two), later starts load them in seconds")
-            compile_kernels(processes=processes, niceness=COMPILE_NICENESS, on_done=done)
+            compile_kernels(processes=processes, niceness=COMPILE_NICENESS, on_done=done, stop=self._stop)
             starter.join()
             if failed:
                 raise failed[0]
@@ -146,7 +164,7 @@ class Startup:
 
         def run() -> None:
             try:
-                self.run(processes, **kwargs)
+                self.run(processes, _reset=False, **kwargs)
             except BaseException:  # noqa: BLE001 - already said and kept in self.error
                 pass
 

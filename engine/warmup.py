@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Iterable
@@ -125,13 +126,51 @@ def _compile_child(name: str, niceness: int) -> tuple[str, float]:
     return name, warm_group(name)
 
 
+#: the process pools of :func:`compile_kernels` now compiling (:func:`stop_compiling` ends them)
+_COMPILING: set = set()
+
+
+def stop_compiling() -> int:
+    """End the processes of every :func:`compile_kernels` now running in this process (the
+    server is stopping); how many.  That ``compile_kernels`` then raises (the pool is broken)
+    and returns within a second or so instead of waiting for the compilations to finish.
+
+    A stop of ``serve`` during a first start used to wait for the compilations: measured
+    (issue 49), the server and its compile processes ran on for 91.8 s after a SIGTERM, until
+    the supervisor's SIGKILL.  A group cut short leaves no half-written cache entry that
+    counts: numba writes each entry to a temporary file and renames it (``_open_for_write`` in
+    numba/core/caching.py), and the group's marker (:func:`is_cached`) is written only after
+    the whole group is done."""
+    ended = 0
+    for pool in list(_COMPILING):
+        ended += _end(pool)
+    return ended
+
+
+def _end(pool) -> int:
+    """End a compile pool's processes (:func:`stop_compiling`); how many were running."""
+    ended = 0
+    # the pool's processes: the standard library's ProcessPoolExecutor keeps them in _processes
+    # (pid -> multiprocessing.Process; read in CPython 3.11's concurrent/futures/process.py),
+    # with no public way to end them there; were it missing, they would still end with this
+    # process (die_with_parent)
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        if process.is_alive():
+            process.terminate()  # SIGTERM: a compile process has Python's default, to end at once
+            ended += 1
+    pool.shutdown(wait=False, cancel_futures=True)
+    return ended
+
+
 def compile_kernels(groups: Iterable[str] | None = None, processes: int | None = None, *,
                     niceness: int = 0, skip_cached: bool = True,
-                    on_done: Callable[[str, float, int, int], None] | None = None) -> dict[str, float]:
+                    on_done: Callable[[str, float, int, int], None] | None = None,
+                    stop: threading.Event | None = None) -> dict[str, float]:
     """Compile the kernel groups into numba's cache in ``processes`` parallel processes
-    (``None``: one per core, at most one per group), first groups first; returns the
-    seconds each took.  ``on_done(group, seconds, k, n)`` is called in this process as the
-    k-th of n groups is done.  The processes are spawned (never forked: the caller may hold
+    (``None``: one per usable CPU, :func:`usable_cpus`, at most one per group), first groups
+    first; returns the seconds each took.  ``on_done(group, seconds, k, n)`` is called in
+    this process as the k-th of n groups is done.  ``stop`` set (before or while this runs,
+    then with :func:`stop_compiling`): the processes are ended and this raises.  The processes are spawned (never forked: the caller may hold
     threads and sockets) and run at ``niceness`` above this process.
 
     A group already in the cache (:func:`is_cached`; unless ``skip_cached=False``) starts
@@ -154,19 +193,36 @@ def compile_kernels(groups: Iterable[str] | None = None, processes: int | None =
     if not names:
         return seconds
     total = len(seconds) + len(names)
-    processes = max(1, min(processes or os.cpu_count() or 1, len(names)))
+    processes = max(1, min(processes or usable_cpus(), len(names)))
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(processes, mp_context=context, initializer=die_with_parent,
                              initargs=(os.getpid(),)) as pool:
-        pending = {pool.submit(_compile_child, name, niceness) for name in names}  # FIFO: first groups first
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                name, taken = future.result()
-                seconds[name] = taken
-                if on_done is not None:
-                    on_done(name, taken, len(seconds), total)
+        _COMPILING.add(pool)
+        try:
+            if stop is not None and stop.is_set():  # (a stop that came before the pool)
+                _end(pool)
+            pending = {pool.submit(_compile_child, name, niceness) for name in names}  # FIFO: first groups first
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    name, taken = future.result()  # (stop_compiling: BrokenProcessPool or CancelledError)
+                    seconds[name] = taken
+                    if on_done is not None:
+                        on_done(name, taken, len(seconds), total)
+        finally:
+            _COMPILING.discard(pool)
     return seconds
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may use: ``dask.system.CPU_COUNT`` (the machine's, its affinity's
+    and its cgroup's quota, the least), else ``os.cpu_count()``: a container given 2 CPUs on a
+    64-core node compiles in 2 processes, not 7."""
+    try:
+        import dask.system
+    except ImportError:  # (dask is a dependency of boltzlab, not of every use of the engine)
+        return os.cpu_count() or 1
+    return max(1, int(dask.system.CPU_COUNT))
 
 
 def cache_location() -> str:

@@ -19,7 +19,7 @@ def stub(monkeypatch):
     loaded: list[str] = []
     monkeypatch.setattr(startup, "warm_group", loaded.append)
 
-    def compile_kernels(processes=None, niceness=0, on_done=None):
+    def compile_kernels(processes=None, niceness=0, on_done=None, stop=None):
         for k, group in enumerate(GROUPS, 1):
             assert release[group].wait(60)
             on_done(group, 0.5, k, len(GROUPS))
