@@ -8,7 +8,7 @@ import inspect
 
 import dask.system
 
-from boltzlab.dashboard import app, distributed
+from boltzlab.dashboard import app, cluster
 from boltzlab.dashboard.startup import default_worker_count
 from boltzlab.engine import warmup
 
@@ -26,10 +26,10 @@ def test_the_local_cluster_starts_that_many_workers_by_default(monkeypatch):
     monkeypatch.setattr(dask.system, "CPU_COUNT", 2)
     monkeypatch.setattr("os.cpu_count", lambda: 64)
     started = []
-    monkeypatch.setattr(distributed, "start_local_cluster", lambda n, **kwargs: (started.append(n), "backend"))
-    monkeypatch.setattr(distributed, "install", lambda backend: None)
-    distributed.use_local_cluster(None)
-    distributed.use_local_cluster(5)
+    monkeypatch.setattr(cluster, "start_local_cluster", lambda n, **kwargs: (started.append(n), "backend"))
+    monkeypatch.setattr(cluster, "install", lambda backend: None)
+    cluster.use_local_cluster(None)
+    cluster.use_local_cluster(5)
     assert started == [2, 5]
     # serve's default (workers=None) is the same count (serve itself starts a whole server)
     source = inspect.getsource(app.serve)
