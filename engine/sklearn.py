@@ -198,6 +198,30 @@ class _BinaryRBM(TransformerMixin, BaseEstimator):
         self._base_vis = base_rate_biases(V)
         self._ais_seed = _draw_seed(self.random_state_)
 
+    #: the trainer's state (beyond the parameters) partial_fit continues from
+    _continued: tuple[str, ...] = ()
+
+    def _adopt(self, trainer: Any) -> None:
+        state = trainer.state_dict()
+        self.n_iter_ = math.ceil(trainer.epoch)
+        self._set_engine_params(state["W"], state["b_vis"], state["b_hid"])
+        self._train_state = {key: np.array(state[key]) for key in self._continued}
+        self._check_training(trainer.status, trainer.message)
+
+    def fit(self, X, y=None):
+        """Train for ``n_iter`` passes over X (binarized) from a fresh initialisation.
+
+        Returns
+        -------
+        self
+        """
+        V = self._start(X, reset=True)
+        trainer = self._trainer(V, batch_size=self.batch_size, max_epochs=self.n_iter)
+        trainer.run()
+        self._adopt(trainer)
+        self._remember_data(V)
+        return self
+
 
 class RBM(_BinaryRBM):
     """A binary restricted Boltzmann machine trained by CD-k or persistent CD-k (PCD-k).
@@ -259,34 +283,14 @@ class RBM(_BinaryRBM):
         self.ais_schedule = ais_schedule
         self.random_state = random_state
 
+    _continued = ("vW", "v_vis", "v_hid", "chains", "chain_hid")  # the optimizer's and the chains' state
+
     def _trainer(self, V: np.ndarray, *, batch_size: int, max_epochs: int) -> RBMTrainer:
         # evaluations are the trainer's live metrics: one row, one unit, nearly free
         return RBMTrainer(V, self.n_components, method=self.method, k=self.k, batch_size=batch_size,
                           learning_rate=self.learning_rate, momentum=self.momentum, weight_decay=self.weight_decay,
                           step_unit="epoch", seed=_draw_seed(self.random_state_), evaluate="none",
                           max_epochs=max_epochs, eval_rows=1, pl_units=1, dtype="float64")
-
-    def _adopt(self, trainer: RBMTrainer) -> None:
-        state = trainer.state_dict()
-        self.n_iter_ = math.ceil(trainer.epoch)
-        self._set_engine_params(state["W"], state["b_vis"], state["b_hid"])
-        # the optimizer's and the chains' state, for partial_fit to continue from
-        self._train_state = {key: np.array(state[key]) for key in ("vW", "v_vis", "v_hid", "chains", "chain_hid")}
-        self._check_training(trainer.status, trainer.message)
-
-    def fit(self, X, y=None):
-        """Train for ``n_iter`` passes over X (binarized) from a fresh initialisation.
-
-        Returns
-        -------
-        self
-        """
-        V = self._start(X, reset=True)
-        trainer = self._trainer(V, batch_size=self.batch_size, max_epochs=self.n_iter)
-        trainer.run()
-        self._adopt(trainer)
-        self._remember_data(V)
-        return self
 
     def partial_fit(self, X, y=None):
         """One update with X (binarized) as the mini-batch, continuing the previous state.
@@ -390,35 +394,16 @@ class TAPRBM(_BinaryRBM):
         self.ais_schedule = ais_schedule
         self.random_state = random_state
 
-    def _trainer(self, V: np.ndarray, *, batch_size: int, max_epochs: int, damping: float) -> TAPTrainer:
+    _continued = ("vW", "precision_vis", "rho_vis", "precision_hid", "rho_hid", "damping")
+
+    def _trainer(self, V: np.ndarray, *, batch_size: int, max_epochs: int,
+                 damping: float | None = None) -> TAPTrainer:
         # n_eval = 1: the trainer's per-step evaluation is for the live lab, not needed here
         return TAPTrainer(V, self.n_components, batch_size=batch_size, n_chains=self.n_chains,
                           learning_rate=self.learning_rate, weight_decay=self.weight_decay, momentum=self.momentum,
-                          damping=damping, tol=self.tol, max_iter=self.max_iter, step_unit="epoch",
+                          damping=self.damping if damping is None else damping, tol=self.tol, max_iter=self.max_iter, step_unit="epoch",
                           max_epochs=max_epochs, n_eval=1, max_damping=self.max_damping,
                           seed=_draw_seed(self.random_state_), dtype="float64")
-
-    def _adopt(self, trainer: TAPTrainer) -> None:
-        state = trainer.state_dict()
-        self.n_iter_ = math.ceil(trainer.epoch)
-        self._set_engine_params(state["W"], state["b_vis"], state["b_hid"])
-        keep = ("vW", "precision_vis", "rho_vis", "precision_hid", "rho_hid", "damping")
-        self._train_state = {key: np.array(state[key]) for key in keep}
-        self._check_training(trainer.status, trainer.message)
-
-    def fit(self, X, y=None):
-        """Train for ``n_iter`` passes over X (binarized) from a fresh initialisation.
-
-        Returns
-        -------
-        self
-        """
-        V = self._start(X, reset=True)
-        trainer = self._trainer(V, batch_size=self.batch_size, max_epochs=self.n_iter, damping=self.damping)
-        trainer.run()
-        self._adopt(trainer)
-        self._remember_data(V)
-        return self
 
     def partial_fit(self, X, y=None):
         """One update of Algorithm 2 with X (binarized) as the mini-batch, continuing the previous
