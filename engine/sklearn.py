@@ -198,6 +198,19 @@ class _BinaryRBM(TransformerMixin, BaseEstimator):
         self._base_vis = base_rate_biases(V)
         self._ais_seed = _draw_seed(self.random_state_)
 
+    def _begin_partial_fit(self, X: Any) -> np.ndarray | None:
+        """partial_fit's start: X binarized, or None after a first call, which initialises the
+        model from X (one epoch of one batch: all of X)."""
+        first = not hasattr(self, "components_")
+        V = self._start(X, reset=first)
+        if not first:
+            return V
+        trainer = self._trainer(V, batch_size=V.shape[0], max_epochs=1)
+        trainer.run()
+        self._adopt(trainer)
+        self._remember_data(V)
+        return None
+
     #: the trainer's state (beyond the parameters) partial_fit continues from
     _continued: tuple[str, ...] = ()
 
@@ -303,13 +316,8 @@ class RBM(_BinaryRBM):
         -------
         self
         """
-        first = not hasattr(self, "components_")
-        V = self._start(X, reset=first)
-        if first:
-            trainer = self._trainer(V, batch_size=V.shape[0], max_epochs=1)  # exactly one batch: all of X
-            trainer.run()
-            self._adopt(trainer)
-            self._remember_data(V)
+        V = self._begin_partial_fit(X)
+        if V is None:
             return self
         owner = "RBM"
         method = check_choice("method", self.method, owner, ("pcd", "cd"))
@@ -401,7 +409,8 @@ class TAPRBM(_BinaryRBM):
         # n_eval = 1: the trainer's per-step evaluation is for the live lab, not needed here
         return TAPTrainer(V, self.n_components, batch_size=batch_size, n_chains=self.n_chains,
                           learning_rate=self.learning_rate, weight_decay=self.weight_decay, momentum=self.momentum,
-                          damping=self.damping if damping is None else damping, tol=self.tol, max_iter=self.max_iter, step_unit="epoch",
+                          damping=self.damping if damping is None else damping, tol=self.tol,
+                          max_iter=self.max_iter, step_unit="epoch",
                           max_epochs=max_epochs, n_eval=1, max_damping=self.max_damping,
                           seed=_draw_seed(self.random_state_), dtype="float64")
 
@@ -413,13 +422,8 @@ class TAPRBM(_BinaryRBM):
         -------
         self
         """
-        first = not hasattr(self, "components_")
-        V = self._start(X, reset=first)
-        if first:
-            trainer = self._trainer(V, batch_size=V.shape[0], max_epochs=1, damping=self.damping)
-            trainer.run()  # one epoch of one batch: all of X
-            self._adopt(trainer)
-            self._remember_data(V)
+        V = self._begin_partial_fit(X)
+        if V is None:
             return self
         W, b_vis, b_hid = self._engine_params()
         if W.shape[1] != self.n_components:
