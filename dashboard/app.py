@@ -19,7 +19,7 @@ from bokeh.application.handlers.handler import Handler
 from panel.io.application import Application as PanelApplication
 
 from .panel_compat import (SENDER, claim_loop_thread, cleanup,  # noqa: F401 - SENDER: the tests'
-                           fresh_receiver_on_reconnect, launching, placed_models, sent_off_the_loop,
+                           design_resources, fresh_receiver_on_reconnect, launching, placed_models, sent_off_the_loop,
                            servers, session_document, stop_accepting)
 from .views.browser_code import in_browser
 from .views.text import StaticMarkdown, markdown_text
@@ -82,7 +82,7 @@ class Fast(pn.theme.Fast):
     visitor and an error offline.  The template names system fonts instead.  (The class
     keeps the name Fast: Panel looks its bundled files up under the lower-cased name.)"""
 
-    _resources = {kind: value for kind, value in pn.theme.Fast._resources.items() if kind != "font"}
+    _resources = design_resources(pn.theme.Fast, without="font")
 
 
 class Template(pn.template.FastListTemplate):

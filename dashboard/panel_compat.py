@@ -49,6 +49,8 @@ Today (Panel 1.9.4, Bokeh 3.9.2; ``constraints.txt``):
 * :class:`RenderedOnce` — Panel's ``Markdown._transform_object`` (overridden): a Markdown
   pane's HTML rendered once per process (``views.text.StaticMarkdown``).
 * :func:`session_document` — Bokeh's ``BokehSessionContext._document``.
+* :func:`design_resources` — a Panel design's ``_resources`` (its CSS, JS and font files by
+  kind): the app's Fast design drops the web font (``dashboard.app.Fast``).
 * :func:`explicit_values` — Bokeh's ``HasProps._property_values`` (the values set in code;
   a theme's are not among them): presentation mode scales the sizes the code set.
 * :func:`extension_loaded` — Panel's ``panel_extension._loaded``: a lab shown in a notebook
@@ -154,6 +156,11 @@ def from_a_widget() -> bool:
             return True
         frame = frame.f_back
     return False
+
+
+def design_resources(design: type, *, without: str) -> dict[str, Any]:
+    """A Panel design class's resources by kind, without the kind ``without`` (e.g. "font")."""
+    return {kind: value for kind, value in design._resources.items() if kind != without}
 
 
 def explicit_values(model: Any) -> Mapping[str, Any]:

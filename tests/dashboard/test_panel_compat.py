@@ -156,3 +156,10 @@ def test_from_a_widget_sees_panels_link_and_nothing_else():
     widget.value = 3  # a widget's change (as a click's)
     thing.x = 4  # a script's
     assert seen == [True, False]
+
+
+def test_a_designs_resources_are_a_dict_by_kind():
+    import panel as pn
+
+    assert isinstance(pn.theme.Fast._resources, dict) and "font" in pn.theme.Fast._resources
+    assert "font" not in panel_compat.design_resources(pn.theme.Fast, without="font")
