@@ -72,6 +72,34 @@ def _mirror_upper(S):
             S[a, b] = S[b, a]
 
 
+@njit(cache=True, nogil=True, inline="always")
+def add_term(f, la, log_z, mu, out):
+    """One term (f, log alpha) of Algorithm 1's pass, the step every variant shares: with
+    l = f - mu, ``out`` <- sqrt(c) l, mu += sigmoid(r) l, and log z <- logaddexp(log z, la).
+
+    Returns (log z, |out|^2, added): alpha = 0 (``la`` = -inf) changes nothing; the first term
+    with alpha > 0 meets z = 0+ (c = 0) and sets mu = f; neither writes ``out`` (added False).
+    Inlined, so each caller compiles to the loop it had (the same operations in the same
+    order: the results are bit for bit those of the copies this replaced).
+    """
+    if la == -np.inf:
+        return log_z, 0.0, False  # alpha = 0: c = 0, weight 0, z unchanged
+    if log_z == -np.inf:  # z = 0+: c = 0 (footnote 3), mu += 1 * (f - 0)
+        for j in range(mu.shape[0]):
+            mu[j] = f[j]
+        return la, 0.0, False
+    r = la - log_z
+    sc = math.sqrt(bound_coefficient(r))
+    w = sigmoid(r)
+    rn2 = 0.0
+    for j in range(mu.shape[0]):
+        lj = f[j] - mu[j]
+        out[j] = sc * lj
+        rn2 += out[j] * out[j]
+        mu[j] += w * lj
+    return logaddexp(log_z, la), rn2, True
+
+
 @njit(cache=True, nogil=True)
 def compute_bound(F, log_alpha, block):
     """Algorithm 1 (ComputeBound) over the rows of F in order, in log space.
@@ -87,22 +115,9 @@ def compute_bound(F, log_alpha, block):
     log_z = -np.inf
     nb = 0
     for i in range(n):
-        la = log_alpha[i]
-        if la == -np.inf:
-            continue  # alpha = 0: c = 0, weight 0, z unchanged
-        if log_z == -np.inf:  # z = 0+: c = 0 (footnote 3), mu += 1 * (f - 0)
-            for j in range(d):
-                mu[j] = F[i, j]
-            log_z = la
+        log_z, _, added = add_term(F[i], log_alpha[i], log_z, mu, B[nb])
+        if not added:
             continue
-        r = la - log_z
-        s = math.sqrt(bound_coefficient(r))
-        w = sigmoid(r)
-        for j in range(d):
-            lj = F[i, j] - mu[j]
-            B[nb, j] = s * lj
-            mu[j] += w * lj
-        log_z = logaddexp(log_z, la)
         nb += 1
         if nb == block:
             Sigma += np.dot(B.T, B)
@@ -252,6 +267,17 @@ def absorb_rank_one(r, rn2, V, s, D, g, Va, M):
 
 
 @njit(cache=True, nogil=True)
+def low_rank_start(k, d):
+    """Algorithm 4's state before its first term: V (k, d) the first k unit rows, s (k,) and
+    D (d,) zero; and its scratch: r, g (d,), Va (k + 1, d), M (k + 1, k + 1) for
+    :func:`absorb_rank_one`.  Returns (V, s, D, r, g, Va, M)."""
+    V = np.zeros((k, d))
+    for i in range(k):
+        V[i, i] = 1.0
+    return V, np.zeros(k), np.zeros(d), np.empty(d), np.empty(d), np.empty((k + 1, d)), np.zeros((k + 1, k + 1))
+
+
+@njit(cache=True, nogil=True)
 def low_rank_bound(F, log_alpha, rank):
     """Algorithm 4 (LowRankBound) for one partition function, t = 1 and lambda = 0.
 
@@ -273,37 +299,12 @@ def low_rank_bound(F, log_alpha, rank):
     """
     n, d = F.shape
     k = rank
-    V = np.zeros((k, d))
-    for i in range(k):
-        V[i, i] = 1.0
-    s = np.zeros(k)
-    D = np.zeros(d)
+    V, s, D, r, g, Va, M = low_rank_start(k, d)
     mu = np.zeros(d)
     log_z = -np.inf
-    r = np.empty(d)
-    g = np.empty(d)
-    Va = np.empty((k + 1, d))
-    M = np.zeros((k + 1, k + 1))
     for i in range(n):
-        la = log_alpha[i]
-        if la == -np.inf:
-            continue
-        if log_z == -np.inf:
-            for j in range(d):
-                mu[j] = F[i, j]
-            log_z = la
-            continue
-        rho = la - log_z
-        sc = math.sqrt(bound_coefficient(rho))
-        w = sigmoid(rho)
-        rn2 = 0.0
-        for j in range(d):
-            lj = F[i, j] - mu[j]
-            r[j] = sc * lj
-            rn2 += r[j] * r[j]
-            mu[j] += w * lj
-        log_z = logaddexp(log_z, la)
-        if rn2 == 0.0:
+        log_z, rn2, added = add_term(F[i], log_alpha[i], log_z, mu, r)
+        if not added or rn2 == 0.0:
             continue
         V = absorb_rank_one(r, rn2, V, s, D, g, Va, M)
     return log_z, mu, V, s, D

@@ -39,6 +39,8 @@ from numba import njit
 
 from .bound import (
     absorb_rank_one,
+    add_term,
+    low_rank_start,
     bound_coefficient,
     junction_tree_chain,
     logaddexp,
@@ -79,22 +81,9 @@ def sum_compute_bounds(F, log_alpha, offsets, block):
         log_z = -np.inf
         mu[:] = 0.0
         for i in range(offsets[e], offsets[e + 1]):
-            la = log_alpha[i]
-            if la == -np.inf:
+            log_z, _, added = add_term(F[i], log_alpha[i], log_z, mu, B[nb])
+            if not added:
                 continue
-            if log_z == -np.inf:
-                for j in range(d):
-                    mu[j] = F[i, j]
-                log_z = la
-                continue
-            r = la - log_z
-            s = math.sqrt(bound_coefficient(r))
-            w = sigmoid(r)
-            for j in range(d):
-                lj = F[i, j] - mu[j]
-                B[nb, j] = s * lj
-                mu[j] += w * lj
-            log_z = logaddexp(log_z, la)
             nb += 1
             if nb == block:
                 Sigma += np.dot(B.T, B)
@@ -337,42 +326,16 @@ def sum_low_rank_bounds(F, log_alpha, offsets, rank):
     """
     R, d = F.shape
     t = offsets.shape[0] - 1
-    k = rank
-    V = np.zeros((k, d))
-    for i in range(k):
-        V[i, i] = 1.0
-    s = np.zeros(k)
-    D = np.zeros(d)
+    V, s, D, r, g, Va, M = low_rank_start(rank, d)
     mu = np.empty(d)
     mu_sum = np.zeros(d)
-    r = np.empty(d)
-    g = np.empty(d)
-    Va = np.empty((k + 1, d))
-    M = np.zeros((k + 1, k + 1))
     log_zs = np.empty(t)
     for e in range(t):
         log_z = -np.inf
         mu[:] = 0.0
         for i in range(offsets[e], offsets[e + 1]):
-            la = log_alpha[i]
-            if la == -np.inf:
-                continue
-            if log_z == -np.inf:
-                for j in range(d):
-                    mu[j] = F[i, j]
-                log_z = la
-                continue
-            rho = la - log_z
-            sc = math.sqrt(bound_coefficient(rho))
-            w = sigmoid(rho)
-            rn2 = 0.0
-            for j in range(d):
-                lj = F[i, j] - mu[j]
-                r[j] = sc * lj
-                rn2 += r[j] * r[j]
-                mu[j] += w * lj
-            log_z = logaddexp(log_z, la)
-            if rn2 > 0.0:
+            log_z, rn2, added = add_term(F[i], log_alpha[i], log_z, mu, r)
+            if added and rn2 > 0.0:
                 V = absorb_rank_one(r, rn2, V, s, D, g, Va, M)
         log_zs[e] = log_z
         mu_sum += mu
@@ -392,19 +355,10 @@ def low_rank_class_bounds(X, log_alpha, rank):
     t, p = X.shape
     K = log_alpha.shape[1]
     d = K * p
-    k = rank
-    V = np.zeros((k, d))
-    for i in range(k):
-        V[i, i] = 1.0
-    s = np.zeros(k)
-    D = np.zeros(d)
+    V, s, D, r, g, Va, M = low_rank_start(rank, d)
     m = np.empty(K)
     u = np.empty(K)
     mu_sum = np.zeros(d)
-    r = np.empty(d)
-    g = np.empty(d)
-    Va = np.empty((k + 1, d))
-    M = np.zeros((k + 1, k + 1))
     log_zs = np.empty(t)
     for e in range(t):
         log_z = -np.inf
