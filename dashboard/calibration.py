@@ -89,7 +89,7 @@ def calibrate() -> list[tuple[str, float, float]]:
             add(f"CD fork {data} Nh={nh} (one trainer's epoch)", seconds,
                 cd_epoch(n_visible=X.shape[1], n_hidden=nh, rows=len(X), trainers=1))
         for problem in BOUND_PROBLEMS:
-            race = bound_setup.build_race(bound_setup.race_key(problem, 0.1, 0))
+            race = bound_setup.race_trainers(bound_setup.race_key(problem, 0.1, 0))
             add(f"Bound race {problem}", sum(_timed(t)[0] for t in race.values()), bound_step(problem))
     return rows
 

@@ -7,9 +7,10 @@ Two heavy computations run as jobs (:mod:`boltzlab.dashboard.jobs`), never on th
 race's reference optimum J* (:func:`~dashboard.labs.bound_setup.race_reference`; the race
 plays without it and its J − J* curves are drawn, from the Records kept meanwhile, once it
 has arrived) and the tightness views' exact log Z and bounds over a line and a 2-D slice
-(:func:`~dashboard.labs.bound_setup.tightness`).  The race's trainers are built where they
-first step (:class:`~dashboard.labs.bound_setup.RaceBuild`), so a new problem or a Reset
-returns at once too.
+(:func:`~dashboard.labs.bound_setup.tightness`).  The race's trainers are built by the
+runner's thread, as every lab's (a :class:`~dashboard.runner.Build`:
+:func:`~dashboard.labs.bound_setup.build_race`), so a new problem or a Reset returns at once
+too.
 """
 
 from __future__ import annotations
@@ -486,10 +487,10 @@ class BoundLab(Lab):
                            ["choose a smaller problem"])
 
     def trainer_factory(self):
-        """The race's five trainers, built where they first step (not on the UI thread: see
-        ``bound_setup.RaceBuild``); the settings are checked now."""
+        """The race's five trainers, built by the runner's thread (``bound_setup.build_race``);
+        the settings are checked now."""
         self._race_key = setup.race_key(self.problem, self.reg, self.race_seed)
-        return functools.partial(setup.build_race, self._race_key)
+        return setup.build_race(self._race_key)
 
     def _show_size(self) -> None:
         """The race's size (its objective is built by a job the first time)."""

@@ -14,6 +14,7 @@ in the direction u.  Everything here is exact: log Z by enumeration, the bound b
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import threading
@@ -23,6 +24,7 @@ from functools import lru_cache
 import numpy as np
 
 from ...engine import bound
+from ..runner import Build
 
 MODELS = {
     "log-linear: 6 outcomes, d = 2": "loglinear",
@@ -260,84 +262,21 @@ def race_reference(problem: str, reg: float, seed: int) -> dict:
     return {"value": float(ref.value), "grad_norm": float(ref.grad_norm), "seconds": float(ref.seconds)}
 
 
-class RaceBuild:
-    """The five trainers of one race (:func:`boltzlab.engine.majorize.make_race`), built together on
-    first use: in the runner's thread, or on the Dask worker a trainer is shipped to (each
-    then builds its own), never on the UI thread.  Building them evaluates J and ∇J at θ = 0
-    six times (and builds the objective the first time): 0.05-0.5 s for digits or the chain."""
-
-    def __init__(self, key: tuple[str, float, int]) -> None:
-        self.key = tuple(key)
-        self._trainers: dict | None = None
-        self._lock = threading.Lock()
-
-    @property
-    def built(self) -> bool:
-        return self._trainers is not None
-
-    def trainer(self, method: str):
-        with self._lock:
-            if self._trainers is None:
-                from ...engine import majorize
-
-                problem, reg, seed = self.key
-                self._trainers = majorize.make_race(problem, reg=reg, seed=seed, max_iter=RACE_MAX_ITER,
-                                                    objective=race_objective(*self.key), trace=STEP_POINTS)
-        return self._trainers[method]
-
-    def __getstate__(self) -> dict:
-        return {"key": self.key, "trainers": self._trainers}
-
-    def __setstate__(self, state: dict) -> None:
-        self.key, self._trainers, self._lock = state["key"], state["trainers"], threading.Lock()
-
-
-class RaceTrainer:
-    """One method of a race: a stand-in for its trainer that builds the race (see
-    :class:`RaceBuild`) on its first ``step()``.  ``done``/``status``/``message`` answer
-    without building; any other attribute builds the race and reads the trainer's."""
-
-    def __init__(self, build: RaceBuild, method: str) -> None:
-        self.build = build
-        self.method = method
-
-    @property
-    def trainer(self):
-        return self.build.trainer(self.method)
-
-    @property
-    def done(self) -> bool:
-        return self.build.built and self.trainer.done
-
-    @property
-    def status(self) -> str:
-        return self.trainer.status if self.build.built else "running"
-
-    @property
-    def message(self) -> str:
-        return self.trainer.message if self.build.built else ""
-
-    def step(self):
-        return self.trainer.step()
-
-    def steps(self, k: int) -> list:
-        return self.trainer.steps(k)
-
-    def state_dict(self) -> dict:
-        return self.trainer.state_dict()
-
-    def load_state_dict(self, state) -> None:
-        self.trainer.load_state_dict(state)
-
-    def __getattr__(self, name: str):  # label, objective, theta, ... of the built trainer
-        if name.startswith("_") or name in ("build", "method"):  # pickle's probes; before __init__
-            raise AttributeError(name)
-        return getattr(self.trainer, name)
-
-
-def build_race(key: tuple[str, float, int]) -> dict[str, RaceTrainer]:
-    """The race's ``{method: trainer}`` in Table 1's order, built where they first step."""
+def race_trainers(key: tuple[str, float, int]) -> dict:
+    """The five trainers of one race (:func:`boltzlab.engine.majorize.make_race`) in Table 1's
+    order.  Building them evaluates J and ∇J at θ = 0 six times (and builds the objective the
+    first time): 0.05-0.5 s for digits or the chain, so never on the UI thread
+    (:func:`build_race`)."""
     from ...engine import majorize
 
-    build = RaceBuild(key)
-    return {method: RaceTrainer(build, method) for method in majorize.RACE_METHODS}
+    problem, reg, seed = key
+    return majorize.make_race(problem, reg=reg, seed=seed, max_iter=RACE_MAX_ITER,
+                              objective=race_objective(*key), trace=STEP_POINTS)
+
+
+def build_race(key: tuple[str, float, int]) -> Build:
+    """The race as a :class:`~boltzlab.dashboard.runner.Build`: its names now, its trainers
+    built by the runner's thread (or on the worker a Dask backend sends it to), as every lab's."""
+    from ...engine import majorize
+
+    return Build(tuple(majorize.RACE_METHODS), functools.partial(race_trainers, tuple(key)))

@@ -541,7 +541,7 @@ class FrankWolfeLab(Lab):
             return
         self._stop_cd()
         self.cd_curve.clear()
-        self.cd_runner = Runner(factory, owner=self.owner)  # cheap: the trainers are built on their first step
+        self.cd_runner = Runner(factory, owner=self.owner)  # cheap: the runner's thread builds the trainers
         # one epoch per call: RBMTrainer.steps(k) evaluates only its last epoch, and the
         # comparison needs the likelihood of every epoch (an epoch is long enough anyway)
         self.cd_runner.max_batch = 1

@@ -8,6 +8,8 @@ reference) or a thread, never on the UI thread.
 
 from __future__ import annotations
 
+import functools
+
 import math
 from typing import Any, Mapping
 
@@ -69,68 +71,14 @@ def fw_factory(data: DataRef, *, reg: float, bias_lr: float, samples: int, max_h
     return Build(("FW",), build)  # built once, by the runner's thread
 
 
-class ForkedCD:
-    """One CD-10 run of the fork, built where it first steps.
-
-    Building an :class:`boltzlab.engine.rbm.RBMTrainer` checks and copies the training data and
-    computes its base rates: 0.1-0.3 s on MNIST, twice for the pair, and the fork is made
-    by a click.  So the trainer is built on its first ``step()``: in the CD runner's
-    thread, or on the Dask worker the runner ships it to (which then loads a bundled
-    set itself instead of receiving it pickled; uploaded images travel with it).  ``done``/``status``/``message`` answer
-    without building; any other attribute builds the trainer and reads it.
-    """
-
-    def __init__(self, data: DataRef, n_hidden: int, init_params: tuple | None, options: Mapping[str, Any]) -> None:
-        self.data = data
-        self.n_hidden = n_hidden
-        self.init_params = init_params
-        self.options = dict(options)
-        self._trainer: rbm.RBMTrainer | None = None
-
-    @property
-    def trainer(self) -> rbm.RBMTrainer:
-        if self._trainer is None:
-            X, _, _ = splits(self.data)
-            self._trainer = rbm.RBMTrainer(X, self.n_hidden, init_params=self.init_params, **self.options)
-        return self._trainer
-
-    @property
-    def done(self) -> bool:
-        return self._trainer is not None and self._trainer.done
-
-    @property
-    def status(self) -> str:
-        return "running" if self._trainer is None else self._trainer.status
-
-    @property
-    def message(self) -> str:
-        return "" if self._trainer is None else self._trainer.message
-
-    def step(self) -> Record:
-        return self.trainer.step()
-
-    def steps(self, k: int) -> list[Record]:
-        return self.trainer.steps(k)
-
-    def state_dict(self) -> dict[str, Any]:
-        return self.trainer.state_dict()
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.trainer.load_state_dict(state)
-
-    def __getattr__(self, name: str) -> Any:  # rbm, k, evaluate, ... of the built trainer
-        if name.startswith("_"):  # pickle's probes, and nothing before __init__ has run
-            raise AttributeError(name)
-        return getattr(self.trainer, name)
-
-
 def cd_factory(data: DataRef, params: tuple[np.ndarray, np.ndarray, np.ndarray], *, epochs: int = CD_EPOCHS,
                seed: int = 0) -> Build:
     """``{"CD (FW init)", "CD (random init)"}``: CD-10 from the Frank-Wolfe model and from a
     random start with as many hidden units, one epoch per step (§4, Fig. 1).
 
-    Validates at once (cheaply: the trainers themselves are built on their first step,
-    see :class:`ForkedCD`)."""
+    Validates at once (cheaply); the trainers are built by the runner's thread or on a
+    worker (building one checks and copies the data and its base rates: 0.1-0.3 s on
+    MNIST), where a bundled set is loaded, not shipped."""
     n_visible = images_of(data).X_train.shape[1]
     W, b_vis, b_hid = (np.array(a, dtype=np.float64) for a in params)
     if W.ndim != 2 or W.shape[0] != n_visible or W.shape[1] < 1:
@@ -148,11 +96,15 @@ def cd_factory(data: DataRef, params: tuple[np.ndarray, np.ndarray, np.ndarray],
                   step_unit="epoch", evaluate=evaluate, max_epochs=int(epochs), eval_overhead=1e6,  # every epoch
                   seed=seed)
 
-    def build() -> dict:
-        return {"CD (FW init)": ForkedCD(data, n_hidden, (W, b_vis, b_hid), common),
-                "CD (random init)": ForkedCD(data, n_hidden, None, common)}
+    return Build(("CD (FW init)", "CD (random init)"),
+                 functools.partial(_cd_pair, data, n_hidden, (W, b_vis, b_hid), common))
 
-    return Build(("CD (FW init)", "CD (random init)"), build)
+
+def _cd_pair(data: DataRef, n_hidden: int, params: tuple, common: Mapping[str, Any]) -> dict:
+    """:func:`cd_factory`'s trainers, where the runner builds them (a bundled set loaded there)."""
+    X, _, _ = splits(data)
+    return {"CD (FW init)": rbm.RBMTrainer(X, n_hidden, init_params=params, **common),
+            "CD (random init)": rbm.RBMTrainer(X, n_hidden, init_params=None, **common)}
 
 
 def log_likelihood_of(record: Record) -> float | None:

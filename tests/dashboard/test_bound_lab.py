@@ -191,23 +191,22 @@ def test_the_race_streams_every_method_and_the_bound_stays_monotone(make_lab):
     assert lab.reg == 0.01 and "569 training examples" in lab.race_info.object
 
 
-def test_the_race_is_built_where_it_first_steps():
+def test_the_race_is_built_by_the_runner_not_by_the_click():
     """Building the five trainers evaluates J at θ = 0 six times (0.05-0.5 s for digits): the
-    factory hands out stand-ins, and the race is built on the first step, in the runner's
-    thread (or wherever a Dask backend ships the pickled stand-ins)."""
+    factory is a Build (names now, nothing built), built by the runner's thread, or on the
+    worker a Dask backend sends it to (pickled: only the key travels)."""
     import pickle
 
     from boltzlab.dashboard.labs.bound import RACE_COLORS
+    from boltzlab.dashboard.runner import Build
 
     race = setup.build_race(setup.race_key("wine", 0.01, 0))
-    assert list(race) == list(RACE_COLORS)
-    lbfgs = race["L-BFGS"]
-    assert not lbfgs.build.built and not lbfgs.done and lbfgs.status == "running"
-    shipped = pickle.loads(pickle.dumps(race["Newton"]))  # as a Dask backend ships it
-    assert shipped.step().scalars["iteration"] == 1
-    assert not lbfgs.build.built  # the copy built its own race
-    assert lbfgs.step().scalars["iteration"] == 1 and lbfgs.build.built
-    assert race["CG"].state_dict()["theta"].shape == (42,)  # the others share that build
+    assert isinstance(race, Build) and list(race.names) == list(RACE_COLORS)
+    shipped = pickle.loads(pickle.dumps(race))  # as a Dask backend ships it
+    trainers = shipped()
+    assert list(trainers) == list(RACE_COLORS)
+    assert trainers["Newton"].step().scalars["iteration"] == 1
+    assert trainers["CG"].state_dict()["theta"].shape == (42,)
     with pytest.raises(ValueError, match="reg"):
         setup.race_key("wine", -1.0, 0)
     with pytest.raises(ValueError, match="problem"):

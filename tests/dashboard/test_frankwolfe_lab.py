@@ -87,8 +87,8 @@ def test_training_cd_from_here_runs_both_starts(lab):
     np.testing.assert_array_equal(W, lab.runner.history.arrays["FW"]["W"])  # the newest Record's model
     lab._fork_cd()
     assert lab.cd_runner is not None and lab.fork_line.visible  # the last iteration was evaluated: no job
-    # the fork starts from the Frank-Wolfe model the Records carried
-    np.testing.assert_array_equal(lab.cd_runner.trainers["CD (FW init)"].init_params[0], W)
+    # the fork starts from the Frank-Wolfe model the Records carried (cd_factory's start: below)
+    np.testing.assert_array_equal(lab._fork["params"][0], W)
     assert lab.busy()  # the base's tick runs at full rate while CD trains
     # the base's tick drains the CD runner (on_tick): no periodic callback of its own
     tick_until(lab, lambda: not lab.cd_runner.active and not lab.busy())
@@ -121,12 +121,13 @@ def test_the_fork_job_scores_like_the_frank_wolfe_run():
     assert out["exact"] and out["value"] == pytest.approx(record.scalars["train_log_likelihood"], abs=1e-9)
 
 
-def test_the_cd_trainers_are_built_where_they_step_not_by_the_click():
+def test_the_cd_trainers_are_built_by_the_runner_not_by_the_click():
+    from boltzlab.dashboard.runner import Build
+
     model = rbm.RBM.random(784, 6, seed=1, scale=0.5)
-    pair = cd_factory("mnist", (model.W, model.b_vis, model.b_hid), epochs=1)()
-    fw = pair["CD (FW init)"]
-    assert fw._trainer is None and not fw.done and fw.status == "running"  # what the runner reads
-    assert len(pickle.dumps(pair)) < 200_000  # shipped to a worker without the 3,500 digits
+    factory = cd_factory("mnist", (model.W, model.b_vis, model.b_hid), epochs=1)
+    assert isinstance(factory, Build) and factory.names == ("CD (FW init)", "CD (random init)")
+    assert len(pickle.dumps(factory)) < 200_000  # shipped to a worker without the 3,500 digits
     with pytest.raises(ValueError, match="shape"):
         cd_factory("digits", (model.W, model.b_vis, model.b_hid))
 
