@@ -26,7 +26,7 @@ from .base import RADIO, Lab, held, label, speed_setting
 from .frankwolfe_setup import (CD_EPOCHS, CD_K, DATASETS, DEFAULTS, EVALUATIONS, SAMPLE_CHAINS,
                                cd_factory,
                                fw_curves, fw_factory, log_likelihood_of, train_log_likelihood)
-from .image_data import ImageData, describe_images, image_width_setting
+from .image_data import ImageData, ImageUploads, describe_images, image_width_setting
 from ..labtools import Preset
 from ..runner import Runner, play_or_tell
 from ..views import LiveCurve, StatusBadge
@@ -110,7 +110,7 @@ PRESETS = [
 ]
 
 
-class FrankWolfeLab(Lab):
+class FrankWolfeLab(ImageUploads, Lab):
     """Algorithm 1 live, and the CD pair forked from the grown model (one per browser session)."""
 
     key = "frankwolfe"
@@ -216,19 +216,6 @@ class FrankWolfeLab(Lab):
             return
         self._described = key
         self.data_info.object = describe_images(images, "validation (the stopping rule)")
-
-    def use_upload(self, content: bytes, filename: str) -> None:
-        """Train on your own images: read ``content`` (the bytes of an ``.npz`` or CSV file
-        named ``filename``) as a job; once read it is the data of "Upload"
-        (``data="upload"``; non-square images from a CSV need ``image_width``).  A bad file is
-        refused with its reason and the current data stay."""
-        self.uploads.use(content, filename)
-
-    def script_data(self) -> list[str]:
-        return self.uploads.script_lines()
-
-    def data_identity(self) -> tuple[str, str] | None:
-        return self.uploads.identity()
 
     def implied(self, values, *, fresh: bool = False) -> dict[str, Any]:
         """A change of data set brings that set's default settings (the given values win)."""

@@ -30,7 +30,7 @@ from .image_setup import (DATASETS, UPLOAD, DataRef, cache_key, describe_images,
                           fingerprint_of, images_of)
 from ...engine.images import ImageSet, load_images, read_upload, with_width
 
-__all__ = ["DATASETS", "UPLOAD", "DataRef", "ImageData", "cache_key", "describe_images", "fingerprint_of",
+__all__ = ["DATASETS", "UPLOAD", "DataRef", "ImageData", "ImageUploads", "cache_key", "describe_images", "fingerprint_of",
            "image_width_setting", "images_of"]
 
 ACCEPT = ".npz,.csv"
@@ -179,3 +179,25 @@ class ImageData:
         return [f"lab.use_upload(Path({self.filename!r}).read_bytes(), {self.filename!r})"
                 "  # the file you uploaded, beside this script",
                 "lab.jobs.wait()  # reading it"]
+
+
+class ImageUploads:
+    """What the image labs (TAP, Frank-Wolfe) offer about a user's images, through their
+    :class:`ImageData` (``self.uploads``): a mixin of the lab."""
+
+    uploads: ImageData
+
+    def use_upload(self, content: bytes, filename: str) -> None:
+        """Train on your own images: read ``content`` (the bytes of an ``.npz`` or CSV file
+        named ``filename``) as a job; once read it is the data of "Upload"
+        (``data="upload"``; non-square images from a CSV need ``image_width``).  A bad file is
+        refused with its reason and the current data stay.  From Python: ``lab.use_upload(
+        Path("mine.npz").read_bytes(), "mine.npz"); lab.jobs.wait(); lab.apply_settings(
+        {"data": "upload"})``."""
+        self.uploads.use(content, filename)
+
+    def script_data(self) -> list[str]:
+        return self.uploads.script_lines()
+
+    def data_identity(self) -> tuple[str, str] | None:
+        return self.uploads.identity()

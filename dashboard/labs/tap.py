@@ -25,7 +25,7 @@ from bokeh.models import ColumnDataSource, HoverTool, LassoSelectTool, TapTool
 from bokeh.plotting import figure
 
 from .base import RADIO, Lab, held, label, speed_setting
-from .image_data import UPLOAD, ImageData, image_width_setting
+from .image_data import UPLOAD, ImageData, ImageUploads, image_width_setting
 from .tap_setup import (DATASETS, EXACT_LIMIT, SAMPLE_CHAINS, SAMPLE_SWEEPS, History,
                         check_work, data_embedding, denoise_curve,
                         denoise_digit, describe_images, isomap_rows,
@@ -144,7 +144,7 @@ ACTIVE_UNITS = 5  # hidden units outlined in the receptive fields: the most acti
 FIELDS_TITLE = "Receptive fields, the columns of W (Fig. 4)"
 
 
-class TAPLab(Lab):
+class TAPLab(ImageUploads, Lab):
     """A TAP machine trained live, with its TAP solutions counted, histogrammed and mapped."""
 
     key = "tap"
@@ -223,21 +223,6 @@ class TAPLab(Lab):
             return
         self._prepared = (key, images)
         self.data_info.object = describe_images(images)
-
-    def use_upload(self, content: bytes, filename: str) -> None:
-        """Train on your own images: read ``content`` (the bytes of an ``.npz`` or CSV file
-        named ``filename``) as a job; once read it is the data of "Upload"
-        (``data="upload"``; non-square images from a CSV need ``image_width``).  A bad file is
-        refused with its reason and the current data stay.  From Python: ``lab.use_upload(
-        Path("mine.npz").read_bytes(), "mine.npz"); lab.jobs.wait(); lab.apply_settings(
-        {"data": "upload"})``."""
-        self.uploads.use(content, filename)
-
-    def script_data(self) -> list[str]:
-        return self.uploads.script_lines()
-
-    def data_identity(self) -> tuple[str, str] | None:
-        return self.uploads.identity()
 
     def implied(self, values, *, fresh: bool = False) -> dict[str, Any]:
         """A change of data set brings that set's default model settings."""
