@@ -32,7 +32,7 @@ from numba import njit, prange
 
 from .common import even_blocks
 from .rbm import (_advance, _draw_row, _draw_row_at, _sample_fields_into, _sample_row_at, _sigmoid_row,
-                  _uniform, gibbs_chains, new_state, parallel_here, sigmoid, softplus)
+                  _uniform, gibbs_chains, log_partition_weighted, new_state, parallel_here, sigmoid, softplus)
 
 
 @njit(cache=True, nogil=True)
@@ -170,50 +170,10 @@ def fractional_free_energy(V, W, b_vis, b_hid, coef):
 
 @njit(cache=True, nogil=True)
 def fractional_log_partition(W, b_vis, b_hid, coef):
-    """log Z of eq. 11: log sum_v exp(b_vis^T v + sum_i coef_i softplus(w_i^T v + b_hid_i)).
-
-    The 2^Nv visible states are visited in Gray-code order (one flip of v_k moves the fields
-    by +-W[k]: O(2^Nv n)), the fields recomputed from scratch every 4096 flips, with a
-    streaming log-sum-exp (as :func:`boltzlab.engine.kernels.rbm.log_partition_sum_over`, which is
-    the case coef = 1 summed over either layer).
-    """
-    m, n = W.shape
-    x = np.zeros(m)
-    f = b_hid.copy()
-    lin = 0.0
-    value = 0.0
-    for j in range(n):
-        value += coef[j] * softplus(f[j])
-    shift = value
-    acc = 1.0
-    for step in range(1, 2**m):
-        k = 0
-        while not (step >> k) & 1:
-            k += 1
-        s = 1.0 - 2.0 * x[k]
-        x[k] += s
-        lin += s * b_vis[k]
-        if step % 4096 == 0:
-            for j in range(n):
-                f[j] = b_hid[j]
-            for l in range(m):
-                if x[l] != 0.0:
-                    for j in range(n):
-                        f[j] += W[l, j]
-            value = lin
-            for j in range(n):
-                value += coef[j] * softplus(f[j])
-        else:
-            value = lin
-            for j in range(n):
-                f[j] += s * W[k, j]
-                value += coef[j] * softplus(f[j])
-        if value > shift:
-            acc = acc * math.exp(shift - value) + 1.0
-            shift = value
-        else:
-            acc += math.exp(value - shift)
-    return shift + math.log(acc)
+    """log Z of eq. 11: log sum_v exp(b_vis^T v + sum_i coef_i softplus(w_i^T v + b_hid_i)),
+    the 2^Nv visible states visited in Gray-code order
+    (:func:`boltzlab.engine.kernels.rbm.log_partition_weighted`)."""
+    return log_partition_weighted(W, b_vis, b_hid, coef)
 
 
 @njit(cache=True, nogil=True)

@@ -257,8 +257,8 @@ def gibbs_chains(V, W, WT, b_vis, b_hid, k, seed):
 
 
 @njit(cache=True, nogil=True)
-def log_partition_sum_over(A, a, c):
-    """log sum_x exp(a^T x + sum_j softplus(c_j + (x^T A)_j)) over x in {0, 1}^m.
+def log_partition_weighted(A, a, c, coef):
+    """log sum_x exp(a^T x + sum_j coef_j softplus(c_j + (x^T A)_j)) over x in {0, 1}^m.
 
     With the smaller layer as x: A = W (x = v, a = b_vis, c = b_hid) or A = W^T (x = h,
     a = b_hid, c = b_vis); the other layer is summed out analytically.  The 2^m states are
@@ -273,7 +273,7 @@ def log_partition_sum_over(A, a, c):
     lin = 0.0
     value = 0.0
     for j in range(n):
-        value += softplus(f[j])
+        value += coef[j] * softplus(f[j])
     shift = value
     acc = 1.0
     for step in range(1, 2**m):
@@ -292,18 +292,26 @@ def log_partition_sum_over(A, a, c):
                         f[j] += A[l, j]
             value = lin
             for j in range(n):
-                value += softplus(f[j])
+                value += coef[j] * softplus(f[j])
         else:
             value = lin
             for j in range(n):
                 f[j] += s * A[k, j]
-                value += softplus(f[j])
+                value += coef[j] * softplus(f[j])
         if value > shift:
             acc = acc * math.exp(shift - value) + 1.0
             shift = value
         else:
             acc += math.exp(value - shift)
     return shift + math.log(acc)
+
+
+@njit(cache=True, nogil=True)
+def log_partition_sum_over(A, a, c):
+    """log sum_x exp(a^T x + sum_j softplus(c_j + (x^T A)_j)) over x in {0, 1}^m: an RBM's
+    log Z with the other layer summed out (:func:`log_partition_weighted` with every
+    coef_j = 1, which multiplies exactly: the same bits as a loop without it)."""
+    return log_partition_weighted(A, a, c, np.ones(A.shape[1]))
 
 
 @njit(cache=True, nogil=True)
