@@ -381,6 +381,24 @@ def wald_tests(X: np.ndarray, b: np.ndarray, M: np.ndarray) -> dict[str, tuple[n
 Algorithm = Literal["bslm", "ga"]
 
 
+def sweep_records(trainer: Any, records: list[dict[str, Any]]) -> list[Record]:
+    """A batch of sweeps' scalars as Records, for :class:`FVBMTrainer` and
+    :class:`boltzlab.engine.fvbm_bound.FVBMBoundTrainer`: the last carries the parameter MSE
+    (data simulated from a known truth), the exact log-likelihood (at sweep 1, every
+    ``exact_every`` sweeps and at the end; not once diverged) and the arrays b, M."""
+    last = records[-1]
+    finite = trainer.status != "diverged"
+    b, M = trainer._b, trainer._M
+    if trainer.truth is not None and finite:
+        last["mse"] = parameter_mse(b, M, trainer.truth)
+    every = trainer.exact_every
+    if every and finite and (trainer.done or any(r["sweep"] == 1 or r["sweep"] % every == 0 for r in records)):
+        last["log_lik"] = exact_log_likelihood(trainer.X, b, M)
+    out = [Record(r) for r in records[:-1]]
+    out.append(Record(last, {"b": b.copy(), "M": M.copy()}))
+    return out
+
+
 class FVBMTrainer:
     """BSLM (Nguyen & Wood 2016, eqs. 2.4, 2.7) or gradient ascent with step mu (4.1, 4.2).
 
@@ -534,15 +552,7 @@ class FVBMTrainer:
                 "first_decrease": self.first_decrease,
             }
             records.append(scalars)
-        last = records[-1]
-        finite = self.status != "diverged"
-        if self.truth is not None and finite:
-            last["mse"] = parameter_mse(self._b, self._M, self.truth)
-        if self.exact_every and finite and (self.done or any(r["sweep"] == 1 or r["sweep"] % self.exact_every == 0 for r in records)):
-            last["log_lik"] = exact_log_likelihood(self.X, self._b, self._M)
-        out_records = [Record(r) for r in records[:-1]]
-        out_records.append(Record(last, {"b": self._b.copy(), "M": self._M.copy()}))
-        return out_records
+        return sweep_records(self, records)
 
     def run(self) -> list[Record]:
         """Sweep until done; the Records of every sweep."""

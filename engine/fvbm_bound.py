@@ -72,8 +72,7 @@ from .fvbm import (
     _check_params,
     check_data,
     compress_rows,
-    exact_log_likelihood,
-    parameter_mse,
+    sweep_records,
 )
 from .kernels import fvbm_bound as kernels
 from .stepping import Record, as_scalar
@@ -305,15 +304,7 @@ class _MPLETrainer:
             })
             if self.done:
                 break
-        last = records[-1]
-        finite = self.status != "diverged"
-        if self.truth is not None and finite:
-            last["mse"] = parameter_mse(self._b, self._M, self.truth)
-        if self.exact_every and finite and (self.done or any(r["sweep"] == 1 or r["sweep"] % self.exact_every == 0 for r in records)):
-            last["log_lik"] = exact_log_likelihood(self.X, self._b, self._M)
-        out = [Record(r) for r in records[:-1]]
-        out.append(Record(last, {"b": self._b.copy(), "M": self._M.copy()}))
-        return out
+        return sweep_records(self, records)
 
     def run(self) -> list[Record]:
         """Iterate until done; the Records of every iteration."""
