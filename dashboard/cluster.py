@@ -16,6 +16,10 @@ from typing import Any
 from .distributed import (RECYCLING, THREADS_PER_WORKER, WORKER_NICENESS, DaskBackend, DaskUnavailable,  # noqa: F401
                           install, renice_process)
 
+#: the Dask backend's one log, this module's and distributed.py's (what an operator's filters name)
+log = logging.getLogger("boltzlab.dashboard.distributed")
+
+
 class InsecureScheduler(DaskUnavailable):
     """A plain ``tcp://`` scheduler without ``insecure=True`` (``--dask-insecure``)."""
 
@@ -55,7 +59,7 @@ def scheduler_security(address: str, *, ca_file: str | None = None, cert: str | 
         if any(given.values()):
             raise DaskUnavailable(f"TLS settings were given for a plain {protocol}:// scheduler address "
                                   f"{address!r}: use tls://.")
-        logging.getLogger(__name__).warning(
+        log.warning(
             "Using the Dask scheduler at %s without TLS (--dask-insecure): anyone who can reach it can run "
             "code in its workers.", address)
         return Security()
@@ -141,7 +145,7 @@ def _deaths_plugin(backend: "DaskBackend") -> Any:
                 return
             runs = backend.runs_on(worker)
             lost = "; ".join(f"{owner}: {', '.join(names)}" for owner, names in runs.items())
-            logging.getLogger(__name__).error(
+            log.error(
                 "A worker process stopped unexpectedly (%s); its nanny starts a new one. %s", worker,
                 f"Runs lost (those sessions show the error; Reset starts "
                                            f"them again): {lost}." if runs else "It held no session's runs.")
@@ -248,7 +252,7 @@ def stop_local_cluster(cluster: Any, backend: DaskBackend) -> None:
     finally:
         with RECYCLING:
             cluster.close()
-    logging.getLogger(__name__).info("Stopped the %d worker process%s in %.1f s", n, "" if n == 1 else "es",
+    log.info("Stopped the %d worker process%s in %.1f s", n, "" if n == 1 else "es",
                                      time.perf_counter() - t0)
 
 
