@@ -71,6 +71,7 @@ def test_a_follower_draws_the_teachers_records_and_new_runs(make_lab):
     assert follower._left.objects == [follower._follow_card] and follower.play_button.disabled
     teacher.runner.step_once()
     ticks_until(teacher, lambda: teacher.runner.states["BSLM"].steps == 4)
+    teacher.tick()  # the step may have ended between the last tick and the check: drain (and share) it
     ticks_until(follower, lambda: len(drawn(follower, "BSLM", "log_pl")) == 4)
     assert drawn(follower, "BSLM", "log_pl") == drawn(teacher, "BSLM", "log_pl")
     assert follower.counter() == teacher.counter()
