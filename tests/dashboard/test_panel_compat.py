@@ -163,3 +163,14 @@ def test_a_designs_resources_are_a_dict_by_kind():
 
     assert isinstance(pn.theme.Fast._resources, dict) and "font" in pn.theme.Fast._resources
     assert "font" not in panel_compat.design_resources(pn.theme.Fast, without="font")
+
+
+def test_a_background_periodic_callback_exists():
+    import inspect as _inspect
+
+    from panel.io.callbacks import PeriodicCallback
+
+    assert "params.pop('background'" in _inspect.getsource(PeriodicCallback.__init__)
+    assert PeriodicCallback(callback=lambda: None, period=1000, background=True)._background is True
+    assert "font" not in panel_compat.Fast._resources and panel_compat.Fast.__name__ == "Fast"
+    assert callable(panel_compat.refresh_callback) and _inspect.signature(panel_compat.refresh_callback)
